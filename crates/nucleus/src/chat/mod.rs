@@ -1,1 +1,99 @@
-//! (to be written)
+//! Chat templates: the Jinja template stored in the GGUF (`tokenizer.chat_template`), rendered
+//! with minijinja and Python-compatible string methods, as Hugging Face renders it.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: &str) -> Message {
+        Message {
+            role: role.to_string(),
+            content: content.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("this model has no chat template (tokenizer.chat_template); use plain completion instead")]
+    NoTemplate,
+    #[error("chat template error: {0}")]
+    Template(String),
+}
+
+pub struct ChatTemplate {
+    env: minijinja::Environment<'static>,
+    bos: String,
+    eos: String,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; `bos`/`eos` are the texts of those tokens, which templates may use.
+    pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, ChatError> {
+        let mut env = minijinja::Environment::new();
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        // Templates often trim the leading newline of blocks as Hugging Face's Jinja does.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.add_template_owned("chat", source.to_string())
+            .map_err(|e| ChatError::Template(e.to_string()))?;
+        Ok(ChatTemplate {
+            env,
+            bos: bos.to_string(),
+            eos: eos.to_string(),
+        })
+    }
+
+    /// The prompt text for `messages`; with `add_generation_prompt` it ends where the
+    /// assistant's reply begins.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, ChatError> {
+        let tmpl = self
+            .env
+            .get_template("chat")
+            .map_err(|e| ChatError::Template(e.to_string()))?;
+        tmpl.render(minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos,
+            eos_token => self.eos,
+        })
+        .map_err(|e| ChatError::Template(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn renders_chatml() {
+        let t = ChatTemplate::new(CHATML, "", "").unwrap();
+        let out = t
+            .render(&[Message::new("system", "Be brief."), Message::new("user", "Hi")], true)
+            .unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn python_string_methods_and_errors() {
+        let t = ChatTemplate::new("{{ messages[0]['content'].strip() }}{% if messages|length > 1 %}{{ raise_exception('one only') }}{% endif %}", "", "").unwrap();
+        assert_eq!(t.render(&[Message::new("user", "  x ")], false).unwrap(), "x");
+        let err = t.render(&[Message::new("user", "a"), Message::new("user", "b")], false).unwrap_err();
+        assert!(err.to_string().contains("one only"));
+        assert!(ChatTemplate::new("{% if %}", "", "").is_err());
+    }
+}

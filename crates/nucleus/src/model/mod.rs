@@ -1,1 +1,96 @@
-//! (to be written)
+//! Transformer models read from GGUF: hyperparameters, weights, and one forward pass over a
+//! batch of tokens from one or more sequences (like llama.cpp's `llama_batch`).
+
+mod attention;
+mod forward;
+mod hparams;
+mod weights;
+
+pub use forward::{Batch, ForwardState};
+pub use hparams::{Activation, Arch, HParams, RopeStyle};
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::gguf::{GgufError, GgufFile};
+use crate::kernels::pool::ThreadPool;
+use crate::kv_cache::{KvCache, KvConfig};
+use weights::Weights;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("architecture {0:?} is not supported (supported: llama, qwen2, gemma3)")]
+    UnsupportedArch(String),
+    #[error("invalid model: {0}")]
+    Invalid(String),
+    #[error("tensor {name:?} has type {ty}, which nucleus cannot compute with yet")]
+    UnsupportedTensorType { name: String, ty: crate::quant::GgmlType },
+    #[error(transparent)]
+    Kv(#[from] crate::kv_cache::KvError),
+    #[error("bad batch: {0}")]
+    BadBatch(String),
+}
+
+/// A loaded model: its file (memory-mapped), hyperparameters, weight index and thread pool.
+pub struct Model {
+    pub file: Arc<GgufFile>,
+    pub hp: HParams,
+    weights: Weights,
+    pool: ThreadPool,
+}
+
+impl Model {
+    /// Loads a GGUF model. `n_threads` = 0 uses every available core.
+    pub fn load(path: impl AsRef<Path>, n_threads: usize) -> Result<Model, ModelError> {
+        let file = Arc::new(GgufFile::open(path)?);
+        Self::from_file(file, n_threads)
+    }
+
+    pub fn from_file(file: Arc<GgufFile>, n_threads: usize) -> Result<Model, ModelError> {
+        let arch = file
+            .architecture()
+            .ok_or_else(|| ModelError::Invalid("no general.architecture in metadata".into()))?;
+        if Arch::from_name(arch).is_none() {
+            return Err(ModelError::UnsupportedArch(arch.to_string()));
+        }
+        let n_vocab = file
+            .tensor("token_embd.weight")
+            .map(|t| t.dims.get(1).copied().unwrap_or(0) as usize)
+            .ok_or_else(|| ModelError::Invalid("missing tensor token_embd.weight".into()))?;
+        let hp = HParams::from_metadata(&file.metadata, n_vocab)?;
+        let weights = Weights::load(&file, &hp)?;
+        let n_threads = if n_threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            n_threads
+        };
+        Ok(Model {
+            file,
+            hp,
+            weights,
+            pool: ThreadPool::new(n_threads),
+        })
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    /// A KV cache for this model holding `n_tokens` tokens in blocks of `block_size`.
+    pub fn new_kv_cache(&self, n_tokens: usize, block_size: usize) -> KvCache {
+        KvCache::new(self.kv_config(n_tokens, block_size))
+    }
+
+    pub fn kv_config(&self, n_tokens: usize, block_size: usize) -> KvConfig {
+        KvConfig {
+            n_layers: self.hp.n_layers,
+            n_kv_heads: self.hp.n_head_kv,
+            head_dim_k: self.hp.head_dim,
+            head_dim_v: self.hp.head_dim_v,
+            block_size,
+            n_blocks: n_tokens.div_ceil(block_size).max(1),
+        }
+    }
+}

@@ -1,1 +1,2 @@
-//! (to be written)
+//! (stand-in until the tokenizer lands)
+pub type TokenId = u32;

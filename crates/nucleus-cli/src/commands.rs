@@ -1,0 +1,298 @@
+//! The subcommands. Each turns its arguments into calls of the nucleus library and prints the
+//! result; errors bubble up to `main` and are printed as one line.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use nucleus::chat::{ChatTemplate, Message};
+use nucleus::engine::{GenerationConfig, Session};
+use nucleus::gguf::GgufFile;
+use nucleus::model::Model;
+use nucleus::tokenizer::{StreamDecoder, TokenId, Tokenizer};
+
+use crate::catalog::{self, CATALOG, DEFAULT_MODEL};
+use crate::{GenerateArgs, ModelArgs};
+
+/// A catalog name (pulled on first use) or a path to a GGUF file.
+fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
+    let spec = spec.unwrap_or(DEFAULT_MODEL);
+    if let Some(entry) = catalog::find(spec) {
+        if !entry.is_present() {
+            eprintln!("{} is not downloaded yet; pulling it (once).", entry.name);
+            return crate::pull::pull(entry, false);
+        }
+        return Ok(entry.path());
+    }
+    let path = PathBuf::from(spec);
+    if path.is_file() {
+        return Ok(path);
+    }
+    bail!("no model {spec:?}: it is neither a catalog name (see `nucleus list`) nor a file")
+}
+
+struct Loaded {
+    model: Model,
+    tokenizer: Tokenizer,
+}
+
+fn load(args: &ModelArgs, spec: Option<&str>) -> Result<Loaded> {
+    let path = resolve_model(args.model.as_deref().or(spec))?;
+    let model = Model::load(&path, args.threads).with_context(|| format!("cannot load {}", path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(&model.file.metadata)
+        .with_context(|| format!("cannot build the tokenizer of {}", path.display()))?;
+    Ok(Loaded { model, tokenizer })
+}
+
+fn context_size(args: &ModelArgs, model: &Model) -> usize {
+    args.ctx.unwrap_or(model.hp.n_ctx_train.min(4096))
+}
+
+pub fn run(args: GenerateArgs) -> Result<()> {
+    let (spec, prompt) = match args.args.as_slice() {
+        [prompt] => (None, prompt.clone()),
+        [model, prompt] => (Some(model.as_str()), prompt.clone()),
+        _ => unreachable!("clap enforces one or two arguments"),
+    };
+    let Loaded { model, tokenizer } = load(&args.model, spec)?;
+    let prompt_tokens = tokenizer.encode(&prompt, !args.no_special, true)?;
+    if prompt_tokens.is_empty() {
+        bail!("the prompt is empty");
+    }
+    let n_ctx = context_size(&args.model, &model);
+    if prompt_tokens.len() >= n_ctx {
+        bail!(
+            "the prompt is {} tokens but the context window is {n_ctx}; shorten it or raise --ctx",
+            prompt_tokens.len()
+        );
+    }
+    let cfg = GenerationConfig {
+        max_tokens: args.max_tokens,
+        ignore_eos: args.ignore_eos,
+        ..Default::default()
+    };
+    let mut session = Session::new(&model, n_ctx);
+    let mut decoder = StreamDecoder::new(&tokenizer, true);
+    let mut text = String::new();
+    let stdout = std::io::stdout();
+    let (tokens, finish, timings) = session.generate_greedy(
+        &prompt_tokens,
+        &cfg,
+        |t| tokenizer.is_eog(t),
+        |t| {
+            let piece = decoder.push(t);
+            if !args.json {
+                let mut out = stdout.lock();
+                let _ = out.write_all(piece.as_bytes());
+                let _ = out.flush();
+            }
+            text.push_str(&piece);
+        },
+    )?;
+    let rest = decoder.finish();
+    text.push_str(&rest);
+    if args.json {
+        let obj = serde_json::json!({
+            "prompt_tokens": prompt_tokens,
+            "tokens": tokens,
+            "text": text,
+            "finish_reason": finish,
+            "timings": timings,
+        });
+        println!("{obj}");
+    } else {
+        println!("{rest}");
+        if args.verbose {
+            eprintln!(
+                "prompt: {} tokens, {:.1} tok/s; generated: {} tokens, {:.1} tok/s; finish: {:?}",
+                timings.prompt_tokens, timings.prompt_tokens_per_s, timings.generated_tokens, timings.generate_tokens_per_s, finish
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn chat(args: ModelArgs, name: Option<String>, system: Option<String>, max_tokens: usize) -> Result<()> {
+    let Loaded { model, tokenizer } = load(&args, name.as_deref())?;
+    let source = tokenizer.chat_template().ok_or(nucleus::chat::ChatError::NoTemplate)?;
+    let text_of = |id: Option<TokenId>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or("").to_string();
+    let template = ChatTemplate::new(source, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?;
+    let n_ctx = context_size(&args, &model);
+    let mut session = Session::new(&model, n_ctx);
+    let mut cached: Vec<TokenId> = Vec::new();
+    let mut messages = Vec::new();
+    if let Some(s) = system {
+        messages.push(Message::new("system", &s));
+    }
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout();
+    eprintln!("Chatting with {} (empty line or Ctrl-D to quit).", model.hp.arch.name());
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
+            break;
+        }
+        messages.push(Message::new("user", line.trim_end()));
+        let prompt = template.render(&messages, true)?;
+        let tokens = tokenizer.encode(&prompt, true, true)?;
+        if tokens.len() + 1 >= n_ctx {
+            bail!("the conversation is {} tokens, more than the context window of {n_ctx}", tokens.len());
+        }
+        // Reuse the cached prefix of the conversation; recompute from where it differs.
+        let common = cached.iter().zip(&tokens).take_while(|(a, b)| a == b).count();
+        if common < cached.len() {
+            session.reset();
+            cached.clear();
+        }
+        let new = &tokens[cached.len()..];
+        let cfg = GenerationConfig {
+            max_tokens: max_tokens.min(n_ctx - tokens.len()),
+            ..Default::default()
+        };
+        let mut decoder = StreamDecoder::new(&tokenizer, true);
+        let mut reply = String::new();
+        let (generated, _, _) = session.generate_greedy(new, &cfg, |t| tokenizer.is_eog(t), |t| {
+            let piece = decoder.push(t);
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+            reply.push_str(&piece);
+        })?;
+        let rest = decoder.finish();
+        reply.push_str(&rest);
+        println!("{rest}");
+        cached = tokens;
+        cached.extend_from_slice(&generated);
+        // The session holds every generated token but the last, which was never fed.
+        if !generated.is_empty() {
+            cached.pop();
+        }
+        messages.push(Message::new("assistant", &reply));
+    }
+    Ok(())
+}
+
+pub fn pull(name: &str) -> Result<()> {
+    let entry = catalog::find(name).with_context(|| {
+        let names: Vec<&str> = CATALOG.iter().map(|m| m.name).collect();
+        format!("no catalog model named {name:?} (available: {})", names.join(", "))
+    })?;
+    crate::pull::pull(entry, false)?;
+    Ok(())
+}
+
+pub fn list() -> Result<()> {
+    println!("models directory: {}", catalog::models_dir().display());
+    for m in CATALOG {
+        let mark = if m.is_present() { "downloaded" } else { "-" };
+        let default = if m.name == DEFAULT_MODEL { " (default)" } else { "" };
+        println!("{:32} {:8} {:>7.1} MB  {:10}  {}{}", m.name, m.arch, m.size as f64 / 1e6, mark, m.description, default);
+    }
+    Ok(())
+}
+
+pub fn inspect(path: &str, all: bool) -> Result<()> {
+    let path = resolve_existing(path)?;
+    let file = GgufFile::open(&path)?;
+    println!("{}: GGUF v{}, {} bytes, alignment {}", path.display(), file.version, file.file_size(), file.alignment);
+    println!("\nmetadata ({} keys):", file.metadata.len());
+    for (k, v) in file.metadata.iter() {
+        println!("  {k:45} {}", v.display_short(100));
+    }
+    let params: u64 = file.tensors.iter().map(|t| t.n_elements()).sum();
+    let bytes: usize = file.tensors.iter().map(|t| t.size).sum();
+    println!(
+        "\ntensors ({}, {:.1} M parameters, {:.1} MB, {:.2} bits/weight):",
+        file.tensors.len(),
+        params as f64 / 1e6,
+        bytes as f64 / 1e6,
+        bytes as f64 * 8.0 / params.max(1) as f64
+    );
+    let shown = if all { file.tensors.len() } else { 40.min(file.tensors.len()) };
+    for t in &file.tensors[..shown] {
+        println!("  {:40} {:6} {:>24} {:>12}", t.name, t.ty.name(), format!("{:?}", t.dims), t.size);
+    }
+    if shown < file.tensors.len() {
+        println!("  … {} more (--all shows every tensor)", file.tensors.len() - shown);
+    }
+    Ok(())
+}
+
+fn resolve_existing(spec: &str) -> Result<PathBuf> {
+    if let Some(entry) = catalog::find(spec) {
+        if entry.is_present() {
+            return Ok(entry.path());
+        }
+        bail!("{spec} is not downloaded; run `nucleus pull {spec}` first");
+    }
+    Ok(PathBuf::from(spec))
+}
+
+pub fn tokenize(model: &str, text: &str, add_special: bool, parse_special: bool) -> Result<()> {
+    let path = resolve_existing(model)?;
+    let file = GgufFile::open(&path)?;
+    let tokenizer = Tokenizer::from_gguf(&file.metadata)?;
+    let ids = tokenizer.encode(text, add_special, parse_special)?;
+    println!("{}", serde_json::to_string(&ids)?);
+    Ok(())
+}
+
+pub fn bench(args: ModelArgs, name: Option<String>, n_prompt: usize, n_gen: usize, reps: usize, json: bool) -> Result<()> {
+    let Loaded { model, .. } = load(&args, name.as_deref())?;
+    let n_ctx = (n_prompt.max(n_gen + 1)).max(16);
+    let vocab = model.hp.n_vocab as u64;
+    // Deterministic pseudo-random prompt, as llama-bench uses random tokens.
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let prompt: Vec<TokenId> = (0..n_prompt)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % vocab) as TokenId
+        })
+        .collect();
+    let mut session = Session::new(&model, n_ctx);
+    // Warm-up: touch every weight once.
+    session.feed(&prompt[..prompt.len().min(8)], 512, false)?;
+    let (mut best_pp, mut best_tg) = (0f64, 0f64);
+    for _ in 0..reps.max(1) {
+        if n_prompt > 0 {
+            session.reset();
+            let t = Instant::now();
+            session.feed(&prompt, 512, false)?;
+            best_pp = best_pp.max(n_prompt as f64 / t.elapsed().as_secs_f64());
+        }
+        if n_gen > 0 {
+            session.reset();
+            let mut logits = session.feed(&prompt[..1], 1, false)?;
+            let t = Instant::now();
+            for _ in 0..n_gen {
+                let tok = nucleus::engine::argmax(&logits);
+                logits = session.feed(&[tok], 1, false)?;
+            }
+            best_tg = best_tg.max(n_gen as f64 / t.elapsed().as_secs_f64());
+        }
+    }
+    let kv_bytes = model.hp.kv_bytes_per_token();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": model.hp.arch.name(),
+                "threads": model.n_threads(),
+                "prompt_tokens": n_prompt,
+                "gen_tokens": n_gen,
+                "prefill_tokens_per_s": best_pp,
+                "decode_tokens_per_s": best_tg,
+                "kv_bytes_per_token": kv_bytes,
+            })
+        );
+    } else {
+        println!("model: {} ({} threads)", model.hp.arch.name(), model.n_threads());
+        println!("prefill pp{n_prompt}: {best_pp:.1} tok/s");
+        println!("decode  tg{n_gen}: {best_tg:.1} tok/s");
+        println!("KV cache: {kv_bytes} bytes/token (f16)");
+    }
+    Ok(())
+}

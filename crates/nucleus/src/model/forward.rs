@@ -1,0 +1,367 @@
+//! The forward pass. It reads top to bottom like the math: embed, then for each layer
+//! norm → q/k/v → RoPE → cache → attention → output projection → residual → norm → gated FFN →
+//! residual, then the final norm and the output projection for the positions that want logits.
+//!
+//! All tokens of a batch go through each matrix product together (prefill chunks and the
+//! decode steps of many sequences alike), so every weight row read serves the whole batch.
+
+use crate::kernels::matmul::{matmul, QuantizedActs};
+use crate::kernels::ops;
+use crate::kv_cache::{BlockId, KvCache, SeqId};
+use crate::quant::{dequantize_row, vec_dot_type, GgmlType};
+use crate::tokenizer::TokenId;
+
+use super::attention::{attend_head, visible_range};
+use super::weights::Matrix;
+use super::{Activation, Model, ModelError};
+
+/// Tokens to evaluate: each with its position, its sequence, and whether its logits are wanted.
+/// A sequence's tokens must continue it: positions `len, len+1, …` in batch order.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    pub tokens: Vec<TokenId>,
+    pub positions: Vec<usize>,
+    pub seqs: Vec<SeqId>,
+    pub logits: Vec<bool>,
+}
+
+impl Batch {
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+
+    pub fn push(&mut self, token: TokenId, pos: usize, seq: SeqId, logits: bool) {
+        self.tokens.push(token);
+        self.positions.push(pos);
+        self.seqs.push(seq);
+        self.logits.push(logits);
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.positions.clear();
+        self.seqs.clear();
+        self.logits.clear();
+    }
+
+    /// Number of tokens that want logits (rows of the output).
+    pub fn n_outputs(&self) -> usize {
+        self.logits.iter().filter(|&&l| l).count()
+    }
+}
+
+/// Activations quantized for the matrix products, one buffer per vec-dot type, reused until the
+/// input changes (q, k and v share one quantization of the normed input; so do gate and up).
+#[derive(Default)]
+struct ActsCache {
+    slots: Vec<(GgmlType, u64, QuantizedActs)>,
+    epoch: u64,
+}
+
+impl ActsCache {
+    fn invalidate(&mut self) {
+        self.epoch += 1;
+    }
+
+    fn get(&mut self, x: &[f32], n: usize, cols: usize, ty: GgmlType) -> &QuantizedActs {
+        let epoch = self.epoch;
+        let i = match self.slots.iter().position(|s| s.0 == ty) {
+            Some(i) => i,
+            None => {
+                self.slots.push((ty, u64::MAX, QuantizedActs::new()));
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[i];
+        if slot.1 != epoch {
+            slot.2.quantize(x, n, cols, ty);
+            slot.1 = epoch;
+        }
+        &slot.2
+    }
+}
+
+/// Scratch buffers of the forward pass, sized for the largest batch seen so far.
+#[derive(Default)]
+pub struct ForwardState {
+    x: Vec<f32>,
+    xb: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    out_in: Vec<f32>,
+    logits: Vec<f32>,
+    slots: Vec<(BlockId, usize)>,
+    cos_sin: Vec<(f32, f32)>,
+    acts: ActsCache,
+    seq_counts: Vec<(SeqId, usize)>,
+}
+
+impl ForwardState {
+    pub fn new() -> ForwardState {
+        ForwardState::default()
+    }
+
+    /// Logits of the last forward: one row of `n_vocab` per token that wanted logits, in batch
+    /// order.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+}
+
+fn resize(v: &mut Vec<f32>, n: usize) {
+    if v.len() != n {
+        v.resize(n, 0.0);
+    }
+}
+
+/// A slice written from several pool threads at once, each thread to its own disjoint rows.
+struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: SharedOut is only used inside `ThreadPool::run`, where every task writes a range no
+// other task touches (see `rows`), and the borrow it came from outlives the run.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    fn new(s: &mut [f32]) -> SharedOut {
+        SharedOut {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+        }
+    }
+
+    /// # Safety
+    /// Callers must not hand out overlapping ranges to concurrent tasks.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn rows(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(start + len <= self.len);
+        // SAFETY: in bounds (asserted) and, by the caller's contract, not aliased.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+impl Model {
+    /// Evaluates a batch, appending its tokens to their sequences in `kv`. The logits of the
+    /// tokens that asked for them are in `state.logits()` afterwards.
+    pub fn forward(&self, batch: &Batch, kv: &mut KvCache, state: &mut ForwardState) -> Result<(), ModelError> {
+        let hp = &self.hp;
+        let n = batch.len();
+        self.check_batch(batch, kv, state)?;
+        if n == 0 {
+            state.logits.clear();
+            return Ok(());
+        }
+        let w = &self.weights;
+        let (e, hd, hdv) = (hp.n_embd, hp.head_dim, hp.head_dim_v);
+        let (q_dim, k_dim, v_dim) = (hp.n_head * hd, hp.n_head_kv * hd, hp.n_head_kv * hdv);
+        let att_dim = hp.n_head * hdv;
+        let st = state;
+        for (buf, len) in [
+            (&mut st.x, n * e),
+            (&mut st.xb, n * e),
+            (&mut st.q, n * q_dim),
+            (&mut st.k, n * k_dim),
+            (&mut st.v, n * v_dim),
+            (&mut st.att, n * att_dim),
+            (&mut st.proj, n * e),
+            (&mut st.gate, n * hp.n_ff),
+            (&mut st.up, n * hp.n_ff),
+        ] {
+            resize(buf, len);
+        }
+
+        // Token embeddings.
+        let embd = w.token_embd.q(&self.file);
+        let row_bytes = embd.ty.row_bytes(e).expect("checked at load");
+        for (t, &tok) in batch.tokens.iter().enumerate() {
+            let row = &embd.data[tok as usize * row_bytes..(tok as usize + 1) * row_bytes];
+            let x = &mut st.x[t * e..(t + 1) * e];
+            dequantize_row(embd.ty, row, x);
+            if hp.embd_scale != 1.0 {
+                x.iter_mut().for_each(|v| *v *= hp.embd_scale);
+            }
+        }
+
+        // Where each token's keys and values go.
+        st.slots.clear();
+        for t in 0..n {
+            st.slots.push(kv.slot(batch.seqs[t], batch.positions[t])?);
+        }
+
+        for (il, layer) in w.layers.iter().enumerate() {
+            // Attention block.
+            for t in 0..n {
+                ops::rmsnorm(&mut st.xb[t * e..(t + 1) * e], &st.x[t * e..(t + 1) * e], &layer.attn_norm, hp.rms_eps);
+            }
+            st.acts.invalidate();
+            self.project(&mut st.acts, &layer.wq, &st.xb, n, &mut st.q);
+            self.project(&mut st.acts, &layer.wk, &st.xb, n, &mut st.k);
+            self.project(&mut st.acts, &layer.wv, &st.xb, n, &mut st.v);
+            for (buf, bias, dim) in [(&mut st.q, &layer.bq, q_dim), (&mut st.k, &layer.bk, k_dim), (&mut st.v, &layer.bv, v_dim)] {
+                if let Some(b) = bias {
+                    buf.chunks_exact_mut(dim).for_each(|row| ops::add_in_place(row, b));
+                }
+            }
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                ops::rmsnorm_chunks(&mut st.q, qn, hp.rms_eps, hd);
+                ops::rmsnorm_chunks(&mut st.k, kn, hp.rms_eps, hd);
+            }
+            let base = hp.layer_rope_base(il);
+            for t in 0..n {
+                let pos = batch.positions[t];
+                let ff = w.rope_freqs.as_deref();
+                let q = &mut st.q[t * q_dim..(t + 1) * q_dim];
+                ops::rope(q, hp.n_head, hd, hp.rope_dim, pos, base, hp.rope_freq_scale, hp.rope_style, ff, &mut st.cos_sin);
+                let k = &mut st.k[t * k_dim..(t + 1) * k_dim];
+                ops::rope(k, hp.n_head_kv, hd, hp.rope_dim, pos, base, hp.rope_freq_scale, hp.rope_style, ff, &mut st.cos_sin);
+            }
+            for t in 0..n {
+                let (block, slot) = st.slots[t];
+                kv.write(il, block, slot, &st.k[t * k_dim..(t + 1) * k_dim], &st.v[t * v_dim..(t + 1) * v_dim]);
+            }
+            self.attention(il, batch, kv, &st.q, &mut st.att)?;
+            st.acts.invalidate();
+            self.project(&mut st.acts, &layer.wo, &st.att, n, &mut st.proj);
+            if let Some(pn) = &layer.post_attn_norm {
+                for t in 0..n {
+                    let row = &mut st.proj[t * e..(t + 1) * e];
+                    st.out_in.clear();
+                    st.out_in.extend_from_slice(row);
+                    ops::rmsnorm(row, &st.out_in, pn, hp.rms_eps);
+                }
+            }
+            ops::add_in_place(&mut st.x, &st.proj);
+
+            // Feed-forward block.
+            for t in 0..n {
+                ops::rmsnorm(&mut st.xb[t * e..(t + 1) * e], &st.x[t * e..(t + 1) * e], &layer.ffn_norm, hp.rms_eps);
+            }
+            st.acts.invalidate();
+            self.project(&mut st.acts, &layer.w_gate, &st.xb, n, &mut st.gate);
+            self.project(&mut st.acts, &layer.w_up, &st.xb, n, &mut st.up);
+            match hp.activation {
+                Activation::Silu => ops::swiglu(&mut st.gate, &st.up),
+                Activation::Gelu => ops::geglu(&mut st.gate, &st.up),
+            }
+            st.acts.invalidate();
+            self.project(&mut st.acts, &layer.w_down, &st.gate, n, &mut st.proj);
+            if let Some(pn) = &layer.post_ffn_norm {
+                for t in 0..n {
+                    let row = &mut st.proj[t * e..(t + 1) * e];
+                    st.out_in.clear();
+                    st.out_in.extend_from_slice(row);
+                    ops::rmsnorm(row, &st.out_in, pn, hp.rms_eps);
+                }
+            }
+            ops::add_in_place(&mut st.x, &st.proj);
+        }
+
+        for &(seq, count) in &st.seq_counts {
+            kv.commit(seq, count)?;
+        }
+
+        // Final norm and output projection, only for the rows that want logits.
+        let n_out = batch.n_outputs();
+        resize(&mut st.out_in, n_out * e);
+        let mut r = 0;
+        for t in (0..n).filter(|&t| batch.logits[t]) {
+            ops::rmsnorm(&mut st.out_in[r * e..(r + 1) * e], &st.x[t * e..(t + 1) * e], &w.output_norm, hp.rms_eps);
+            r += 1;
+        }
+        resize(&mut st.logits, n_out * hp.n_vocab);
+        if n_out > 0 {
+            st.acts.invalidate();
+            self.project(&mut st.acts, &w.output, &st.out_in, n_out, &mut st.logits);
+        }
+        Ok(())
+    }
+
+    /// y = W·x for each of the `n` rows of x.
+    fn project(&self, acts: &mut ActsCache, w: &Matrix, x: &[f32], n: usize, y: &mut [f32]) {
+        let q = acts.get(&x[..n * w.cols], n, w.cols, vec_dot_type(w.info.ty));
+        matmul(&self.pool, &w.q(&self.file), q, &mut y[..n * w.rows]);
+    }
+
+    /// Attention for every (token, head) of the batch, spread over the thread pool.
+    fn attention(&self, il: usize, batch: &Batch, kv: &KvCache, q: &[f32], att: &mut [f32]) -> Result<(), ModelError> {
+        let hp = &self.hp;
+        let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
+        let group = hp.n_head / hp.n_head_kv;
+        let window = hp.layer_window(il);
+        let n_tasks = batch.len() * hp.n_head;
+        let out = SharedOut::new(att);
+        let kv_ref = &*kv;
+        self.pool.run(|ti, nt| {
+            for task in (ti..n_tasks).step_by(nt) {
+                let (t, h) = (task / hp.n_head, task % hp.n_head);
+                let seq = batch.seqs[t];
+                let blocks = kv_ref.seq_blocks(seq).expect("checked in check_batch");
+                let qh = &q[(t * hp.n_head + h) * hd..(t * hp.n_head + h + 1) * hd];
+                // SAFETY: task (t, h) is the only one writing row t's head h.
+                let o = unsafe { out.rows((t * hp.n_head + h) * hdv, hdv) };
+                let range = visible_range(batch.positions[t], window);
+                attend_head(kv_ref, il, blocks, h / group, qh, range, hp.attn_scale, o);
+            }
+        });
+        Ok(())
+    }
+
+    /// Checks a batch against the model and the cache, and reserves cache blocks for it. On
+    /// error nothing has been reserved.
+    fn check_batch(&self, batch: &Batch, kv: &mut KvCache, st: &mut ForwardState) -> Result<(), ModelError> {
+        let n = batch.len();
+        if batch.positions.len() != n || batch.seqs.len() != n || batch.logits.len() != n {
+            return Err(ModelError::BadBatch("tokens, positions, sequences and logits flags differ in length".into()));
+        }
+        if let Some(&tok) = batch.tokens.iter().find(|&&t| t as usize >= self.hp.n_vocab) {
+            return Err(ModelError::BadBatch(format!("token id {tok} is outside the vocabulary of {}", self.hp.n_vocab)));
+        }
+        st.seq_counts.clear();
+        for t in 0..n {
+            let seq = batch.seqs[t];
+            let done = match st.seq_counts.iter_mut().find(|(s, _)| *s == seq) {
+                Some((_, c)) => {
+                    *c += 1;
+                    *c - 1
+                }
+                None => {
+                    st.seq_counts.push((seq, 1));
+                    0
+                }
+            };
+            let want = kv.seq_len(seq)? + done;
+            if batch.positions[t] != want {
+                return Err(ModelError::BadBatch(format!(
+                    "token {t} of sequence {seq} has position {}, expected {want}",
+                    batch.positions[t]
+                )));
+            }
+        }
+        let mut needed = 0;
+        for &(seq, count) in &st.seq_counts {
+            needed += kv.blocks_needed(seq, count)?;
+        }
+        if needed > kv.free_blocks() {
+            return Err(crate::kv_cache::KvError::OutOfBlocks { needed, free: kv.free_blocks() }.into());
+        }
+        for &(seq, count) in &st.seq_counts {
+            kv.reserve(seq, count)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,221 @@
+//! Hyperparameters read from GGUF metadata, and the small set of per-architecture facts that
+//! make llama, qwen2 and gemma3 differ. Architectures are data here, not separate models.
+
+use crate::gguf::Metadata;
+
+use super::ModelError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 2/3, Mistral, SmolLM, TinyLlama.
+    Llama,
+    /// Llama with biases on q/k/v and NeoX-style RoPE.
+    Qwen2,
+    /// Gemma 3: scaled embeddings, q/k norms, post-norms, GELU FFN, interleaved sliding-window layers.
+    Gemma3,
+}
+
+impl Arch {
+    pub fn from_name(name: &str) -> Option<Arch> {
+        match name {
+            "llama" => Some(Arch::Llama),
+            "qwen2" => Some(Arch::Qwen2),
+            "gemma3" => Some(Arch::Gemma3),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+
+    pub const SUPPORTED: &'static [&'static str] = &["llama", "qwen2", "gemma3"];
+}
+
+/// How RoPE pairs up the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (x[2i], x[2i+1]): llama.cpp's "normal" RoPE (GGUF llama weights are
+    /// permuted for it).
+    Interleaved,
+    /// Halves (x[i], x[i + d/2]): GPT-NeoX style, used by Qwen2 and Gemma.
+    Neox,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: silu(gate) * up.
+    Silu,
+    /// GeGLU with the tanh approximation of GELU.
+    Gelu,
+}
+
+#[derive(Clone, Debug)]
+pub struct HParams {
+    pub arch: Arch,
+    pub n_layers: usize,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Dimension of each query/key head.
+    pub head_dim: usize,
+    /// Dimension of each value head.
+    pub head_dim_v: usize,
+    pub n_vocab: usize,
+    pub n_ctx_train: usize,
+    pub rms_eps: f32,
+    pub rope_style: RopeStyle,
+    /// Dimensions of each head that RoPE rotates (the rest pass through).
+    pub rope_dim: usize,
+    pub rope_base: f32,
+    /// RoPE base of sliding-window layers (Gemma 3 uses 10 000 there).
+    pub rope_base_swa: f32,
+    /// Linear RoPE scaling: positions are multiplied by this.
+    pub rope_freq_scale: f32,
+    pub activation: Activation,
+    /// Multiplies the token embeddings (Gemma: sqrt(n_embd)).
+    pub embd_scale: f32,
+    /// Multiplies q·k.
+    pub attn_scale: f32,
+    /// Sliding-window size of the local layers, if any.
+    pub sliding_window: Option<usize>,
+    /// With a sliding window: layer `il` is local unless `(il + 1) % swa_period == 0`.
+    pub swa_period: usize,
+    /// Gemma-style q/k norms and post-attention / post-FFN norms.
+    pub qk_norm: bool,
+    pub post_norms: bool,
+    pub qkv_bias: bool,
+}
+
+impl HParams {
+    pub fn from_metadata(meta: &Metadata, n_vocab: usize) -> Result<HParams, ModelError> {
+        let arch_name = meta
+            .get_str("general.architecture")
+            .ok_or_else(|| ModelError::Invalid("no general.architecture in metadata".into()))?;
+        let arch = Arch::from_name(arch_name).ok_or_else(|| {
+            ModelError::UnsupportedArch(arch_name.to_string())
+        })?;
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let req = |k: &str| -> Result<usize, ModelError> {
+            let v = meta
+                .get_u64(&key(k))
+                .ok_or_else(|| ModelError::Invalid(format!("missing metadata {}", key(k))))?;
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v > 0 && v < (1 << 24))
+                .ok_or_else(|| ModelError::Invalid(format!("{} = {v} is out of range", key(k))))
+        };
+        let opt = |k: &str| meta.get_u64(&key(k)).map(|v| v as usize);
+
+        let n_layers = req("block_count")?;
+        let n_embd = req("embedding_length")?;
+        let n_ff = req("feed_forward_length")?;
+        let n_head = req("attention.head_count")?;
+        let n_head_kv = opt("attention.head_count_kv").unwrap_or(n_head);
+        if n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(ModelError::Invalid(format!(
+                "{n_head} query heads cannot be shared among {n_head_kv} KV heads"
+            )));
+        }
+        let head_dim = opt("attention.key_length").unwrap_or(n_embd / n_head);
+        let head_dim_v = opt("attention.value_length").unwrap_or(head_dim);
+        if head_dim == 0 || head_dim > 512 || head_dim % 2 != 0 || head_dim_v == 0 || head_dim_v > 512 {
+            return Err(ModelError::Invalid(format!(
+                "head dimensions {head_dim}/{head_dim_v} are not supported (even, at most 512)"
+            )));
+        }
+        let rope_dim = opt("rope.dimension_count").unwrap_or(head_dim);
+        if rope_dim > head_dim || rope_dim % 2 != 0 {
+            return Err(ModelError::Invalid(format!("rope dimension {rope_dim} with head dimension {head_dim}")));
+        }
+        let rms_eps = meta
+            .get_f32(&key("attention.layer_norm_rms_epsilon"))
+            .unwrap_or(1e-5);
+        let rope_base = meta.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0);
+        let rope_freq_scale = match meta.get_str(&key("rope.scaling.type")) {
+            None | Some("none") => 1.0,
+            Some("linear") => 1.0 / meta.get_f32(&key("rope.scaling.factor")).unwrap_or(1.0),
+            Some(other) => {
+                return Err(ModelError::Invalid(format!("rope scaling {other:?} is not supported yet")))
+            }
+        };
+        let n_ctx_train = opt("context_length").unwrap_or(2048);
+
+        let mut hp = HParams {
+            arch,
+            n_layers,
+            n_embd,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+            n_vocab,
+            n_ctx_train,
+            rms_eps,
+            rope_style: RopeStyle::Interleaved,
+            rope_dim,
+            rope_base,
+            rope_base_swa: rope_base,
+            rope_freq_scale,
+            activation: Activation::Silu,
+            embd_scale: 1.0,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            sliding_window: None,
+            swa_period: 0,
+            qk_norm: false,
+            post_norms: false,
+            qkv_bias: false,
+        };
+        match arch {
+            Arch::Llama => {}
+            Arch::Qwen2 => {
+                hp.rope_style = RopeStyle::Neox;
+                hp.qkv_bias = true;
+            }
+            Arch::Gemma3 => {
+                hp.rope_style = RopeStyle::Neox;
+                hp.activation = Activation::Gelu;
+                hp.embd_scale = (n_embd as f32).sqrt();
+                hp.qk_norm = true;
+                hp.post_norms = true;
+                // Five local (sliding-window) layers for every global one; the local layers keep
+                // the classic RoPE base.
+                hp.sliding_window = opt("attention.sliding_window").filter(|&w| w > 0);
+                hp.swa_period = 6;
+                hp.rope_base_swa = meta.get_f32(&key("rope.freq_base_swa")).unwrap_or(10_000.0);
+                // query_pre_attn_scalar is the head dimension for every size but 27B.
+                hp.attn_scale = 1.0 / (head_dim as f32).sqrt();
+            }
+        }
+        Ok(hp)
+    }
+
+    /// The sliding window of layer `il`, or `None` when it attends to the whole context.
+    pub fn layer_window(&self, il: usize) -> Option<usize> {
+        let w = self.sliding_window?;
+        if self.swa_period == 0 || (il + 1) % self.swa_period != 0 {
+            Some(w)
+        } else {
+            None
+        }
+    }
+
+    pub fn layer_rope_base(&self, il: usize) -> f32 {
+        if self.layer_window(il).is_some() {
+            self.rope_base_swa
+        } else {
+            self.rope_base
+        }
+    }
+
+    /// Bytes of KV cache per token with f16 storage: 2 × layers × kv_heads × head_dim × 2.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        self.n_layers * self.n_head_kv * (self.head_dim + self.head_dim_v) * 2
+    }
+}

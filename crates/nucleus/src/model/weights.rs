@@ -1,0 +1,181 @@
+//! The weight index: which GGUF tensor plays which role, checked for shape and type at load.
+//! Small vectors (norms, biases) are copied to f32; matrices stay in the mapped file.
+
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::kernels::matmul::QMatrix;
+use crate::quant::{dequantize_row, GgmlType};
+
+use super::{HParams, ModelError};
+
+/// A matrix in the file: `rows` outputs of `cols` inputs each.
+#[derive(Clone, Debug)]
+pub struct Matrix {
+    pub info: TensorInfo,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl Matrix {
+    pub fn q<'a>(&self, file: &'a GgufFile) -> QMatrix<'a> {
+        QMatrix {
+            ty: self.info.ty,
+            data: file.tensor_data(&self.info),
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
+}
+
+pub struct Layer {
+    pub attn_norm: Vec<f32>,
+    pub wq: Matrix,
+    pub wk: Matrix,
+    pub wv: Matrix,
+    pub wo: Matrix,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: Matrix,
+    pub w_up: Matrix,
+    pub w_down: Matrix,
+    pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+pub struct Weights {
+    pub token_embd: Matrix,
+    pub output_norm: Vec<f32>,
+    /// The output projection; the token embedding when the model ties them.
+    pub output: Matrix,
+    pub rope_freqs: Option<Vec<f32>>,
+    pub layers: Vec<Layer>,
+}
+
+struct Loader<'a> {
+    file: &'a GgufFile,
+}
+
+impl Loader<'_> {
+    fn info(&self, name: &str) -> Result<&TensorInfo, ModelError> {
+        self.file
+            .tensor(name)
+            .ok_or_else(|| ModelError::Invalid(format!("missing tensor {name}")))
+    }
+
+    fn matrix(&self, name: &str, cols: usize, rows: usize) -> Result<Matrix, ModelError> {
+        let info = self.info(name)?;
+        let want = [cols as u64, rows as u64];
+        if info.dims != want {
+            return Err(ModelError::Invalid(format!(
+                "tensor {name} has shape {:?}, expected {want:?}",
+                info.dims
+            )));
+        }
+        if !info.ty.is_computable() {
+            return Err(ModelError::UnsupportedTensorType {
+                name: name.to_string(),
+                ty: info.ty,
+            });
+        }
+        Ok(Matrix {
+            info: info.clone(),
+            rows,
+            cols,
+        })
+    }
+
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        let info = self.info(name)?;
+        if info.n_elements() != len as u64 {
+            return Err(ModelError::Invalid(format!(
+                "tensor {name} has shape {:?}, expected [{len}]",
+                info.dims
+            )));
+        }
+        if !matches!(info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+            return Err(ModelError::UnsupportedTensorType {
+                name: name.to_string(),
+                ty: info.ty,
+            });
+        }
+        let mut out = vec![0f32; len];
+        dequantize_row(info.ty, self.file.tensor_data(info), &mut out);
+        Ok(out)
+    }
+
+    fn opt_vector(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
+        match self.file.tensor(name) {
+            None => Ok(None),
+            Some(_) => self.vector(name, len).map(Some),
+        }
+    }
+}
+
+impl Weights {
+    pub fn load(file: &GgufFile, hp: &HParams) -> Result<Weights, ModelError> {
+        let l = Loader { file };
+        let (e, v) = (hp.n_embd, hp.n_vocab);
+        let q_dim = hp.n_head * hp.head_dim;
+        let k_dim = hp.n_head_kv * hp.head_dim;
+        let v_dim = hp.n_head_kv * hp.head_dim_v;
+        let o_dim = hp.n_head * hp.head_dim_v;
+        let token_embd = l.matrix("token_embd.weight", e, v)?;
+        let output = if file.tensor("output.weight").is_some() {
+            l.matrix("output.weight", e, v)?
+        } else {
+            token_embd.clone()
+        };
+        let mut layers = Vec::with_capacity(hp.n_layers);
+        for i in 0..hp.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let (bq, bk, bv) = if hp.qkv_bias {
+                (
+                    Some(l.vector(&n("attn_q.bias"), q_dim)?),
+                    Some(l.vector(&n("attn_k.bias"), k_dim)?),
+                    Some(l.vector(&n("attn_v.bias"), v_dim)?),
+                )
+            } else {
+                (
+                    l.opt_vector(&n("attn_q.bias"), q_dim)?,
+                    l.opt_vector(&n("attn_k.bias"), k_dim)?,
+                    l.opt_vector(&n("attn_v.bias"), v_dim)?,
+                )
+            };
+            let norm = |s: &str, len: usize, required: bool| -> Result<Option<Vec<f32>>, ModelError> {
+                if required {
+                    l.vector(&n(s), len).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            layers.push(Layer {
+                attn_norm: l.vector(&n("attn_norm.weight"), e)?,
+                wq: l.matrix(&n("attn_q.weight"), e, q_dim)?,
+                wk: l.matrix(&n("attn_k.weight"), e, k_dim)?,
+                wv: l.matrix(&n("attn_v.weight"), e, v_dim)?,
+                wo: l.matrix(&n("attn_output.weight"), o_dim, e)?,
+                bq,
+                bk,
+                bv,
+                q_norm: norm("attn_q_norm.weight", hp.head_dim, hp.qk_norm)?,
+                k_norm: norm("attn_k_norm.weight", hp.head_dim, hp.qk_norm)?,
+                post_attn_norm: norm("post_attention_norm.weight", e, hp.post_norms)?,
+                ffn_norm: l.vector(&n("ffn_norm.weight"), e)?,
+                w_gate: l.matrix(&n("ffn_gate.weight"), e, hp.n_ff)?,
+                w_up: l.matrix(&n("ffn_up.weight"), e, hp.n_ff)?,
+                w_down: l.matrix(&n("ffn_down.weight"), hp.n_ff, e)?,
+                post_ffn_norm: norm("post_ffw_norm.weight", e, hp.post_norms)?,
+            });
+        }
+        Ok(Weights {
+            token_embd,
+            output_norm: l.vector("output_norm.weight", e)?,
+            output,
+            rope_freqs: l.opt_vector("rope_freqs.weight", hp.rope_dim / 2)?,
+            layers,
+        })
+    }
+}

@@ -1,0 +1,40 @@
+//! Paths shared by the integration tests: `../shared` beside the checkout, and the models
+//! directory (`$NUCLEUS_MODELS`, default `~/.cache/nucleus/models`).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub fn shared_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared"))
+}
+
+pub fn models_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("NUCLEUS_MODELS") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    home.join(".cache/nucleus/models")
+}
+
+/// The GGUF a golden file describes: the tiny model sits beside it, the real ones are pulled.
+pub fn golden_model_path(golden_name: &str) -> PathBuf {
+    let gguf = format!("{golden_name}.gguf");
+    let beside = shared_dir().join("golden").join(&gguf);
+    if beside.exists() {
+        beside
+    } else {
+        models_dir().join(gguf)
+    }
+}
+
+/// In CI every input must be there; elsewhere a missing one skips the test with a message.
+pub fn require(path: &std::path::Path, what: &str) -> bool {
+    if path.exists() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{what} is missing at {} (CI must provide it: .ci/run pulls the models)", path.display());
+    }
+    eprintln!("skipped: {what} is absent at {}", path.display());
+    false
+}
