@@ -1,5 +1,76 @@
 //! Block formats of quantized weights (GGML's layouts): sizes, dequantization, and the dot
 //! products of quantized weight rows with 8-bit-quantized activations.
+//!
+//! The layouts and arithmetic follow ggml's CPU backend so that results match llama.cpp:
+//! every weight type has a [`vec_dot_type`] to which the activations are quantized before the
+//! dot product (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants, F16/BF16/F32
+//! for the float types).
+//!
+//! The dot kernels exist as a portable scalar reference and as AVX2 and AVX-512 versions chosen
+//! once at run time (see [`simd_level`]); `NUCLEUS_SIMD=scalar|avx2|avx512` caps the level.
 
+mod blocks;
+mod dispatch;
+mod scalar;
 mod types;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod tests;
+
+pub use blocks::{dequantize_row, quantize_row, quantize_row_act};
+pub use dispatch::{available_levels, simd_level, SimdLevel};
 pub use types::GgmlType;
+
+/// The type activations are quantized to before a dot product with a row of weight type `ty`
+/// (ggml's `vec_dot_type`). Panics for types that are not computable.
+pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
+    use GgmlType::*;
+    match ty {
+        F32 => F32,
+        F16 => F16,
+        BF16 => BF16,
+        Q4_0 | Q5_0 | Q8_0 => Q8_0,
+        Q4_1 | Q5_1 => Q8_1,
+        Q4_K | Q5_K | Q6_K => Q8_K,
+        _ => panic!("vec_dot_type: {ty} is not a computable weight type"),
+    }
+}
+
+/// Dot product of one weight row (`n` elements of type `ty`) with one activation row already
+/// quantized to `vec_dot_type(ty)`. Uses the best SIMD level of this machine.
+pub fn vec_dot(ty: GgmlType, weight_row: &[u8], act_row: &[u8], n: usize) -> f32 {
+    let mut out = [0f32; 1];
+    vec_dot_nx(ty, weight_row, act_row, 0, n, &mut out);
+    out[0]
+}
+
+/// Dot products of one weight row with `out.len()` (1..=4) activation rows that start
+/// `x_stride` bytes apart in `acts`: `out[k] = dot(W, acts[k * x_stride ..])`. The weight row is
+/// unpacked once for all activation rows (the prefill fast path).
+pub fn vec_dot_nx(
+    ty: GgmlType,
+    weight_row: &[u8],
+    acts: &[u8],
+    x_stride: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    dispatch::kernels().vec_dot_nx(ty, weight_row, acts, x_stride, n, out);
+}
+
+/// Like [`vec_dot_nx`] but with the kernels of a given SIMD level (for tests and benchmarks);
+/// `None` when this machine lacks that level.
+pub fn vec_dot_nx_at(
+    level: SimdLevel,
+    ty: GgmlType,
+    weight_row: &[u8],
+    acts: &[u8],
+    x_stride: usize,
+    n: usize,
+    out: &mut [f32],
+) -> Option<()> {
+    dispatch::kernels_for(level)?.vec_dot_nx(ty, weight_row, acts, x_stride, n, out);
+    Some(())
+}

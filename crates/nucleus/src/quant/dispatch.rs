@@ -1,0 +1,194 @@
+//! Run-time choice of the dot-product kernels, made once per process.
+
+use std::sync::OnceLock;
+
+use super::types::GgmlType;
+
+/// One dot kernel: `out[k] = dot(w, x + k * x_stride)` for `k < nx`.
+///
+/// # Safety
+/// `w` is readable for `row_bytes(n)` of the weight type; `x + k * x_stride` is readable for
+/// `row_bytes(n)` of the vec_dot type for every `k < nx`; `out` is writable for `nx` floats;
+/// `1 <= nx <= 4`; `n` is a whole number of blocks; and the CPU has the features the kernel was
+/// compiled for (guaranteed by only placing a kernel in a table after detection).
+pub(crate) type DotFn =
+    unsafe fn(n: usize, w: *const u8, x: *const u8, x_stride: usize, nx: usize, out: *mut f32);
+
+/// SIMD instruction-set levels, lowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SimdLevel {
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 F/BW/VL (256-bit kernels with EVEX encodings and 32 registers).
+    Avx512,
+    /// AVX-512 with VNNI (`vpdpbusd` for the 8-bit products).
+    Avx512Vnni,
+}
+
+pub(crate) struct Kernels {
+    pub level: SimdLevel,
+    /// Indexed by [`slot`].
+    pub dots: [DotFn; 11],
+}
+
+/// Index of a computable weight type in a kernel table.
+pub(crate) fn slot(ty: GgmlType) -> usize {
+    use GgmlType::*;
+    match ty {
+        F32 => 0,
+        F16 => 1,
+        BF16 => 2,
+        Q4_0 => 3,
+        Q4_1 => 4,
+        Q5_0 => 5,
+        Q5_1 => 6,
+        Q8_0 => 7,
+        Q4_K => 8,
+        Q5_K => 9,
+        Q6_K => 10,
+        _ => panic!("no dot kernel for {ty}: not a computable weight type"),
+    }
+}
+
+impl Kernels {
+    pub fn vec_dot_nx(
+        &self,
+        ty: GgmlType,
+        w: &[u8],
+        x: &[u8],
+        x_stride: usize,
+        n: usize,
+        out: &mut [f32],
+    ) {
+        let nx = out.len();
+        assert!(
+            (1..=4).contains(&nx),
+            "vec_dot_nx: 1..=4 activation rows, got {nx}"
+        );
+        let wb = ty
+            .row_bytes(n)
+            .expect("vec_dot: n is not a whole number of blocks");
+        let xb = super::vec_dot_type(ty)
+            .row_bytes(n)
+            .expect("vec_dot: bad n");
+        assert_eq!(
+            w.len(),
+            wb,
+            "vec_dot: weight row has {} bytes, expected {wb}",
+            w.len()
+        );
+        let need = (nx - 1) * x_stride + xb;
+        assert!(
+            x.len() >= need,
+            "vec_dot: activations have {} bytes, need {need}",
+            x.len()
+        );
+        assert!(
+            nx == 1 || x_stride >= xb,
+            "vec_dot: activation rows overlap"
+        );
+        let f = self.dots[slot(ty)];
+        // SAFETY: lengths were checked just above (weight row exactly `wb` bytes, every
+        // activation row inside `x`, `nx` outputs), and the table only holds kernels whose
+        // CPU features were detected (see `kernels_for`).
+        unsafe { f(n, w.as_ptr(), x.as_ptr(), x_stride, nx, out.as_mut_ptr()) }
+    }
+
+    /// The raw kernel for `ty` (callers uphold [`DotFn`]'s contract).
+    #[inline]
+    pub fn dot_fn(&self, ty: GgmlType) -> DotFn {
+        self.dots[slot(ty)]
+    }
+}
+
+static SCALAR: Kernels = Kernels {
+    level: SimdLevel::Scalar,
+    dots: super::scalar::DOTS,
+};
+
+fn detect() -> SimdLevel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c");
+        let avx512 = avx2
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl");
+        let vnni = avx512 && is_x86_feature_detected!("avx512vnni");
+        if vnni {
+            SimdLevel::Avx512Vnni
+        } else if avx512 {
+            SimdLevel::Avx512
+        } else if avx2 {
+            SimdLevel::Avx2
+        } else {
+            SimdLevel::Scalar
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        SimdLevel::Scalar
+    }
+}
+
+fn hw_level() -> SimdLevel {
+    static HW: OnceLock<SimdLevel> = OnceLock::new();
+    *HW.get_or_init(detect)
+}
+
+/// The SIMD level the kernels use: the best this CPU has, capped by `NUCLEUS_SIMD`
+/// (`scalar`, `avx2`, `avx512`) when set. Decided once per process.
+pub fn simd_level() -> SimdLevel {
+    static LEVEL: OnceLock<SimdLevel> = OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        let hw = hw_level();
+        let cap = match std::env::var("NUCLEUS_SIMD").ok().as_deref().map(str::trim) {
+            Some("scalar") => SimdLevel::Scalar,
+            Some("avx2") => SimdLevel::Avx2,
+            Some("avx512") => SimdLevel::Avx512Vnni,
+            _ => SimdLevel::Avx512Vnni,
+        };
+        hw.min(cap)
+    })
+}
+
+/// Every level this CPU can run, lowest first.
+pub fn available_levels() -> Vec<SimdLevel> {
+    let hw = hw_level();
+    [
+        SimdLevel::Scalar,
+        SimdLevel::Avx2,
+        SimdLevel::Avx512,
+        SimdLevel::Avx512Vnni,
+    ]
+    .into_iter()
+    .filter(|l| *l <= hw)
+    .collect()
+}
+
+/// The kernel table for `level`, or `None` when this CPU lacks it.
+pub(crate) fn kernels_for(level: SimdLevel) -> Option<&'static Kernels> {
+    if level > hw_level() {
+        return None;
+    }
+    match level {
+        SimdLevel::Scalar => Some(&SCALAR),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => Some(&super::x86::AVX2),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512 => Some(&super::x86::AVX512),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512Vnni => Some(&super::x86::AVX512VNNI),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
+}
+
+/// The kernel table chosen for this process ([`simd_level`]).
+pub(crate) fn kernels() -> &'static Kernels {
+    static K: OnceLock<&'static Kernels> = OnceLock::new();
+    K.get_or_init(|| kernels_for(simd_level()).unwrap_or(&SCALAR))
+}

@@ -1,0 +1,296 @@
+//! Portable scalar dot products (ggml's `ggml_vec_dot_*_generic`): integer sums per block,
+//! scaled in f32. These are the reference the SIMD kernels are tested against.
+
+use super::blocks::{bf16_to_f32, f16_to_f32, rd_f32, rd_u16, rd_u32, scale_min_k4, QK, QK_K};
+use super::dispatch::DotFn;
+use super::types::GgmlType;
+
+/// Dot product of one weight row with one activation row (slices of exact length).
+pub(crate) type RowDot = fn(n: usize, w: &[u8], x: &[u8]) -> f32;
+
+macro_rules! wrap {
+    ($name:ident, $row:ident, $wty:expr) => {
+        /// # Safety
+        /// See [`DotFn`].
+        unsafe fn $name(
+            n: usize,
+            w: *const u8,
+            x: *const u8,
+            stride: usize,
+            nx: usize,
+            out: *mut f32,
+        ) {
+            let wb = $wty.row_bytes(n).unwrap();
+            let xb = super::vec_dot_type($wty).row_bytes(n).unwrap();
+            // SAFETY: the DotFn contract says `w` has `wb` readable bytes, each activation row
+            // `xb` bytes, and `out` `nx` writable floats.
+            unsafe {
+                let w = std::slice::from_raw_parts(w, wb);
+                for k in 0..nx {
+                    let x = std::slice::from_raw_parts(x.add(k * stride), xb);
+                    *out.add(k) = $row(n, w, x);
+                }
+            }
+        }
+    };
+}
+
+wrap!(k_f32, dot_f32, GgmlType::F32);
+wrap!(k_f16, dot_f16, GgmlType::F16);
+wrap!(k_bf16, dot_bf16, GgmlType::BF16);
+wrap!(k_q4_0, dot_q4_0, GgmlType::Q4_0);
+wrap!(k_q4_1, dot_q4_1, GgmlType::Q4_1);
+wrap!(k_q5_0, dot_q5_0, GgmlType::Q5_0);
+wrap!(k_q5_1, dot_q5_1, GgmlType::Q5_1);
+wrap!(k_q8_0, dot_q8_0, GgmlType::Q8_0);
+wrap!(k_q4_k, dot_q4_k, GgmlType::Q4_K);
+wrap!(k_q5_k, dot_q5_k, GgmlType::Q5_K);
+wrap!(k_q6_k, dot_q6_k, GgmlType::Q6_K);
+
+/// In [`super::dispatch::slot`] order.
+pub(crate) const DOTS: [DotFn; 11] = [
+    k_f32, k_f16, k_bf16, k_q4_0, k_q4_1, k_q5_0, k_q5_1, k_q8_0, k_q4_k, k_q5_k, k_q6_k,
+];
+
+pub(crate) fn dot_f32(_n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut s = 0f64;
+    for (a, b) in w.chunks_exact(4).zip(x.chunks_exact(4)) {
+        let a = f32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+        let b = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        s += (a * b) as f64;
+    }
+    s as f32
+}
+
+pub(crate) fn dot_f16(_n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut s = 0f64;
+    for (a, b) in w.chunks_exact(2).zip(x.chunks_exact(2)) {
+        let a = f16_to_f32(u16::from_le_bytes([a[0], a[1]]));
+        let b = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+        s += (a * b) as f64;
+    }
+    s as f32
+}
+
+pub(crate) fn dot_bf16(_n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut s = 0f64;
+    for (a, b) in w.chunks_exact(2).zip(x.chunks_exact(2)) {
+        let a = bf16_to_f32(u16::from_le_bytes([a[0], a[1]]));
+        let b = bf16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+        s += (a * b) as f64;
+    }
+    s as f32
+}
+
+#[inline(always)]
+fn q8(b: &[u8], at: usize) -> i32 {
+    b[at] as i8 as i32
+}
+
+pub(crate) fn dot_q4_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut sumf = 0f32;
+    for i in 0..n / QK {
+        let (wb, xb) = (&w[18 * i..18 * i + 18], &x[34 * i..34 * i + 34]);
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let q = wb[2 + j];
+            sumi += ((q & 0xF) as i32 - 8) * q8(xb, 2 + j);
+            sumi += ((q >> 4) as i32 - 8) * q8(xb, 18 + j);
+        }
+        sumf += sumi as f32 * (f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0)));
+    }
+    sumf
+}
+
+pub(crate) fn dot_q4_1(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut sumf = 0f32;
+    for i in 0..n / QK {
+        let (wb, xb) = (&w[20 * i..20 * i + 20], &x[36 * i..36 * i + 36]);
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let q = wb[4 + j];
+            sumi += (q & 0xF) as i32 * q8(xb, 4 + j);
+            sumi += (q >> 4) as i32 * q8(xb, 20 + j);
+        }
+        let (dw, mw) = (f16_to_f32(rd_u16(wb, 0)), f16_to_f32(rd_u16(wb, 2)));
+        let (dx, sx) = (f16_to_f32(rd_u16(xb, 0)), f16_to_f32(rd_u16(xb, 2)));
+        sumf += sumi as f32 * (dw * dx) + mw * sx;
+    }
+    sumf
+}
+
+pub(crate) fn dot_q5_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut sumf = 0f32;
+    for i in 0..n / QK {
+        let (wb, xb) = (&w[22 * i..22 * i + 22], &x[34 * i..34 * i + 34]);
+        let qh = rd_u32(wb, 2);
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let q = wb[6 + j] as u32;
+            let h0 = ((qh >> j) << 4) & 0x10;
+            let h1 = (qh >> (j + 12)) & 0x10;
+            sumi += (((q & 0xF) | h0) as i32 - 16) * q8(xb, 2 + j);
+            sumi += (((q >> 4) | h1) as i32 - 16) * q8(xb, 18 + j);
+        }
+        sumf += sumi as f32 * (f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0)));
+    }
+    sumf
+}
+
+pub(crate) fn dot_q5_1(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut sumf = 0f32;
+    for i in 0..n / QK {
+        let (wb, xb) = (&w[24 * i..24 * i + 24], &x[36 * i..36 * i + 36]);
+        let qh = rd_u32(wb, 4);
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let q = wb[8 + j] as u32;
+            let h0 = ((qh >> j) << 4) & 0x10;
+            let h1 = (qh >> (j + 12)) & 0x10;
+            sumi += ((q & 0xF) | h0) as i32 * q8(xb, 4 + j);
+            sumi += ((q >> 4) | h1) as i32 * q8(xb, 20 + j);
+        }
+        let (dw, mw) = (f16_to_f32(rd_u16(wb, 0)), f16_to_f32(rd_u16(wb, 2)));
+        let (dx, sx) = (f16_to_f32(rd_u16(xb, 0)), f16_to_f32(rd_u16(xb, 2)));
+        sumf += sumi as f32 * (dw * dx) + mw * sx;
+    }
+    sumf
+}
+
+pub(crate) fn dot_q8_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut sumf = 0f32;
+    for i in 0..n / QK {
+        let (wb, xb) = (&w[34 * i..34 * i + 34], &x[34 * i..34 * i + 34]);
+        let mut sumi = 0i32;
+        for j in 0..QK {
+            sumi += q8(wb, 2 + j) * q8(xb, 2 + j);
+        }
+        sumf += sumi as f32 * (f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0)));
+    }
+    sumf
+}
+
+/// Σ over the 8 sub-blocks of `min_j * (bsums[2j] + bsums[2j+1])` of a Q8_K block.
+#[inline(always)]
+fn k_mins_dot(mins: &[i32; 8], xb: &[u8]) -> i32 {
+    let mut s = 0i32;
+    for j in 0..16 {
+        s += mins[j / 2] * rd_u16(xb, 260 + 2 * j) as i16 as i32;
+    }
+    s
+}
+
+pub(crate) fn dot_q4_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut sumf = 0f32;
+    for i in 0..n / QK_K {
+        let (wb, xb) = (&w[144 * i..144 * i + 144], &x[292 * i..292 * i + 292]);
+        let sc = &wb[4..16];
+        let qs = &wb[16..144];
+        let mut scales = [0i32; 8];
+        let mut mins = [0i32; 8];
+        for j in 0..8 {
+            let (s, m) = scale_min_k4(j, sc);
+            scales[j] = s as i32;
+            mins[j] = m as i32;
+        }
+        let mut sumi = 0i32;
+        for j in 0..4 {
+            let (mut lo, mut hi) = (0i32, 0i32);
+            for l in 0..32 {
+                let q = qs[32 * j + l];
+                lo += (q & 0xF) as i32 * q8(xb, 4 + 64 * j + l);
+                hi += (q >> 4) as i32 * q8(xb, 4 + 64 * j + 32 + l);
+            }
+            sumi += scales[2 * j] * lo + scales[2 * j + 1] * hi;
+        }
+        let dy = rd_f32(xb, 0);
+        let d = f16_to_f32(rd_u16(wb, 0)) * dy;
+        let dmin = f16_to_f32(rd_u16(wb, 2)) * dy;
+        sumf += d * sumi as f32 - dmin * k_mins_dot(&mins, xb) as f32;
+    }
+    sumf
+}
+
+pub(crate) fn dot_q5_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut sumf = 0f32;
+    for i in 0..n / QK_K {
+        let (wb, xb) = (&w[176 * i..176 * i + 176], &x[292 * i..292 * i + 292]);
+        let sc = &wb[4..16];
+        let qh = &wb[16..48];
+        let qs = &wb[48..176];
+        let mut scales = [0i32; 8];
+        let mut mins = [0i32; 8];
+        for j in 0..8 {
+            let (s, m) = scale_min_k4(j, sc);
+            scales[j] = s as i32;
+            mins[j] = m as i32;
+        }
+        let mut sumi = 0i32;
+        for j in 0..4 {
+            let (mut lo, mut hi) = (0i32, 0i32);
+            for l in 0..32 {
+                let q = qs[32 * j + l];
+                let h0 = ((qh[l] >> (2 * j)) & 1) << 4;
+                let h1 = ((qh[l] >> (2 * j + 1)) & 1) << 4;
+                lo += ((q & 0xF) | h0) as i32 * q8(xb, 4 + 64 * j + l);
+                hi += ((q >> 4) | h1) as i32 * q8(xb, 4 + 64 * j + 32 + l);
+            }
+            sumi += scales[2 * j] * lo + scales[2 * j + 1] * hi;
+        }
+        let dy = rd_f32(xb, 0);
+        let d = f16_to_f32(rd_u16(wb, 0)) * dy;
+        let dmin = f16_to_f32(rd_u16(wb, 2)) * dy;
+        sumf += d * sumi as f32 - dmin * k_mins_dot(&mins, xb) as f32;
+    }
+    sumf
+}
+
+pub(crate) fn dot_q6_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut sumf = 0f32;
+    for i in 0..n / QK_K {
+        let (wb, xb) = (&w[210 * i..210 * i + 210], &x[292 * i..292 * i + 292]);
+        let mut sumi = 0i32;
+        for h in 0..2 {
+            let ql = &wb[64 * h..64 * h + 64];
+            let qh = &wb[128 + 32 * h..128 + 32 * h + 32];
+            let sc = &wb[192 + 8 * h..192 + 8 * h + 8];
+            let xq = 4 + 128 * h;
+            // Four groups of 32 elements; each group has two 16-element scales.
+            let mut g = [[0i32; 2]; 4];
+            for l in 0..32 {
+                let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
+                let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+                g[0][l / 16] += q1 * q8(xb, xq + l);
+                g[1][l / 16] += q2 * q8(xb, xq + 32 + l);
+                g[2][l / 16] += q3 * q8(xb, xq + 64 + l);
+                g[3][l / 16] += q4 * q8(xb, xq + 96 + l);
+            }
+            for (m, gm) in g.iter().enumerate() {
+                sumi += sc[2 * m] as i8 as i32 * gm[0] + sc[2 * m + 1] as i8 as i32 * gm[1];
+            }
+        }
+        sumf += f16_to_f32(rd_u16(wb, 208)) * rd_f32(xb, 0) * sumi as f32;
+    }
+    sumf
+}
+
+#[allow(dead_code)]
+pub(crate) fn row_dot(ty: GgmlType) -> RowDot {
+    use GgmlType::*;
+    match ty {
+        F32 => dot_f32,
+        F16 => dot_f16,
+        BF16 => dot_bf16,
+        Q4_0 => dot_q4_0,
+        Q4_1 => dot_q4_1,
+        Q5_0 => dot_q5_0,
+        Q5_1 => dot_q5_1,
+        Q8_0 => dot_q8_0,
+        Q4_K => dot_q4_k,
+        Q5_K => dot_q5_k,
+        Q6_K => dot_q6_k,
+        _ => panic!("no dot for {ty}"),
+    }
+}

@@ -1,0 +1,476 @@
+use super::blocks::{f32_to_f16, nearest_int};
+use super::*;
+use GgmlType::*;
+
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+    /// Uniform in [-1, 1).
+    pub fn f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    pub fn byte(&mut self) -> u8 {
+        (self.next_u64() >> 56) as u8
+    }
+}
+
+pub(crate) const COMPUTABLE: [GgmlType; 11] = [
+    F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
+];
+
+fn put_f16(b: &mut [u8], at: usize, v: f32) {
+    b[at..at + 2].copy_from_slice(&f32_to_f16(v).to_le_bytes());
+}
+
+/// A random weight row of `n` elements of type `ty` (quantized from random floats where we have
+/// a quantizer, random bits with sane scales for the K-quants).
+pub(crate) fn random_row(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
+    let mut out = vec![0u8; ty.row_bytes(n).unwrap()];
+    match ty {
+        Q4_K | Q5_K | Q6_K => {
+            for b in out.iter_mut() {
+                *b = rng.byte();
+            }
+            let bs = ty.block_layout().1;
+            for blk in out.chunks_exact_mut(bs) {
+                if ty == Q6_K {
+                    put_f16(blk, 208, 0.002 + 0.01 * rng.f32().abs());
+                } else {
+                    put_f16(blk, 0, 0.002 + 0.01 * rng.f32().abs());
+                    put_f16(blk, 2, 0.001 + 0.01 * rng.f32().abs());
+                }
+            }
+        }
+        _ => {
+            let x: Vec<f32> = (0..n).map(|_| rng.f32() * 2.0).collect();
+            quantize_row(ty, &x, &mut out);
+        }
+    }
+    out
+}
+
+pub(crate) fn random_acts(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
+    let x: Vec<f32> = (0..n).map(|_| rng.f32() * 3.0).collect();
+    let mut out = vec![0u8; ty.row_bytes(n).unwrap()];
+    quantize_row_act(ty, &x, &mut out);
+    out
+}
+
+fn deq(ty: GgmlType, b: &[u8], n: usize) -> Vec<f32> {
+    let mut y = vec![0f32; n];
+    dequantize_row(ty, b, &mut y);
+    y
+}
+
+// ---------------------------------------------------------------------------------------------
+// Known values from hand-built blocks.
+
+#[test]
+fn dequant_q4_0_known() {
+    let mut b = [0u8; 18];
+    put_f16(&mut b, 0, 0.5);
+    for j in 0..16 {
+        b[2 + j] = (j as u8) | ((15 - j as u8) << 4);
+    }
+    let y = deq(Q4_0, &b, 32);
+    for j in 0..16 {
+        assert_eq!(y[j], 0.5 * (j as f32 - 8.0));
+        assert_eq!(y[j + 16], 0.5 * (15.0 - j as f32 - 8.0));
+    }
+}
+
+#[test]
+fn dequant_q4_1_known() {
+    let mut b = [0u8; 20];
+    put_f16(&mut b, 0, 0.25);
+    put_f16(&mut b, 2, -1.0);
+    for j in 0..16 {
+        b[4 + j] = (j as u8) | (3 << 4);
+    }
+    let y = deq(Q4_1, &b, 32);
+    for j in 0..16 {
+        assert_eq!(y[j], 0.25 * j as f32 - 1.0);
+        assert_eq!(y[j + 16], 0.25 * 3.0 - 1.0);
+    }
+}
+
+#[test]
+fn dequant_q5_known() {
+    // qh bit j set for even j: element j gets +16.
+    let qh: u32 = 0x5555_5555;
+    let mut b = [0u8; 22];
+    put_f16(&mut b, 0, 2.0);
+    b[2..6].copy_from_slice(&qh.to_le_bytes());
+    for j in 0..16 {
+        b[6 + j] = 0x7 | (0x9 << 4);
+    }
+    let y = deq(Q5_0, &b, 32);
+    for (e, &v) in y.iter().enumerate() {
+        let nib = if e < 16 { 7 } else { 9 };
+        let h = if e % 2 == 0 { 16 } else { 0 };
+        assert_eq!(v, 2.0 * ((nib + h) as f32 - 16.0), "element {e}");
+    }
+    let mut b1 = [0u8; 24];
+    put_f16(&mut b1, 0, 2.0);
+    put_f16(&mut b1, 2, 0.5);
+    b1[4..8].copy_from_slice(&qh.to_le_bytes());
+    b1[8..24].copy_from_slice(&b[6..22]);
+    let y = deq(Q5_1, &b1, 32);
+    for (e, &v) in y.iter().enumerate() {
+        let nib = if e < 16 { 7 } else { 9 };
+        let h = if e % 2 == 0 { 16 } else { 0 };
+        assert_eq!(v, 2.0 * (nib + h) as f32 + 0.5, "element {e}");
+    }
+}
+
+#[test]
+fn dequant_q8_0_known() {
+    let mut b = [0u8; 34];
+    put_f16(&mut b, 0, 0.125);
+    for j in 0..32 {
+        b[2 + j] = (j as i8 - 16) as u8;
+    }
+    let y = deq(Q8_0, &b, 32);
+    for j in 0..32 {
+        assert_eq!(y[j], 0.125 * (j as f32 - 16.0));
+    }
+}
+
+/// Packs 8 six-bit scales and mins the way ggml's Q4_K/Q5_K store them.
+fn pack_k4_scales(sc: [u8; 8], mn: [u8; 8]) -> [u8; 12] {
+    let mut q = [0u8; 12];
+    for j in 0..4 {
+        q[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+        q[j + 4] = mn[j] | ((mn[j + 4] >> 4) << 6);
+        q[j + 8] = (sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4);
+    }
+    q
+}
+
+#[test]
+fn dequant_q4_k_q5_k_known() {
+    let sc = [1u8, 5, 17, 33, 63, 40, 2, 20];
+    let mn = [0u8, 3, 9, 63, 31, 16, 48, 7];
+    let packed = pack_k4_scales(sc, mn);
+    let (d, dmin) = (0.5f32, 0.25f32);
+    let mut b = [0u8; 144];
+    put_f16(&mut b, 0, d);
+    put_f16(&mut b, 2, dmin);
+    b[4..16].copy_from_slice(&packed);
+    for l in 0..128 {
+        b[16 + l] = ((l % 16) as u8) | (((l * 7 % 16) as u8) << 4);
+    }
+    let y = deq(Q4_K, &b, 256);
+    for e in 0..256 {
+        let (j, r) = (e / 64, e % 64);
+        let byte = b[16 + 32 * j + r % 32];
+        let (q, sub) = if r < 32 {
+            (byte & 0xF, 2 * j)
+        } else {
+            (byte >> 4, 2 * j + 1)
+        };
+        let want = d * sc[sub] as f32 * q as f32 - dmin * mn[sub] as f32;
+        assert_eq!(y[e], want, "Q4_K element {e}");
+    }
+    // Q5_K: same scales, qh byte l has bits set in a pattern.
+    let mut b5 = [0u8; 176];
+    b5[0..16].copy_from_slice(&b[0..16]);
+    for l in 0..32 {
+        b5[16 + l] = (l as u8).wrapping_mul(37);
+    }
+    b5[48..176].copy_from_slice(&b[16..144]);
+    let y = deq(Q5_K, &b5, 256);
+    for e in 0..256 {
+        let (j, r) = (e / 64, e % 64);
+        let l = r % 32;
+        let byte = b5[48 + 32 * j + l];
+        let (q, sub) = if r < 32 {
+            (byte & 0xF, 2 * j)
+        } else {
+            (byte >> 4, 2 * j + 1)
+        };
+        let h = (b5[16 + l] >> sub) & 1;
+        let q = q as u32 + 16 * h as u32;
+        let want = d * sc[sub] as f32 * q as f32 - dmin * mn[sub] as f32;
+        assert_eq!(y[e], want, "Q5_K element {e}");
+    }
+}
+
+#[test]
+fn dequant_q6_k_known() {
+    // Build from explicit 6-bit values q[e] (0..64) and 16 scales.
+    let q: Vec<u8> = (0..256).map(|e| ((e * 13 + 5) % 64) as u8).collect();
+    let scales: [i8; 16] = [
+        1, -2, 3, -4, 5, -6, 7, -8, 9, -10, 11, -12, 13, -14, 127, -128,
+    ];
+    let d = 0.0625f32;
+    let mut b = [0u8; 210];
+    for h in 0..2 {
+        for l in 0..32 {
+            let e = 128 * h;
+            let (a, bb, c, dd) = (q[e + l], q[e + l + 32], q[e + l + 64], q[e + l + 96]);
+            b[64 * h + l] = (a & 0xF) | ((c & 0xF) << 4);
+            b[64 * h + l + 32] = (bb & 0xF) | ((dd & 0xF) << 4);
+            b[128 + 32 * h + l] = (a >> 4) | ((bb >> 4) << 2) | ((c >> 4) << 4) | ((dd >> 4) << 6);
+        }
+    }
+    for (i, s) in scales.iter().enumerate() {
+        b[192 + i] = *s as u8;
+    }
+    put_f16(&mut b, 208, d);
+    let y = deq(Q6_K, &b, 256);
+    for e in 0..256 {
+        // Element e belongs to 16-element group e / 16.
+        let want = d * scales[e / 16] as f32 * (q[e] as f32 - 32.0);
+        assert_eq!(y[e], want, "Q6_K element {e}");
+    }
+}
+
+#[test]
+fn float_roundtrips() {
+    let x = [1.0f32, -2.5, 65504.0, 1e-8, 3.140625, -0.0];
+    let mut b = vec![0u8; 12];
+    quantize_row(F16, &x, &mut b);
+    let y = deq(F16, &b, 6);
+    assert_eq!(
+        &y[..5],
+        &[
+            1.0,
+            -2.5,
+            65504.0,
+            half::f16::from_f32(1e-8).to_f32(),
+            3.140625
+        ]
+    );
+    quantize_row(BF16, &x, &mut b);
+    let y = deq(BF16, &b, 6);
+    assert_eq!(y[0], 1.0);
+    assert_eq!(y[1], -2.5);
+    assert_eq!(y[4], 3.140625);
+    // bf16 round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 → 1.
+    let mut b2 = [0u8; 2];
+    quantize_row(BF16, &[1.0 + 1.0 / 256.0], &mut b2);
+    assert_eq!(deq(BF16, &b2, 1)[0], 1.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantizers.
+
+#[test]
+fn roundtrip_error_bounds() {
+    let mut rng = Rng::new(7);
+    for &(ty, levels) in &[
+        (Q4_0, 8.0f32),
+        (Q4_1, 15.0),
+        (Q5_0, 16.0),
+        (Q5_1, 31.0),
+        (Q8_0, 127.0),
+    ] {
+        let n = 32 * 37;
+        let x: Vec<f32> = (0..n).map(|_| rng.f32() * 4.0).collect();
+        let mut b = vec![0u8; ty.row_bytes(n).unwrap()];
+        quantize_row(ty, &x, &mut b);
+        let y = deq(ty, &b, n);
+        for (xb, yb) in x.chunks(32).zip(y.chunks(32)) {
+            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let lo = xb.iter().fold(f32::MAX, |a, &v| a.min(v));
+            let hi = xb.iter().fold(f32::MIN, |a, &v| a.max(v));
+            // Step of the grid; Q4_0/Q5_0 may clamp the far end by one step.
+            let step = match ty {
+                Q4_1 | Q5_1 => (hi - lo) / levels,
+                _ => amax / levels,
+            };
+            let bound = match ty {
+                Q4_0 | Q5_0 => step * 1.01,
+                _ => step * 0.51,
+            } + amax * 2e-3;
+            for (a, b) in xb.iter().zip(yb) {
+                assert!((a - b).abs() <= bound, "{ty}: {a} vs {b}, bound {bound}");
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_1_sum_and_q8_k_layout() {
+    let mut rng = Rng::new(11);
+    let n = 512;
+    let x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+    let mut b = vec![0u8; Q8_1.row_bytes(n).unwrap()];
+    for act in [false, true] {
+        if act {
+            quantize_row_act(Q8_1, &x, &mut b);
+        } else {
+            quantize_row(Q8_1, &x, &mut b);
+        }
+        for blk in b.chunks(36) {
+            let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+            let s = half::f16::from_le_bytes([blk[2], blk[3]]).to_f32();
+            let sum: i32 = blk[4..].iter().map(|&q| q as i8 as i32).sum();
+            let want = half::f16::from_f32(d * sum as f32).to_f32();
+            assert!((s - want).abs() <= want.abs() * 2e-3 + 1e-6);
+        }
+    }
+    let mut k = vec![0u8; Q8_K.row_bytes(n).unwrap()];
+    quantize_row(Q8_K, &x, &mut k);
+    for (blk, xb) in k.chunks(292).zip(x.chunks(256)) {
+        let d = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in xb {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let iscale = -127.0 / max;
+        assert_eq!(d, 1.0 / iscale);
+        for j in 0..256 {
+            let want = (iscale * xb[j]).round_ties_even().min(127.0) as i32;
+            assert_eq!(blk[4 + j] as i8 as i32, want);
+        }
+        for g in 0..16 {
+            let s: i32 = blk[4 + 16 * g..20 + 16 * g]
+                .iter()
+                .map(|&q| q as i8 as i32)
+                .sum();
+            assert_eq!(
+                i16::from_le_bytes([blk[260 + 2 * g], blk[261 + 2 * g]]) as i32,
+                s
+            );
+        }
+    }
+    let y = deq(Q8_K, &k, n);
+    for (a, b) in x.iter().zip(&y) {
+        assert!((a - b).abs() <= 1.0 / 254.0 + 1e-6);
+    }
+    // Zero block.
+    let mut z = vec![0xAAu8; 292];
+    quantize_row(Q8_K, &[0.0; 256], &mut z);
+    assert!(z.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn nearest_int_is_ties_even() {
+    for (x, want) in [
+        (0.5f32, 0),
+        (1.5, 2),
+        (2.5, 2),
+        (-0.5, 0),
+        (-1.5, -2),
+        (126.6, 127),
+        (-3.2, -3),
+    ] {
+        assert_eq!(nearest_int(x), want, "{x}");
+    }
+}
+
+#[test]
+fn act_quantizer_rounds_ties_to_even_ref_away() {
+    // amax = 127 makes id exactly 1 (act) and d = 1 (ref); 2.5 is a tie.
+    let mut x = [0f32; 32];
+    x[0] = 127.0;
+    x[1] = 2.5;
+    x[2] = -3.5;
+    let mut a = [0u8; 34];
+    let mut r = [0u8; 34];
+    quantize_row_act(Q8_0, &x, &mut a);
+    quantize_row(Q8_0, &x, &mut r);
+    assert_eq!((a[3] as i8, a[4] as i8), (2, -4));
+    assert_eq!((r[3] as i8, r[4] as i8), (3, -4));
+}
+
+// ---------------------------------------------------------------------------------------------
+// SIMD kernels against the scalar reference.
+
+#[test]
+fn simd_matches_scalar() {
+    let mut rng = Rng::new(3);
+    let levels = available_levels();
+    eprintln!("testing levels {levels:?}");
+    for &ty in &COMPUTABLE {
+        let vt = vec_dot_type(ty);
+        let bs = ty.block_size().max(vt.block_size());
+        for nblocks in [1usize, 2, 3, 7, 12] {
+            let n = if bs == 1 {
+                [1, 7, 8, 16, 33, 100, 896][nblocks.min(6)]
+            } else {
+                bs * nblocks
+            };
+            let n = if bs == 1 && nblocks == 12 { 4864 } else { n };
+            let w = random_row(&mut rng, ty, n);
+            let xb = vt.row_bytes(n).unwrap();
+            let stride = xb + 5; // odd stride: rows are not aligned
+            let mut acts = vec![0u8; stride * 4];
+            for k in 0..4 {
+                let a = random_acts(&mut rng, vt, n);
+                acts[k * stride..k * stride + xb].copy_from_slice(&a);
+            }
+            // Scale of the terms, for the tolerance: Σ|w_i x_i| on dequantized values.
+            let wd = deq(ty, &w, n);
+            let mut mags = [0f64; 4];
+            for (k, m) in mags.iter_mut().enumerate() {
+                let xd = deq(vt, &acts[k * stride..k * stride + xb], n);
+                *m = wd.iter().zip(&xd).map(|(a, b)| (a * b).abs() as f64).sum();
+            }
+            let mut want = [0f32; 4];
+            vec_dot_nx_at(SimdLevel::Scalar, ty, &w, &acts, stride, n, &mut want).unwrap();
+            for &level in &levels {
+                for nx in 1..=4 {
+                    let mut got = [0f32; 4];
+                    vec_dot_nx_at(level, ty, &w, &acts, stride, n, &mut got[..nx]).unwrap();
+                    for k in 0..nx {
+                        let tol = 2e-5 * mags[k] + 1e-6;
+                        assert!(
+                            ((got[k] - want[k]) as f64).abs() <= tol,
+                            "{ty} n={n} {level:?} nx={nx} k={k}: {} vs scalar {}",
+                            got[k],
+                            want[k]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn scalar_dot_matches_dequantized() {
+    let mut rng = Rng::new(5);
+    for &ty in &COMPUTABLE {
+        let vt = vec_dot_type(ty);
+        let n = 512;
+        let w = random_row(&mut rng, ty, n);
+        let a = random_acts(&mut rng, vt, n);
+        let wd = deq(ty, &w, n);
+        let xd = deq(vt, &a, n);
+        let exact: f64 = wd.iter().zip(&xd).map(|(a, b)| *a as f64 * *b as f64).sum();
+        let mag: f64 = wd
+            .iter()
+            .zip(&xd)
+            .map(|(a, b)| (*a as f64 * *b as f64).abs())
+            .sum();
+        let got = vec_dot(ty, &w, &a, n) as f64;
+        // Q4_1/Q5_1 use s = f16(d·Σq) for the min term.
+        let rel = if matches!(ty, Q4_1 | Q5_1) {
+            2e-3
+        } else {
+            1e-5
+        };
+        assert!(
+            (got - exact).abs() <= rel * mag + 1e-6,
+            "{ty}: {got} vs {exact}"
+        );
+    }
+}

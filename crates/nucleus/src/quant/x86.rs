@@ -1,0 +1,719 @@
+//! x86-64 SIMD dot kernels (AVX2 and AVX-512).
+//!
+//! Each kernel body is an `#[inline(always)]` generic function that is instantiated inside
+//! `#[target_feature]` entry points, once per level (AVX2; AVX-512 F/BW/VL; AVX-512 + VNNI). The
+//! 8-bit products use `vpmaddubsw` + `vpmaddwd` (AVX2) or `vpdpbusd` (VNNI). Each kernel takes up
+//! to four activation rows (`NX`) and unpacks the weight block once for all of them.
+//!
+//! Safety: every function here is `unsafe` and relies on the [`DotFn`] contract: the pointers
+//! cover whole rows, and the CPU has the features of the entry point (the dispatch table for a
+//! level is only used after `is_x86_feature_detected!` confirmed them).
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::arch::x86_64::*;
+
+use super::dispatch::{DotFn, Kernels, SimdLevel};
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers. All are `#[inline(always)]` so that they are compiled inside the
+// target-feature entry points that call them.
+
+#[inline(always)]
+unsafe fn rd16(p: *const u8) -> u16 {
+    // SAFETY: caller guarantees 2 readable bytes at `p`; unaligned read.
+    unsafe { (p as *const u16).read_unaligned() }
+}
+
+#[inline(always)]
+unsafe fn rd32(p: *const u8) -> u32 {
+    // SAFETY: caller guarantees 4 readable bytes at `p`; unaligned read.
+    unsafe { (p as *const u32).read_unaligned() }
+}
+
+#[inline(always)]
+unsafe fn f16(p: *const u8) -> f32 {
+    // SAFETY: 2 readable bytes at `p` (caller); F16C present (entry-point features).
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(rd16(p) as i32))) }
+}
+
+#[inline(always)]
+unsafe fn load256(p: *const u8) -> __m256i {
+    // SAFETY: 32 readable bytes at `p` (caller); unaligned load.
+    unsafe { _mm256_loadu_si256(p as *const __m256i) }
+}
+
+#[inline(always)]
+unsafe fn load128(p: *const u8) -> __m128i {
+    // SAFETY: 16 readable bytes at `p` (caller); unaligned load.
+    unsafe { _mm_loadu_si128(p as *const __m128i) }
+}
+
+#[inline(always)]
+unsafe fn hsum_ps(v: __m256) -> f32 {
+    unsafe {
+        let mut r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        r = _mm_add_ss(r, _mm_movehdup_ps(r));
+        _mm_cvtss_f32(r)
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum_ps128(r: __m128) -> f32 {
+    unsafe {
+        let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+    }
+}
+
+/// Σ pairs of u8 × i8 products → 8 × i32 (u ≤ 127 or the pair sums stay below 2^15).
+#[inline(always)]
+unsafe fn mul_sum_us8<const VNNI: bool>(u: __m256i, s: __m256i) -> __m256i {
+    unsafe {
+        if VNNI {
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+        } else {
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+        }
+    }
+}
+
+/// 32 nibbles → 32 bytes: low nibbles of the 16 bytes first, then the high nibbles.
+#[inline(always)]
+unsafe fn nibbles32(p: *const u8) -> __m256i {
+    unsafe {
+        let t = load128(p);
+        let b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+        _mm256_and_si256(b, _mm256_set1_epi8(0xF))
+    }
+}
+
+/// 32 bits → 32 bytes of 0xFF (bit set) or 0x00; byte `j` is bit `j`.
+#[inline(always)]
+unsafe fn bits32(x: u32) -> __m256i {
+    unsafe {
+        let shuf = _mm256_set_epi64x(
+            0x0303030303030303,
+            0x0202020202020202,
+            0x0101010101010101,
+            0x0000000000000000,
+        );
+        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), shuf);
+        let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+        _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 32-element block formats against Q8_0 / Q8_1.
+
+/// Signed 8-bit weights (Q4_0, Q5_0, Q8_0 after unpacking) against Q8_0 activations.
+#[inline(always)]
+unsafe fn dot_signed_q8_0<const VNNI: bool, const NX: usize, const WB: usize>(
+    nb: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    out: *mut f32,
+    unpack: impl Fn(*const u8) -> __m256i,
+) {
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); NX];
+        for i in 0..nb {
+            let wb = w.add(i * WB);
+            let dw = f16(wb);
+            let qw = unpack(wb);
+            let ax = _mm256_sign_epi8(qw, qw);
+            for k in 0..NX {
+                let xb = x.add(k * stride + i * 34);
+                let qx = load256(xb.add(2));
+                let p = mul_sum_us8::<VNNI>(ax, _mm256_sign_epi8(qx, qw));
+                let d = _mm256_set1_ps(dw * f16(xb));
+                acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[k]);
+            }
+        }
+        for k in 0..NX {
+            *out.add(k) = hsum_ps(acc[k]);
+        }
+    }
+}
+
+/// Unsigned weights with a min (Q4_1, Q5_1) against Q8_1 activations.
+#[inline(always)]
+unsafe fn dot_unsigned_q8_1<const VNNI: bool, const NX: usize, const WB: usize>(
+    nb: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    out: *mut f32,
+    unpack: impl Fn(*const u8) -> __m256i,
+) {
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); NX];
+        let mut summs = [0f32; NX];
+        for i in 0..nb {
+            let wb = w.add(i * WB);
+            let dw = f16(wb);
+            let mw = f16(wb.add(2));
+            let qw = unpack(wb);
+            for k in 0..NX {
+                let xb = x.add(k * stride + i * 36);
+                let qx = load256(xb.add(4));
+                let p = mul_sum_us8::<VNNI>(qw, qx);
+                let d = _mm256_set1_ps(dw * f16(xb));
+                acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[k]);
+                summs[k] += mw * f16(xb.add(2));
+            }
+        }
+        for k in 0..NX {
+            *out.add(k) = hsum_ps(acc[k]) + summs[k];
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn q4_0<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        dot_signed_q8_0::<VNNI, NX, 18>(
+            n / 32,
+            w,
+            x,
+            s,
+            out,
+            #[inline(always)]
+            |b| _mm256_sub_epi8(nibbles32(b.add(2)), _mm256_set1_epi8(8)),
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn q5_0<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        dot_signed_q8_0::<VNNI, NX, 22>(
+            n / 32,
+            w,
+            x,
+            s,
+            out,
+            #[inline(always)]
+            |b| {
+                // nibble | (hbit ? 0 : 0xF0) is (q5 - 16) as i8.
+                let hi =
+                    _mm256_andnot_si256(bits32(rd32(b.add(2))), _mm256_set1_epi8(0xF0u8 as i8));
+                _mm256_or_si256(nibbles32(b.add(6)), hi)
+            },
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn q8_0<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        dot_signed_q8_0::<VNNI, NX, 34>(
+            n / 32,
+            w,
+            x,
+            s,
+            out,
+            #[inline(always)]
+            |b| load256(b.add(2)),
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn q4_1<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        dot_unsigned_q8_1::<VNNI, NX, 20>(
+            n / 32,
+            w,
+            x,
+            s,
+            out,
+            #[inline(always)]
+            |b| nibbles32(b.add(4)),
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn q5_1<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        dot_unsigned_q8_1::<VNNI, NX, 24>(
+            n / 32,
+            w,
+            x,
+            s,
+            out,
+            #[inline(always)]
+            |b| {
+                let hi = _mm256_and_si256(bits32(rd32(b.add(4))), _mm256_set1_epi8(0x10));
+                _mm256_or_si256(nibbles32(b.add(8)), hi)
+            },
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants against Q8_K (d f32 at 0, qs at 4, bsums at 260).
+
+/// The 8 six-bit scales and 8 mins of a Q4_K/Q5_K block as two u32x2 (ggml's `utmp` trick):
+/// returns [scales0..3, scales4..7, mins0..3, mins4..7] as little-endian u32 words.
+#[inline(always)]
+unsafe fn k4_scales(sc: *const u8) -> [u32; 4] {
+    const KMASK1: u32 = 0x3f3f3f3f;
+    const KMASK2: u32 = 0x0f0f0f0f;
+    const KMASK3: u32 = 0x03030303;
+    unsafe {
+        let mut u = [rd32(sc), rd32(sc.add(4)), rd32(sc.add(8)), 0];
+        u[3] = ((u[2] >> 4) & KMASK2) | (((u[1] >> 6) & KMASK3) << 4);
+        let uaux = u[1] & KMASK1;
+        u[1] = (u[2] & KMASK2) | (((u[0] >> 6) & KMASK3) << 4);
+        u[2] = uaux;
+        u[0] &= KMASK1;
+        u
+    }
+}
+
+/// Shuffle picking i16 word `i` of each 128-bit lane into all 8 words of that lane.
+#[inline(always)]
+unsafe fn word_bcast_mask(i: usize) -> __m256i {
+    unsafe {
+        let lo = (2 * i) as i8;
+        let hi = (2 * i + 1) as i8;
+        let m = _mm_setr_epi8(
+            lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi,
+        );
+        _mm256_broadcastsi128_si256(m)
+    }
+}
+
+/// Shared by Q4_K and Q5_K: `qbits(j)` gives the unsigned low/high 32-element vectors of
+/// sub-block pair `j` (0..4).
+#[inline(always)]
+unsafe fn dot_k4_like<const NX: usize, const WB: usize>(
+    nb: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    out: *mut f32,
+    qbits: impl Fn(*const u8, usize) -> (__m256i, __m256i),
+) {
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); NX];
+        let mut acc_m = [_mm_setzero_ps(); NX];
+        for i in 0..nb {
+            let wb = w.add(i * WB);
+            let d = f16(wb);
+            let dmin = f16(wb.add(2));
+            let u = k4_scales(wb.add(4));
+            let ms = _mm256_cvtepu8_epi16(_mm_set_epi32(
+                u[3] as i32,
+                u[2] as i32,
+                u[1] as i32,
+                u[0] as i32,
+            ));
+            let mins = _mm256_extracti128_si256(ms, 1);
+            let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
+            let mut sumi = [_mm256_setzero_si256(); NX];
+            for k in 0..NX {
+                let xb = x.add(k * stride + i * 292);
+                let bs = load256(xb.add(260));
+                let q8s =
+                    _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+                let prod = _mm_madd_epi16(mins, q8s);
+                let dy = (xb as *const f32).read_unaligned();
+                acc_m[k] = _mm_fmadd_ps(_mm_set1_ps(-dmin * dy), _mm_cvtepi32_ps(prod), acc_m[k]);
+            }
+            for j in 0..4 {
+                let sl = _mm256_shuffle_epi8(scales, word_bcast_mask(2 * j));
+                let sh = _mm256_shuffle_epi8(scales, word_bcast_mask(2 * j + 1));
+                let (ql, qh) = qbits(wb, j);
+                for k in 0..NX {
+                    let xq = x.add(k * stride + i * 292 + 4 + 64 * j);
+                    let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, load256(xq)));
+                    let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, load256(xq.add(32))));
+                    sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(pl, ph));
+                }
+            }
+            for k in 0..NX {
+                let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
+                acc[k] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+            }
+        }
+        for k in 0..NX {
+            *out.add(k) = hsum_ps(acc[k]) + hsum_ps128(acc_m[k]);
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn q4_k<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        dot_k4_like::<NX, 144>(
+            n / 256,
+            w,
+            x,
+            s,
+            out,
+            #[inline(always)]
+            |wb, j| {
+                let m4 = _mm256_set1_epi8(0xF);
+                let bits = load256(wb.add(16 + 32 * j));
+                (
+                    _mm256_and_si256(bits, m4),
+                    _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                )
+            },
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn q5_k<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        dot_k4_like::<NX, 176>(
+            n / 256,
+            w,
+            x,
+            s,
+            out,
+            #[inline(always)]
+            |wb, j| {
+                let m4 = _mm256_set1_epi8(0xF);
+                let bits = load256(wb.add(48 + 32 * j));
+                let hb = load256(wb.add(16));
+                let sixteen = _mm256_set1_epi8(16);
+                let m1 = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
+                let m2 = _mm256_set1_epi8((2u8 << (2 * j)) as i8);
+                let h1 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, m1), m1), sixteen);
+                let h2 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, m2), m2), sixteen);
+                (
+                    _mm256_or_si256(_mm256_and_si256(bits, m4), h1),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h2),
+                )
+            },
+        )
+    }
+}
+
+/// Shuffle for Q6_K scales: bytes [2i ×8, 2i+1 ×8].
+#[inline(always)]
+unsafe fn q6_scale_mask(i: usize) -> __m128i {
+    unsafe {
+        let a = (2 * i) as i8;
+        let b = (2 * i + 1) as i8;
+        _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+    }
+}
+
+#[inline(always)]
+unsafe fn q6_k<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        let nb = n / 256;
+        let m4 = _mm256_set1_epi8(0xF);
+        let m3 = _mm256_set1_epi8(3);
+        let mut acc = [_mm256_setzero_ps(); NX];
+        for i in 0..nb {
+            let wb = w.add(i * 210);
+            let d = f16(wb.add(208));
+            let sc8 = load128(wb.add(192));
+            // Σ (q - 32) q8 sc = Σ q q8 sc - 32 Σ sc bsum: start every sum at -32 Σ sc·bsum.
+            let sc16 = _mm256_cvtepi8_epi16(sc8);
+            let mut sumi = [_mm256_setzero_si256(); NX];
+            for k in 0..NX {
+                let bs = load256(x.add(k * stride + i * 292 + 260));
+                let corr = _mm256_madd_epi16(sc16, bs);
+                sumi[k] = _mm256_sub_epi32(sumi[k], _mm256_slli_epi32(corr, 5));
+            }
+            for h in 0..2 {
+                let b1 = load256(wb.add(64 * h));
+                let b2 = load256(wb.add(64 * h + 32));
+                let bh = load256(wb.add(128 + 32 * h));
+                let q0 = _mm256_or_si256(
+                    _mm256_and_si256(b1, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(bh, m3), 4),
+                );
+                let q1 = _mm256_or_si256(
+                    _mm256_and_si256(b2, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m3), 4),
+                );
+                let q2 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m3), 4),
+                );
+                let q3 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m3), 4),
+                );
+                let s0 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, q6_scale_mask(4 * h)));
+                let s1 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, q6_scale_mask(4 * h + 1)));
+                let s2 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, q6_scale_mask(4 * h + 2)));
+                let s3 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, q6_scale_mask(4 * h + 3)));
+                for k in 0..NX {
+                    let xq = x.add(k * stride + i * 292 + 4 + 128 * h);
+                    let p0 = _mm256_madd_epi16(s0, _mm256_maddubs_epi16(q0, load256(xq)));
+                    let p1 = _mm256_madd_epi16(s1, _mm256_maddubs_epi16(q1, load256(xq.add(32))));
+                    let p2 = _mm256_madd_epi16(s2, _mm256_maddubs_epi16(q2, load256(xq.add(64))));
+                    let p3 = _mm256_madd_epi16(s3, _mm256_maddubs_epi16(q3, load256(xq.add(96))));
+                    let p = _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3));
+                    sumi[k] = _mm256_add_epi32(sumi[k], p);
+                }
+            }
+            for k in 0..NX {
+                let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
+                acc[k] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+            }
+        }
+        for k in 0..NX {
+            *out.add(k) = hsum_ps(acc[k]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float types.
+
+#[inline(always)]
+unsafe fn float_dot<const NX: usize, const ES: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    out: *mut f32,
+    load8: impl Fn(*const u8) -> __m256,
+    scalar: impl Fn(*const u8) -> f32,
+) {
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; NX];
+        let mut i = 0;
+        while i + 16 <= n {
+            let w0 = load8(w.add(i * ES));
+            let w1 = load8(w.add((i + 8) * ES));
+            for k in 0..NX {
+                let xr = x.add(k * stride);
+                acc[k][0] = _mm256_fmadd_ps(w0, load8(xr.add(i * ES)), acc[k][0]);
+                acc[k][1] = _mm256_fmadd_ps(w1, load8(xr.add((i + 8) * ES)), acc[k][1]);
+            }
+            i += 16;
+        }
+        while i + 8 <= n {
+            let w0 = load8(w.add(i * ES));
+            for k in 0..NX {
+                acc[k][0] = _mm256_fmadd_ps(w0, load8(x.add(k * stride + i * ES)), acc[k][0]);
+            }
+            i += 8;
+        }
+        for k in 0..NX {
+            let mut s = hsum_ps(_mm256_add_ps(acc[k][0], acc[k][1]));
+            for j in i..n {
+                s += scalar(w.add(j * ES)) * scalar(x.add(k * stride + j * ES));
+            }
+            *out.add(k) = s;
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn f32_<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        float_dot::<NX, 4>(
+            n,
+            w,
+            x,
+            s,
+            out,
+            #[inline(always)]
+            |p| _mm256_loadu_ps(p as *const f32),
+            #[inline(always)]
+            |p| (p as *const f32).read_unaligned(),
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn f16_<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        float_dot::<NX, 2>(
+            n,
+            w,
+            x,
+            s,
+            out,
+            #[inline(always)]
+            |p| _mm256_cvtph_ps(load128(p)),
+            #[inline(always)]
+            |p| f16(p),
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn bf16_<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        float_dot::<NX, 2>(
+            n,
+            w,
+            x,
+            s,
+            out,
+            #[inline(always)]
+            |p| _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16)),
+            #[inline(always)]
+            |p| f32::from_bits((rd16(p) as u32) << 16),
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points per level.
+
+macro_rules! level {
+    ($modname:ident, $features:literal, $vnni:literal, $level:expr, $table:ident) => {
+        mod $modname {
+            use super::*;
+
+            macro_rules! entry {
+                ($name:ident, $body:ident) => {
+                    /// # Safety
+                    /// [`DotFn`] contract; the CPU has this module's features.
+                    #[target_feature(enable = $features)]
+                    pub(super) unsafe fn $name(
+                        n: usize,
+                        w: *const u8,
+                        x: *const u8,
+                        s: usize,
+                        nx: usize,
+                        out: *mut f32,
+                    ) {
+                        // SAFETY: forwarded DotFn contract; `nx` selects the instantiation.
+                        unsafe {
+                            match nx {
+                                1 => $body::<$vnni, 1>(n, w, x, s, out),
+                                2 => $body::<$vnni, 2>(n, w, x, s, out),
+                                3 => $body::<$vnni, 3>(n, w, x, s, out),
+                                _ => $body::<$vnni, 4>(n, w, x, s, out),
+                            }
+                        }
+                    }
+                };
+            }
+
+            entry!(k_f32, f32_);
+            entry!(k_f16, f16_);
+            entry!(k_bf16, bf16_);
+            entry!(k_q4_0, q4_0);
+            entry!(k_q4_1, q4_1);
+            entry!(k_q5_0, q5_0);
+            entry!(k_q5_1, q5_1);
+            entry!(k_q8_0, q8_0);
+            entry!(k_q4_k, q4_k);
+            entry!(k_q5_k, q5_k);
+            entry!(k_q6_k, q6_k);
+
+            pub(super) const DOTS: [DotFn; 11] = [
+                k_f32 as DotFn,
+                k_f16,
+                k_bf16,
+                k_q4_0,
+                k_q4_1,
+                k_q5_0,
+                k_q5_1,
+                k_q8_0,
+                k_q4_k,
+                k_q5_k,
+                k_q6_k,
+            ];
+        }
+
+        pub(crate) static $table: Kernels = Kernels {
+            level: $level,
+            dots: $modname::DOTS,
+        };
+    };
+}
+
+level!(avx2, "avx2,fma,f16c", false, SimdLevel::Avx2, AVX2);
+level!(
+    avx512,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    false,
+    SimdLevel::Avx512,
+    AVX512
+);
+level!(
+    avx512vnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    true,
+    SimdLevel::Avx512Vnni,
+    AVX512VNNI
+);
