@@ -16,6 +16,8 @@
 //! In the 32-element formats, byte `j` of `qs` holds element `j` (low nibble) and `j + 16`
 //! (high nibble); bit `j` of `qh` is the fifth bit of element `j`.
 
+#![allow(clippy::needless_range_loop)]
+
 use super::types::GgmlType;
 
 pub(crate) const QK: usize = 32;

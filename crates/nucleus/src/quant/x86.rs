@@ -9,7 +9,7 @@
 //! cover whole rows, and the CPU has the features of the entry point (the dispatch table for a
 //! level is only used after `is_x86_feature_detected!` confirmed them).
 
-#![allow(clippy::missing_safety_doc)]
+#![allow(clippy::missing_safety_doc, clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 
