@@ -23,15 +23,17 @@ struct Job {
 
 struct Shared {
     n_threads: usize,
-    /// Incremented (by the caller, under `run_lock`) to publish a new job; workers run a job
-    /// when they see a generation they have not run yet.
-    generation: AtomicU64,
+    /// `generation << 16 | next_index`. The caller publishes a job by storing a new generation
+    /// with next index 1 (index 0 is the caller's); threads claim the remaining indices by CAS,
+    /// so indices whose worker is asleep or descheduled are run by whoever is free (the
+    /// caller included) instead of being waited for.
+    state: AtomicU64,
     /// The job of the current generation. Written only by the caller holding `run_lock` while
     /// every worker is idle (`remaining == 0`), read by workers after they observe the new
     /// generation (Release/Acquire on `generation`).
     job: UnsafeCell<Job>,
-    /// Workers that have not finished the current generation.
-    remaining: AtomicUsize,
+    /// Indices of the current generation that have finished.
+    done: AtomicUsize,
     /// Set when a worker's closure panicked during the current generation.
     panicked: AtomicBool,
     shutdown: AtomicBool,
@@ -66,16 +68,16 @@ impl ThreadPool {
     /// A pool of `n_threads` threads in total, the caller of [`run`](Self::run) included
     /// (`n_threads` of 0 is treated as 1).
     pub fn new(n_threads: usize) -> ThreadPool {
-        let n_threads = n_threads.max(1);
+        let n_threads = n_threads.clamp(1, 0xFFFF);
         unsafe fn noop(_: *const (), _: usize, _: usize) {}
         let shared = Arc::new(Shared {
             n_threads,
-            generation: AtomicU64::new(0),
+            state: AtomicU64::new(0),
             job: UnsafeCell::new(Job {
                 data: std::ptr::null(),
                 call: noop,
             }),
-            remaining: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
@@ -99,8 +101,10 @@ impl ThreadPool {
         self.shared.n_threads
     }
 
-    /// Runs `f(thread_index, n_threads)` once on every thread of the pool (the caller is index
-    /// 0) and returns when all calls have returned. A panic in any call is re-raised here after
+    /// Runs `f(index, n_threads)` once for every index in `0..n_threads` and returns when all
+    /// calls have returned. The caller runs index 0; the other indices run on the workers, or
+    /// on the caller when a worker has not picked its index up by then (so a descheduled worker
+    /// delays nothing it has not started). A panic in any call is re-raised here after
     /// every thread has finished. Calls from several threads at once are serialized; a nested
     /// call from inside `f` runs all indices inline on the current thread.
     pub fn run<F: Fn(usize, usize) + Sync>(&self, f: F) {
@@ -116,12 +120,12 @@ impl ThreadPool {
 
         unsafe fn call<F: Fn(usize, usize) + Sync>(data: *const (), i: usize, n: usize) {
             // SAFETY: `data` is `&F` published by `run`, which does not return before every
-            // worker has finished this call, so the reference is live.
+            // index has finished, so the reference is live.
             let f = unsafe { &*(data as *const F) };
             f(i, n)
         }
-        // SAFETY: every worker is idle (the previous run waited for `remaining == 0`, and we
-        // hold `run_lock`), so nobody reads `job` while we write it.
+        // SAFETY: no index is running (the previous run waited for all of them, and we hold
+        // `run_lock`), so nobody reads `job` while we write it.
         unsafe {
             *s.job.get() = Job {
                 data: &f as *const F as *const (),
@@ -129,10 +133,11 @@ impl ThreadPool {
             };
         }
         s.panicked.store(false, Ordering::Relaxed);
-        s.remaining.store(n - 1, Ordering::Relaxed);
-        // Publish (Release pairs with the workers' Acquire load). SeqCst orders it before the
-        // `sleepers` load below (Dekker-style with the worker's park path).
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        s.done.store(0, Ordering::Relaxed);
+        let gen = (s.state.load(Ordering::Relaxed) >> 16) + 1;
+        // Publish with index 0 taken by us. SeqCst: Release for the job, and ordered before
+        // the `sleepers` load below (Dekker-style with the worker's park path).
+        s.state.store(gen << 16 | 1, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
@@ -140,11 +145,15 @@ impl ThreadPool {
 
         IN_POOL.with(|c| c.set(true));
         let mine = catch_unwind(AssertUnwindSafe(|| f(0, n)));
+        s.done.fetch_add(1, Ordering::Release);
+        // Help with indices no worker has picked up yet.
+        claim_and_run(s, gen);
         IN_POOL.with(|c| c.set(false));
 
-        // Wait for the workers: they borrow `f` until they decrement `remaining`.
+        // Wait for the indices other threads are running: they borrow `f` until they count
+        // themselves done.
         let mut spins = 0u32;
-        while s.remaining.load(Ordering::Acquire) != 0 {
+        while s.done.load(Ordering::Acquire) != n {
             if spins < SPIN {
                 std::hint::spin_loop();
                 spins += 1;
@@ -161,14 +170,44 @@ impl ThreadPool {
     }
 }
 
-fn worker(s: Arc<Shared>, idx: usize) {
+/// Claims and runs indices of generation `gen` until none are left.
+fn claim_and_run(s: &Shared, gen: u64) {
+    let n = s.n_threads as u64;
+    loop {
+        let cur = s.state.load(Ordering::Acquire);
+        if cur >> 16 != gen || cur & 0xFFFF >= n {
+            return;
+        }
+        if s.state
+            .compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        let idx = (cur & 0xFFFF) as usize;
+        // SAFETY: we claimed index `idx` of the current generation, so the caller has written
+        // `job` (published by the store our CAS read from) and cannot finish the run, change
+        // `job` or drop the closure before we count this index done.
+        let job = unsafe { *s.job.get() };
+        // SAFETY: `job.data` points to the closure `job.call` was instantiated for.
+        let r = catch_unwind(AssertUnwindSafe(|| unsafe {
+            (job.call)(job.data, idx, s.n_threads)
+        }));
+        if r.is_err() {
+            s.panicked.store(true, Ordering::Relaxed);
+        }
+        s.done.fetch_add(1, Ordering::Release);
+    }
+}
+
+fn worker(s: Arc<Shared>, _idx: usize) {
     IN_POOL.with(|c| c.set(true));
     let mut seen = 0u64;
     loop {
         // Wait for a new generation: spin, then park.
         let mut spins = 0u32;
         let gen = loop {
-            let g = s.generation.load(Ordering::Acquire);
+            let g = s.state.load(Ordering::Acquire) >> 16;
             if g != seen {
                 break g;
             }
@@ -185,7 +224,7 @@ fn worker(s: Arc<Shared>, idx: usize) {
             // Re-check under the lock after announcing ourselves: either the caller sees
             // `sleepers > 0` and notifies (taking the lock, so after we wait), or we see the
             // new generation here.
-            while s.generation.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::SeqCst)
+            while s.state.load(Ordering::SeqCst) >> 16 == seen && !s.shutdown.load(Ordering::SeqCst)
             {
                 l = s.wake.wait(l).unwrap_or_else(|e| e.into_inner());
             }
@@ -194,17 +233,7 @@ fn worker(s: Arc<Shared>, idx: usize) {
             spins = 0;
         };
         seen = gen;
-        // SAFETY: the caller wrote `job` before publishing `gen` (we loaded it with Acquire)
-        // and will not change it or drop the closure until we decrement `remaining`.
-        let job = unsafe { *s.job.get() };
-        // SAFETY: `job.data` points to the closure `job.call` was instantiated for.
-        let r = catch_unwind(AssertUnwindSafe(|| unsafe {
-            (job.call)(job.data, idx, s.n_threads)
-        }));
-        if r.is_err() {
-            s.panicked.store(true, Ordering::Relaxed);
-        }
-        s.remaining.fetch_sub(1, Ordering::Release);
+        claim_and_run(&s, gen);
     }
 }
 
