@@ -1,6 +1,9 @@
-//! Compute kernels: matrix products over quantized weights, the thread pool, and the element-
-//! wise operations of the forward pass.
+//! Compute kernels: a persistent thread pool, matrix products over quantized weights, and the
+//! element-wise operations of the forward pass.
 
 pub mod matmul;
 pub mod ops;
 pub mod pool;
+
+pub use matmul::{matmul, matmul_f32, QMatrix, QuantizedActs};
+pub use pool::ThreadPool;

@@ -16,6 +16,8 @@
 //! In the 32-element formats, byte `j` of `qs` holds element `j` (low nibble) and `j + 16`
 //! (high nibble); bit `j` of `qh` is the fifth bit of element `j`.
 
+#![allow(clippy::needless_range_loop)]
+
 use super::types::GgmlType;
 
 pub(crate) const QK: usize = 32;
@@ -439,7 +441,7 @@ pub fn quantize_row_act(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
                 let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
                 b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
                 for j in 0..QK {
-                    b[2 + j] = (x[j] * id).round_ties_even() as i8 as u8;
+                    b[2 + j] = nearest_int(x[j] * id) as i8 as u8;
                 }
             }
         }
@@ -451,7 +453,7 @@ pub fn quantize_row_act(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
                 let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
                 let mut sum = 0i32;
                 for j in 0..QK {
-                    let q = (x[j] * id).round_ties_even() as i8;
+                    let q = nearest_int(x[j] * id) as i8;
                     sum += q as i32;
                     b[4 + j] = q as u8;
                 }

@@ -27,6 +27,7 @@ pub enum SimdLevel {
 }
 
 pub(crate) struct Kernels {
+    #[allow(dead_code)]
     pub level: SimdLevel,
     /// Indexed by [`slot`].
     pub dots: [DotFn; 11],

@@ -38,6 +38,11 @@ pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
     }
 }
 
+/// The kernel table chosen for this process (for the matmul driver).
+pub(crate) fn dispatch_kernels() -> &'static dispatch::Kernels {
+    dispatch::kernels()
+}
+
 /// Dot product of one weight row (`n` elements of type `ty`) with one activation row already
 /// quantized to `vec_dot_type(ty)`. Uses the best SIMD level of this machine.
 pub fn vec_dot(ty: GgmlType, weight_row: &[u8], act_row: &[u8], n: usize) -> f32 {

@@ -1,6 +1,8 @@
 //! Portable scalar dot products (ggml's `ggml_vec_dot_*_generic`): integer sums per block,
 //! scaled in f32. These are the reference the SIMD kernels are tested against.
 
+#![allow(clippy::needless_range_loop)]
+
 use super::blocks::{bf16_to_f32, f16_to_f32, rd_f32, rd_u16, rd_u32, scale_min_k4, QK, QK_K};
 use super::dispatch::DotFn;
 use super::types::GgmlType;

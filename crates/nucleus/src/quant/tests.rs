@@ -1,3 +1,4 @@
+#![allow(clippy::needless_range_loop)]
 use super::blocks::{f32_to_f16, nearest_int};
 use super::*;
 use GgmlType::*;

@@ -163,7 +163,7 @@ impl GgmlType {
     /// size overflows.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
         let (bs, ts) = self.block_layout();
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(ts)

@@ -9,7 +9,7 @@
 //! cover whole rows, and the CPU has the features of the entry point (the dispatch table for a
 //! level is only used after `is_x86_feature_detected!` confirmed them).
 
-#![allow(clippy::missing_safety_doc)]
+#![allow(clippy::missing_safety_doc, clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 
@@ -34,7 +34,9 @@ unsafe fn rd32(p: *const u8) -> u32 {
 #[inline(always)]
 unsafe fn f16(p: *const u8) -> f32 {
     // SAFETY: 2 readable bytes at `p` (caller); F16C present (entry-point features).
-    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(rd16(p) as i32))) }
+    // A broadcast (not `movd`/`pinsrw` into a live register) avoids a false dependency on
+    // whatever register the compiler would merge into, which serialized the block loops.
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(rd16(p) as i16))) }
 }
 
 #[inline(always)]
@@ -119,22 +121,35 @@ unsafe fn dot_signed_q8_0<const VNNI: bool, const NX: usize, const WB: usize>(
     unpack: impl Fn(*const u8) -> __m256i,
 ) {
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); NX];
-        for i in 0..nb {
-            let wb = w.add(i * WB);
-            let dw = f16(wb);
-            let qw = unpack(wb);
-            let ax = _mm256_sign_epi8(qw, qw);
-            for k in 0..NX {
-                let xb = x.add(k * stride + i * 34);
-                let qx = load256(xb.add(2));
-                let p = mul_sum_us8::<VNNI>(ax, _mm256_sign_epi8(qx, qw));
-                let d = _mm256_set1_ps(dw * f16(xb));
-                acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[k]);
-            }
+        // Two accumulator sets (even/odd blocks) to hide the FMA latency.
+        let mut acc = [[_mm256_setzero_ps(); NX]; 2];
+        macro_rules! block {
+            ($i:expr, $acc:expr) => {{
+                let i = $i;
+                let wb = w.add(i * WB);
+                let dw = f16(wb);
+                let qw = unpack(wb);
+                let ax = _mm256_sign_epi8(qw, qw);
+                for k in 0..NX {
+                    let xb = x.add(k * stride + i * 34);
+                    let qx = load256(xb.add(2));
+                    let p = mul_sum_us8::<VNNI>(ax, _mm256_sign_epi8(qx, qw));
+                    let d = _mm256_set1_ps(dw * f16(xb));
+                    $acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[k]);
+                }
+            }};
+        }
+        let mut i = 0;
+        while i + 2 <= nb {
+            block!(i, acc[0]);
+            block!(i + 1, acc[1]);
+            i += 2;
+        }
+        if i < nb {
+            block!(i, acc[0]);
         }
         for k in 0..NX {
-            *out.add(k) = hsum_ps(acc[k]);
+            *out.add(k) = hsum_ps(_mm256_add_ps(acc[0][k], acc[1][k]));
         }
     }
 }

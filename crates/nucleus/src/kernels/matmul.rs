@@ -1,0 +1,366 @@
+//! Quantized matrix × activation products, split across a [`ThreadPool`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::pool::ThreadPool;
+use crate::quant::{quantize_row_act, vec_dot_type, GgmlType};
+
+/// A weight matrix as stored in GGUF: `rows` output features, each a contiguous row of `cols`
+/// input features of type `ty` (`ne[0] = cols`, `ne[1] = rows`).
+#[derive(Clone, Copy, Debug)]
+pub struct QMatrix<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl QMatrix<'_> {
+    fn row_bytes(&self) -> usize {
+        self.ty.row_bytes(self.cols).unwrap_or_else(|| {
+            panic!(
+                "QMatrix: {} cols is not a whole number of {} blocks",
+                self.cols, self.ty
+            )
+        })
+    }
+}
+
+/// Activation rows quantized to one vec_dot type, in a reusable buffer (grows, never shrinks).
+#[derive(Debug, Default)]
+pub struct QuantizedActs {
+    buf: Vec<u8>,
+    n_tokens: usize,
+    cols: usize,
+    row_bytes: usize,
+    ty: Option<GgmlType>,
+}
+
+impl QuantizedActs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Quantizes `n_tokens` rows of `cols` floats from `x` to `vec_dot_type` the way ggml's CPU
+    /// backend quantizes activations ([`quantize_row_act`]).
+    pub fn quantize(&mut self, x: &[f32], n_tokens: usize, cols: usize, vec_dot_type: GgmlType) {
+        assert_eq!(
+            x.len(),
+            n_tokens * cols,
+            "QuantizedActs::quantize: x has {} floats, expected {n_tokens} × {cols}",
+            x.len()
+        );
+        let rb = vec_dot_type.row_bytes(cols).unwrap_or_else(|| {
+            panic!("QuantizedActs: {cols} cols is not a whole number of {vec_dot_type} blocks")
+        });
+        let need = rb * n_tokens;
+        if self.buf.len() < need {
+            self.buf.resize(need, 0);
+        }
+        for (t, src) in x.chunks_exact(cols.max(1)).take(n_tokens).enumerate() {
+            quantize_row_act(vec_dot_type, src, &mut self.buf[t * rb..(t + 1) * rb]);
+        }
+        self.n_tokens = n_tokens;
+        self.cols = cols;
+        self.row_bytes = rb;
+        self.ty = Some(vec_dot_type);
+    }
+
+    pub fn n_tokens(&self) -> usize {
+        self.n_tokens
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The vec_dot type of the rows. Panics before the first [`quantize`](Self::quantize).
+    pub fn ty(&self) -> GgmlType {
+        self.ty.expect("QuantizedActs: nothing quantized yet")
+    }
+
+    /// Bytes of one quantized row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// Quantized row `t`.
+    pub fn row(&self, t: usize) -> &[u8] {
+        assert!(t < self.n_tokens);
+        &self.buf[t * self.row_bytes..(t + 1) * self.row_bytes]
+    }
+}
+
+/// Raw output pointer shared by the threads of one matmul.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+impl OutPtr {
+    /// Pointer to element `i` (a method, so closures capture the whole `Sync` wrapper).
+    #[inline(always)]
+    fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
+// SAFETY: the threads write disjoint elements (disjoint row ranges) and `matmul` holds the
+// `&mut [f32]` for the whole run.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// Rows per work item handed out to the threads.
+const ROW_CHUNK: usize = 16;
+/// Tokens per block in prefill (their quantized rows stay in L1/L2 while a row chunk is done).
+const TOKEN_BLOCK: usize = 32;
+/// Below this many multiply-adds the product runs on the calling thread only.
+const SERIAL_WORK: usize = 1 << 15;
+
+/// `y[t * w.rows + r] = dot(W[r], x[t])` for every token `t < x.n_tokens()` and row
+/// `r < w.rows`, with the rows split across the pool.
+///
+/// Panics when `x.ty() != vec_dot_type(w.ty)` or the sizes do not match (programmer errors).
+pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) {
+    let nt = x.n_tokens();
+    assert_eq!(
+        x.ty(),
+        vec_dot_type(w.ty),
+        "matmul: activations are {}, {} weights need {}",
+        x.ty(),
+        w.ty,
+        vec_dot_type(w.ty)
+    );
+    assert_eq!(
+        x.cols(),
+        w.cols,
+        "matmul: activations have {} cols, weights {}",
+        x.cols(),
+        w.cols
+    );
+    let wrb = w.row_bytes();
+    assert_eq!(
+        w.data.len(),
+        wrb * w.rows,
+        "matmul: weight data has {} bytes, expected {} rows × {wrb}",
+        w.data.len(),
+        w.rows
+    );
+    assert_eq!(
+        y.len(),
+        nt * w.rows,
+        "matmul: output has {} floats, expected {nt} × {}",
+        y.len(),
+        w.rows
+    );
+    if nt == 0 || w.rows == 0 {
+        return;
+    }
+    let xrb = x.row_bytes();
+    let kernels = crate::quant::dispatch_kernels();
+    let dot = kernels.dot_fn(w.ty);
+    let (rows, cols) = (w.rows, w.cols);
+    let wp = w.data.as_ptr() as usize;
+    let xp = x.buf.as_ptr() as usize;
+    let yp = OutPtr(y.as_mut_ptr());
+    let n_chunks = rows.div_ceil(ROW_CHUNK);
+    let next = AtomicUsize::new(0);
+
+    let work = |_: usize, _: usize| {
+        loop {
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c >= n_chunks {
+                break;
+            }
+            let (r0, r1) = (c * ROW_CHUNK, ((c + 1) * ROW_CHUNK).min(rows));
+            let mut t0 = 0;
+            while t0 < nt {
+                let t1 = (t0 + TOKEN_BLOCK).min(nt);
+                for r in r0..r1 {
+                    let wr = (wp + r * wrb) as *const u8;
+                    let mut t = t0;
+                    while t < t1 {
+                        let nx = (t1 - t).min(4);
+                        let mut out = [0f32; 4];
+                        // SAFETY: row `r < rows` lies inside `w.data` (length checked above);
+                        // activation rows t..t+nx < n_tokens lie inside `x.buf` at stride
+                        // `xrb`; `out` has 4 floats; nx in 1..=4; the kernel comes from the
+                        // dispatch table (features detected).
+                        unsafe {
+                            dot(
+                                cols,
+                                wr,
+                                (xp + t * xrb) as *const u8,
+                                xrb,
+                                nx,
+                                out.as_mut_ptr(),
+                            )
+                        };
+                        for (k, v) in out[..nx].iter().enumerate() {
+                            // SAFETY: (t + k) < nt and r < rows, so the index is inside `y`;
+                            // row r belongs to this thread's chunk only, so no other thread
+                            // writes it.
+                            unsafe { *yp.at((t + k) * rows + r) = *v };
+                        }
+                        t += nx;
+                    }
+                }
+                t0 = t1;
+            }
+        }
+    };
+
+    if pool.n_threads() == 1 || rows * cols * nt <= SERIAL_WORK || n_chunks == 1 {
+        work(0, 1);
+    } else {
+        pool.run(work);
+    }
+}
+
+/// Quantizes `x` (`n_tokens` rows of `w.cols` floats) into `scratch`, then [`matmul`].
+pub fn matmul_f32(
+    pool: &ThreadPool,
+    w: &QMatrix,
+    x: &[f32],
+    n_tokens: usize,
+    y: &mut [f32],
+    scratch: &mut QuantizedActs,
+) {
+    scratch.quantize(x, n_tokens, w.cols, vec_dot_type(w.ty));
+    matmul(pool, w, scratch, y);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{dequantize_row, quantize_row};
+    use GgmlType::*;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn f32(&mut self) -> f32 {
+            (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+    }
+
+    fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+        let rb = ty.row_bytes(cols).unwrap();
+        let mut out = vec![0u8; rb * rows];
+        if matches!(ty, Q4_K | Q5_K | Q6_K) {
+            for b in out.iter_mut() {
+                *b = (rng.next() >> 56) as u8;
+            }
+            let bs = ty.block_layout().1;
+            for blk in out.chunks_exact_mut(bs) {
+                let d = half::f16::from_f32(0.002 + 0.01 * rng.f32().abs()).to_le_bytes();
+                let m = half::f16::from_f32(0.001 + 0.01 * rng.f32().abs()).to_le_bytes();
+                if ty == Q6_K {
+                    blk[208..210].copy_from_slice(&d);
+                } else {
+                    blk[0..2].copy_from_slice(&d);
+                    blk[2..4].copy_from_slice(&m);
+                }
+            }
+        } else {
+            let x: Vec<f32> = (0..rows * cols).map(|_| rng.f32()).collect();
+            for (r, dst) in out.chunks_exact_mut(rb).enumerate() {
+                quantize_row(ty, &x[r * cols..(r + 1) * cols], dst);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matmul_matches_f64_reference() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let pools = [ThreadPool::new(1), ThreadPool::new(2)];
+        let types = [
+            F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
+        ];
+        let mut scratch = QuantizedActs::new();
+        for &ty in &types {
+            let cols = if ty.block_size() == 256 { 512 } else { 96 };
+            for &rows in &[1usize, 7, 37, 61] {
+                let wdata = random_matrix(&mut rng, ty, rows, cols);
+                let w = QMatrix {
+                    ty,
+                    data: &wdata,
+                    rows,
+                    cols,
+                };
+                let mut wd = vec![0f32; rows * cols];
+                for r in 0..rows {
+                    let rb = ty.row_bytes(cols).unwrap();
+                    dequantize_row(
+                        ty,
+                        &wdata[r * rb..(r + 1) * rb],
+                        &mut wd[r * cols..(r + 1) * cols],
+                    );
+                }
+                for &nt in &[1usize, 2, 3, 5, 8, 17] {
+                    let x: Vec<f32> = (0..nt * cols).map(|_| rng.f32() * 2.0).collect();
+                    for pool in &pools {
+                        let mut y = vec![f32::NAN; nt * rows];
+                        matmul_f32(pool, &w, &x, nt, &mut y, &mut scratch);
+                        let vt = scratch.ty();
+                        let mut xd = vec![0f32; cols];
+                        for t in 0..nt {
+                            dequantize_row(vt, scratch.row(t), &mut xd);
+                            for r in 0..rows {
+                                let wr = &wd[r * cols..(r + 1) * cols];
+                                let exact: f64 =
+                                    wr.iter().zip(&xd).map(|(a, b)| *a as f64 * *b as f64).sum();
+                                let mag: f64 = wr
+                                    .iter()
+                                    .zip(&xd)
+                                    .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                                    .sum();
+                                let rel = if matches!(ty, Q4_1 | Q5_1) {
+                                    2e-3
+                                } else {
+                                    2e-5
+                                };
+                                let got = y[t * rows + r] as f64;
+                                assert!(
+                                    (got - exact).abs() <= rel * mag + 1e-5,
+                                    "{ty} rows={rows} nt={nt} threads={} t={t} r={r}: {got} vs {exact}",
+                                    pool.n_threads()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "matmul: activations are")]
+    fn wrong_act_type_panics() {
+        let pool = ThreadPool::new(1);
+        let data = vec![0u8; 18];
+        let w = QMatrix {
+            ty: Q4_0,
+            data: &data,
+            rows: 1,
+            cols: 32,
+        };
+        let mut x = QuantizedActs::new();
+        x.quantize(&[0.0; 32], 1, 32, Q8_1);
+        matmul(&pool, &w, &x, &mut [0.0]);
+    }
+
+    #[test]
+    fn scratch_grows_only() {
+        let mut x = QuantizedActs::new();
+        x.quantize(&vec![1.0; 4 * 256], 4, 256, Q8_K);
+        let cap = x.buf.len();
+        x.quantize(&[1.0; 256], 1, 256, Q8_K);
+        assert_eq!(x.buf.len(), cap);
+        assert_eq!((x.n_tokens(), x.cols(), x.ty()), (1, 256, Q8_K));
+    }
+}
