@@ -39,11 +39,13 @@
 pub mod logprobs;
 mod rng;
 pub mod stages;
+pub mod stop;
 
 #[cfg(test)]
 mod stat_tests;
 
 pub use rng::Rng;
+pub use stop::{FinishReason, StopChecker, StopConditions, StopStep};
 
 use stages::{Candidates, Penalties};
 
