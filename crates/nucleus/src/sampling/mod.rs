@@ -36,6 +36,7 @@
 //! - [`beam`]: beam search over any [`beam::BeamModel`];
 //! - [`stop`]: EOS / stop strings / max-tokens checks with a streaming hold-back buffer.
 
+pub mod beam;
 pub mod logprobs;
 mod rng;
 pub mod stages;
@@ -44,6 +45,7 @@ pub mod stop;
 #[cfg(test)]
 mod stat_tests;
 
+pub use beam::{beam_search, BeamError, BeamId, BeamModel, BeamParams, Hypothesis};
 pub use rng::Rng;
 pub use stop::{FinishReason, StopChecker, StopConditions, StopStep};
 
