@@ -5,18 +5,18 @@
 //! the numbers comparable across sampling settings (a token cut by top-k still has a logprob),
 //! and the chosen token's logprob is what a scorer/perplexity computation wants.
 
+use super::math;
 use super::stages::Candidates;
 use super::TokenId;
 
-/// `ln Σ exp(l)` over the logits (`-inf` entries contribute nothing), computed in f64 with the
-/// max subtracted so that large logits do not overflow.
+/// `ln Σ exp(l)` over the logits (`-inf` entries contribute nothing), with the max subtracted
+/// so that large logits do not overflow; relative error of the sum < 1e-6.
 pub fn log_sum_exp(logits: &[f32]) -> f64 {
-    let m = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l));
+    let m = math::max(logits);
     if m == f32::NEG_INFINITY {
         return f64::NEG_INFINITY;
     }
-    let s: f64 = logits.iter().map(|&l| ((l - m) as f64).exp()).sum();
-    m as f64 + s.ln()
+    m as f64 + math::sum_exp(logits, m).ln()
 }
 
 /// The `n` most likely tokens as `(token, logprob)`, most likely first (ties: lower id first).

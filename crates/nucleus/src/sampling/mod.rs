@@ -38,6 +38,7 @@
 
 pub mod beam;
 pub mod logprobs;
+mod math;
 mod rng;
 pub mod stages;
 pub mod stop;
@@ -411,8 +412,8 @@ fn check_logits(logits: &[f32]) -> Result<(), SamplingError> {
     if logits.is_empty() {
         return Err(SamplingError::EmptyVocab);
     }
-    // One branch-free pass to find out, a second only to name the culprit.
-    if logits.iter().any(|l| l.is_nan() || *l == f32::INFINITY) {
+    // One vectorized pass to find out, a second only to name the culprit.
+    if math::any_nan_or_inf(logits) {
         let i = logits
             .iter()
             .position(|l| l.is_nan() || *l == f32::INFINITY)

@@ -12,6 +12,7 @@
 
 use std::cmp::Ordering;
 
+use super::math::{self, exp_approx};
 use super::{SamplingError, TokenId};
 
 /// Logit bias: `logit[t] += bias`. A bias of `-inf` bans the token.
@@ -113,13 +114,7 @@ pub fn ban_repeated_ngrams(logits: &mut [f32], context: &[TokenId], n: usize) {
 
 /// Index of the largest logit (lowest id among ties), or `None` if every logit is `-inf`.
 pub fn argmax(logits: &[f32]) -> Option<usize> {
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > f32::NEG_INFINITY && best.is_none_or(|(_, b)| l > b) {
-            best = Some((i, l));
-        }
-    }
-    best.map(|(i, _)| i)
+    math::argmax(logits)
 }
 
 /// One candidate token and its (possibly scaled) logit.
@@ -178,18 +173,25 @@ impl Candidates {
         let cap = (2 * k).max(k + 64);
         // Ids arrive in increasing order, so a new logit equal to the threshold ranks below the
         // current k-th (higher id): strict `>` is exact.
+        // Chunks of 64: a vectorized max and count per chunk, and the element loop only for
+        // the rare chunk holding something above the threshold.
         let mut thr = f32::NEG_INFINITY;
-        for (i, &l) in logits.iter().enumerate() {
-            finite += (l > f32::NEG_INFINITY) as usize;
-            if l > thr {
-                self.v.push(Candidate {
-                    id: i as TokenId,
-                    logit: l,
-                });
-                if self.v.len() == cap {
-                    self.v.select_nth_unstable_by(k - 1, desc);
-                    self.v.truncate(k);
-                    thr = self.v[k - 1].logit;
+        for (ci, chunk) in logits.chunks(64).enumerate() {
+            finite += chunk.iter().filter(|&&l| l > f32::NEG_INFINITY).count();
+            if math::max(chunk) <= thr {
+                continue;
+            }
+            for (j, &l) in chunk.iter().enumerate() {
+                if l > thr {
+                    self.v.push(Candidate {
+                        id: (ci * 64 + j) as TokenId,
+                        logit: l,
+                    });
+                    if self.v.len() == cap {
+                        self.v.select_nth_unstable_by(k - 1, desc);
+                        self.v.truncate(k);
+                        thr = self.v[k - 1].logit;
+                    }
                 }
             }
         }
@@ -253,12 +255,34 @@ impl Candidates {
         }
     }
 
+    /// `Σ exp(logit - m)` over the candidates (8 independent lanes so it vectorizes).
+    fn sum_exp(&self, m: f32) -> f64 {
+        let mut acc = [0.0f32; 8];
+        let chunks = self.v.chunks_exact(8);
+        let rest: f64 = chunks
+            .remainder()
+            .iter()
+            .map(|c| exp_approx(c.logit - m) as f64)
+            .sum();
+        let mut total = 0.0f64;
+        for (n, c) in chunks.enumerate() {
+            for j in 0..8 {
+                acc[j] += exp_approx(c[j].logit - m);
+            }
+            if n % 512 == 511 {
+                total += acc.iter().map(|&a| a as f64).sum::<f64>();
+                acc = [0.0; 8];
+            }
+        }
+        total + acc.iter().map(|&a| a as f64).sum::<f64>() + rest
+    }
+
     /// Softmax of the current logits into `out` (f64, sums to 1). Returns `(max, sum)` where
     /// `sum = Σ exp(logit - max)`.
     pub fn probs(&self, out: &mut Vec<f64>) -> (f32, f64) {
         let m = self.max_logit();
         out.clear();
-        out.extend(self.v.iter().map(|c| ((c.logit - m) as f64).exp()));
+        out.extend(self.v.iter().map(|c| exp_approx(c.logit - m) as f64));
         let sum: f64 = out.iter().sum();
         for p in out.iter_mut() {
             *p /= sum;
@@ -273,7 +297,7 @@ impl Candidates {
             return;
         }
         let m = self.max_logit();
-        let total: f64 = self.v.iter().map(|c| ((c.logit - m) as f64).exp()).sum();
+        let total = self.sum_exp(m);
         let target = p as f64 * total;
         let mut cum = 0.0f64;
         let mut i = 0usize;
@@ -281,7 +305,7 @@ impl Candidates {
         loop {
             self.sort_prefix(i + chunk);
             while i < self.sorted {
-                cum += ((self.v[i].logit - m) as f64).exp();
+                cum += exp_approx(self.v[i].logit - m) as f64;
                 i += 1;
                 if cum >= target {
                     self.v.truncate(i);
@@ -356,12 +380,12 @@ impl Candidates {
     pub fn pick(&mut self, u: f64) -> usize {
         debug_assert!(!self.v.is_empty());
         let m = self.max_logit();
-        let total: f64 = self.v.iter().map(|c| ((c.logit - m) as f64).exp()).sum();
+        let total = self.sum_exp(m);
         let target = u * total;
         let mut cum = 0.0;
         let mut last_nonzero = 0;
         for (i, c) in self.v.iter().enumerate() {
-            let w = ((c.logit - m) as f64).exp();
+            let w = exp_approx(c.logit - m) as f64;
             if w > 0.0 {
                 last_nonzero = i;
             }

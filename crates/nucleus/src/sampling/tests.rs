@@ -455,3 +455,40 @@ fn bench_sample_262k() {
         println!("{name}: {per:?} per token (incl. a 1 MiB copy of the logits)");
     }
 }
+
+#[test]
+#[ignore]
+fn bench_parts() {
+    let mut r = Rng::new(1);
+    let logits: Vec<f32> = (0..262_144)
+        .map(|_| (r.next_f64() * 20.0 - 10.0) as f32)
+        .collect();
+    let mut buf = logits.clone();
+    let n = 200;
+    let time = |name: &str, f: &mut dyn FnMut()| {
+        let t0 = std::time::Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        println!("{name}: {:?}", t0.elapsed() / n);
+    };
+    time("copy", &mut || {
+        buf.copy_from_slice(std::hint::black_box(&logits))
+    });
+    time("check", &mut || {
+        check_logits(std::hint::black_box(&logits)).unwrap();
+    });
+    time("argmax", &mut || {
+        std::hint::black_box(stages::argmax(std::hint::black_box(&logits)));
+    });
+    let mut c = Candidates::default();
+    time("fill_top_k 40", &mut || {
+        std::hint::black_box(c.fill_top_k(std::hint::black_box(&logits), 40));
+    });
+    time("fill all", &mut || {
+        std::hint::black_box(c.fill_top_k(std::hint::black_box(&logits), 0));
+    });
+    time("lse", &mut || {
+        std::hint::black_box(logprobs::log_sum_exp(std::hint::black_box(&logits)));
+    });
+}
