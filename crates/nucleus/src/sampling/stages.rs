@@ -138,6 +138,8 @@ fn desc(a: &Candidate, b: &Candidate) -> Ordering {
 pub struct Candidates {
     pub v: Vec<Candidate>,
     sorted: usize,
+    /// Scratch for typical-p: (distance from entropy, prob, candidate).
+    typical: Vec<(f64, f64, Candidate)>,
 }
 
 impl Candidates {
@@ -352,12 +354,14 @@ impl Candidates {
             .filter(|&&q| q > 0.0)
             .map(|&q| q * q.ln())
             .sum::<f64>();
-        let mut order: Vec<(f64, f64, Candidate)> = self
-            .v
-            .iter()
-            .zip(scratch.iter())
-            .map(|(&c, &q)| ((-q.ln() - h).abs(), q, c))
-            .collect();
+        let mut order = std::mem::take(&mut self.typical);
+        order.clear();
+        order.extend(
+            self.v
+                .iter()
+                .zip(scratch.iter())
+                .map(|(&c, &q)| ((-q.ln() - h).abs(), q, c)),
+        );
         order.sort_by(|a, b| a.0.total_cmp(&b.0).then(desc(&a.2, &b.2)));
         let mut cum = 0.0;
         let mut keep = order.len();
@@ -372,6 +376,7 @@ impl Candidates {
         self.v.extend(order[..keep].iter().map(|x| x.2));
         self.v.sort_unstable_by(desc);
         self.sorted = self.v.len();
+        self.typical = order;
     }
 
     /// Pick one candidate with probability proportional to `exp(logit)`, given `u` uniform in

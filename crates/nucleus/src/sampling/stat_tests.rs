@@ -190,9 +190,8 @@ fn reference(logits: &[f32], p: &SamplingParams) -> Vec<f64> {
     softmax(&l, &alive)
 }
 
-/// Draw `n` samples and test them against `target`; returns the chi-square p-value.
-fn chi2_check(logits: &[f32], p: SamplingParams, n: usize) -> f64 {
-    let target = reference(logits, &p);
+/// Draw `n` tokens through a sampler built from `p`; returns the count of each token.
+fn draw(logits: &[f32], p: &SamplingParams, n: usize) -> Vec<usize> {
     let mut s = Sampler::new(p.clone()).unwrap();
     let mut counts = vec![0usize; logits.len()];
     let mut buf = logits.to_vec();
@@ -200,11 +199,18 @@ fn chi2_check(logits: &[f32], p: SamplingParams, n: usize) -> f64 {
         buf.copy_from_slice(logits);
         counts[s.sample(&mut buf, &[]).unwrap().token as usize] += 1;
     }
+    counts
+}
+
+/// Pearson's chi-square p-value of `counts` against `target`; a token with target 0 must have
+/// count 0 (a stage that must cut a token never returns it).
+fn chi2_pvalue(counts: &[usize], target: &[f64]) -> f64 {
+    let n: usize = counts.iter().sum();
     let mut stat = 0.0;
     let mut k = 0;
-    for (i, (&c, &q)) in counts.iter().zip(&target).enumerate() {
+    for (i, (&c, &q)) in counts.iter().zip(target).enumerate() {
         if q == 0.0 {
-            assert_eq!(c, 0, "token {i} must have been cut ({p:?})");
+            assert_eq!(c, 0, "token {i} must have been cut");
             continue;
         }
         let e = q * n as f64;
@@ -221,6 +227,10 @@ fn chi2_check(logits: &[f32], p: SamplingParams, n: usize) -> f64 {
     chi2_sf(stat, k - 1)
 }
 
+fn chi2_check(logits: &[f32], p: SamplingParams, n: usize) -> f64 {
+    chi2_pvalue(&draw(logits, &p, n), &reference(logits, &p))
+}
+
 const N: usize = 40_000;
 
 fn logits8() -> Vec<f32> {
@@ -233,6 +243,7 @@ fn base(seed: u64) -> SamplingParams {
 
 fn assert_fits(name: &str, logits: &[f32], p: SamplingParams) {
     let pv = chi2_check(logits, p, N);
+    eprintln!("{name}: p = {pv:.4}");
     assert!(pv > 0.001, "{name}: chi-square p-value {pv}");
 }
 
@@ -346,4 +357,36 @@ fn chi2_many_tokens_top_k_off() {
 #[test]
 fn chi2_uniform_over_many_tokens() {
     assert_fits("uniform 100", &[0.0; 100], base(900));
+}
+
+/// The test has power: draws at T = 1 fail against the T = 0.9 target, and top-p 0.8 draws
+/// fail against the top-p 0.95 target.
+#[test]
+fn chi2_detects_a_wrong_target() {
+    let l = logits8();
+    let counts = draw(&l, &base(1000), N);
+    let wrong = reference(
+        &l,
+        &SamplingParams {
+            temperature: 0.9,
+            ..base(0)
+        },
+    );
+    assert!(chi2_pvalue(&counts, &wrong) < 1e-6);
+    let right = reference(&l, &base(0));
+    assert!(chi2_pvalue(&counts, &right) > 0.001);
+    let p80 = SamplingParams {
+        top_p: 0.8,
+        ..base(1001)
+    };
+    let counts = draw(&l, &p80, N);
+    let t95 = reference(
+        &l,
+        &SamplingParams {
+            top_p: 0.95,
+            ..base(0)
+        },
+    );
+    // tokens cut at 0.8 but not at 0.95 have count 0 against a non-zero target
+    assert!(chi2_pvalue(&counts, &t95) < 1e-6);
 }
