@@ -131,9 +131,10 @@ fn desc(a: &Candidate, b: &Candidate) -> Ordering {
 
 /// The working set of the truncation stages.
 ///
-/// Invariant: the first `sorted` entries are in [`desc`] order and rank above every later
-/// entry. Keeping a sorted prefix rather than sorting everything lets top-p over a 256k vocab
-/// (with top-k off) sort only the few hundred tokens that carry the mass.
+/// Invariant: the first `sorted` entries are in descending order (logit, then lower id) and
+/// rank above every later entry. Keeping a sorted prefix rather than sorting everything lets
+/// top-p over a 256k vocab (with top-k off) sort only the few hundred tokens that carry the
+/// mass.
 #[derive(Debug, Default)]
 pub struct Candidates {
     pub v: Vec<Candidate>,
