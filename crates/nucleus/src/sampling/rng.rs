@@ -76,13 +76,20 @@ mod tests {
         assert_ne!(va, vc);
     }
 
+    // xoshiro256** seeded by SplitMix64(0), checked against an independent implementation
+    // of the reference algorithm. If this changes, seeded generations change.
+    const GOLDEN: [u64; 3] = [
+        11_091_344_671_253_066_420,
+        13_793_997_310_169_335_082,
+        1_900_383_378_846_508_768,
+    ];
+
     #[test]
     fn known_first_outputs() {
         // Pin the stream: if this changes, seeded generations change; bump it only on purpose.
         let mut r = Rng::new(0);
-        let first = r.next_u64();
-        let mut again = Rng::new(0);
-        assert_eq!(first, again.next_u64());
+        let first: Vec<u64> = (0..3).map(|_| r.next_u64()).collect();
+        assert_eq!(first, GOLDEN);
         // SplitMix64(0) first output is a published constant.
         let mut x = 0u64;
         assert_eq!(splitmix64(&mut x), 0xE220_A839_7B1D_CDAF);
