@@ -1,1 +1,440 @@
-//! (to be written)
+//! Decoding: turning a logits vector into the next token, plus beam search and stop conditions.
+//!
+//! # The sampler chain
+//!
+//! [`Sampler::sample`] applies these stages, in this order, to one logits vector:
+//!
+//! 1. **logit bias** — `logit[t] += bias[t]` (`-inf` bans a token);
+//! 2. **repetition penalty** — for each distinct token among the last `repeat_last_n` of the
+//!    context: `logit > 0 ? logit / penalty : logit * penalty` (CTRL / llama.cpp form);
+//! 3. **presence and frequency penalties** — over the same window, OpenAI's
+//!    `logit -= count * frequency + (count > 0) * presence`;
+//! 4. **no-repeat-n-gram** — ban any token that would repeat an n-gram already in the context;
+//! 5. **temperature** — `logit / T`; `T == 0` means greedy argmax exactly (the stages below are
+//!    then skipped);
+//! 6. **top-k** — keep the `k` most likely tokens;
+//! 7. **top-p** — keep the smallest set, most likely first, whose mass reaches `p` (≥ 1 token);
+//! 8. **min-p** — keep tokens with `prob >= min_p * max_prob`;
+//! 9. **typical-p** — keep the smallest set of tokens closest to the expected surprise whose
+//!    mass reaches `p`;
+//! 10. **pick** — draw from what is left, renormalised, with a seeded RNG.
+//!
+//! This is the Hugging Face order (temperature before the truncations, so top-p/min-p/typical
+//! see the tempered distribution). llama.cpp's default chain puts temperature last instead; with
+//! `T = 1` the two agree. Each truncation stage renormalises what survived the previous one.
+//! Ties between equal logits are broken by the lower token id everywhere, so with the same seed,
+//! settings and logits the same token comes out.
+//!
+//! Stages 1–4 edit the caller's logits vector in place (they touch only the few tokens they
+//! concern); the truncations work on a candidate list that starts as the top-k of the finite
+//! logits, found in one pass without sorting the vocabulary (top-k commutes with temperature).
+//!
+//! Cost on a 262k vocabulary (release, one core): about 0.2 ms per token with top-k on, most of
+//! it one pass over the logits; asking for logprobs adds a full log-sum-exp (~0.5 ms). With
+//! top-k off, top-p sorts only the prefix that carries the mass, which is small for peaked
+//! distributions but can approach a full sort for flat ones.
+//!
+//! # Also here
+//! - [`Sampled::logprob`] / [`Sampled::top_logprobs`]: from the raw model distribution (see
+//!   [`logprobs`]);
+//! - [`Explain`]: candidate-set size after each stage, final entropy, chosen probability;
+//! - [`beam`]: beam search over any [`beam::BeamModel`];
+//! - [`stop`]: EOS / stop strings / max-tokens checks with a streaming hold-back buffer.
+
+pub mod beam;
+pub mod logprobs;
+mod math;
+mod rng;
+pub mod stages;
+pub mod stop;
+
+#[cfg(test)]
+mod stat_tests;
+
+pub use beam::{beam_search, BeamError, BeamId, BeamModel, BeamParams, Hypothesis};
+pub use rng::Rng;
+pub use stop::{FinishReason, StopChecker, StopConditions, StopStep};
+
+use stages::{Candidates, Penalties};
+
+/// A token id, an index into the vocabulary and the logits vector.
+pub type TokenId = u32;
+
+/// Errors from sampling and from parameter validation.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SamplingError {
+    #[error("the logits vector is empty")]
+    EmptyVocab,
+    #[error("the logit of token {0} is NaN")]
+    NanLogit(TokenId),
+    #[error("the logit of token {0} is +inf")]
+    InfiniteLogit(TokenId),
+    #[error("no token left to sample: every logit is -inf (masked, biased or banned)")]
+    NoCandidates,
+    #[error("logit_bias names token {token}, outside the vocabulary of {vocab} tokens")]
+    TokenOutOfRange { token: TokenId, vocab: usize },
+    #[error("invalid sampling parameter `{name}`: {reason}")]
+    InvalidParam { name: &'static str, reason: String },
+}
+
+/// Settings of the sampler chain. `Default` gives llama.cpp-like defaults.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct SamplingParams {
+    /// Temperature `T ≥ 0`; `0` means greedy.
+    pub temperature: f32,
+    /// Keep the `k` most likely tokens; `0` = off (also off when `k ≥` vocabulary size).
+    pub top_k: usize,
+    /// Nucleus mass in `(0, 1]`; `1` = off.
+    pub top_p: f32,
+    /// Min-p in `[0, 1]`; `0` = off.
+    pub min_p: f32,
+    /// Typical-p mass in `(0, 1]`; `1` = off.
+    pub typical_p: f32,
+    /// Multiplicative repetition penalty `> 0`; `1` = off.
+    pub repeat_penalty: f32,
+    /// Window (last tokens of the context) for all three penalties; `0` = penalties off,
+    /// `usize::MAX` = the whole context.
+    pub repeat_last_n: usize,
+    /// OpenAI presence penalty, subtracted once from every token seen in the window.
+    pub presence_penalty: f32,
+    /// OpenAI frequency penalty, subtracted once per occurrence in the window.
+    pub frequency_penalty: f32,
+    /// Forbid repeating any n-gram of this size from the context; `0` = off.
+    pub no_repeat_ngram: usize,
+    /// Added to the logits first; `-inf` bans a token.
+    pub logit_bias: Vec<(TokenId, f32)>,
+    /// RNG seed; `None` seeds from the clock (not reproducible).
+    pub seed: Option<u64>,
+    /// Report the chosen token's logprob and this many top alternatives (`Some(0)`: just the
+    /// chosen one); `None` = off.
+    pub logprobs: Option<usize>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            typical_p: 1.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            no_repeat_ngram: 0,
+            logit_bias: Vec::new(),
+            seed: None,
+            logprobs: None,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding: temperature 0, every truncation off.
+    pub fn greedy() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        }
+    }
+
+    /// Pure sampling from the model distribution at temperature 1 (no truncation), seeded.
+    pub fn unrestricted(seed: u64) -> Self {
+        SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: Some(seed),
+            ..Default::default()
+        }
+    }
+
+    /// Check every value is in range; the error names the parameter.
+    pub fn validate(&self) -> Result<(), SamplingError> {
+        fn bad(name: &'static str, reason: String) -> Result<(), SamplingError> {
+            Err(SamplingError::InvalidParam { name, reason })
+        }
+        let t = self.temperature;
+        if !(t.is_finite() && t >= 0.0) {
+            return bad("temperature", format!("{t} must be finite and >= 0"));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", format!("{} must be in (0, 1]", self.top_p));
+        }
+        if !(self.min_p >= 0.0 && self.min_p <= 1.0) {
+            return bad("min_p", format!("{} must be in [0, 1]", self.min_p));
+        }
+        if !(self.typical_p > 0.0 && self.typical_p <= 1.0) {
+            return bad("typical_p", format!("{} must be in (0, 1]", self.typical_p));
+        }
+        let r = self.repeat_penalty;
+        if !(r.is_finite() && r > 0.0) {
+            return bad("repeat_penalty", format!("{r} must be finite and > 0"));
+        }
+        if !self.presence_penalty.is_finite() {
+            return bad("presence_penalty", "must be finite".into());
+        }
+        if !self.frequency_penalty.is_finite() {
+            return bad("frequency_penalty", "must be finite".into());
+        }
+        for &(tok, b) in &self.logit_bias {
+            if b.is_nan() || b == f32::INFINITY {
+                return bad(
+                    "logit_bias",
+                    format!("bias {b} for token {tok}: must be a number or -inf"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn penalties(&self) -> Penalties {
+        Penalties {
+            repeat: self.repeat_penalty,
+            last_n: self.repeat_last_n,
+            presence: self.presence_penalty,
+            frequency: self.frequency_penalty,
+        }
+    }
+}
+
+/// A stage of the chain, as named in [`Explain`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The finite logits as given.
+    Input,
+    /// After logit bias, penalties and the n-gram ban (which can only mask tokens).
+    Penalties,
+    /// Temperature 0: the argmax, a set of one.
+    Greedy,
+    Temperature,
+    TopK,
+    TopP,
+    MinP,
+    TypicalP,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Input => "input",
+            Stage::Penalties => "penalties",
+            Stage::Greedy => "greedy",
+            Stage::Temperature => "temperature",
+            Stage::TopK => "top_k",
+            Stage::TopP => "top_p",
+            Stage::MinP => "min_p",
+            Stage::TypicalP => "typical_p",
+        }
+    }
+}
+
+/// Why a token was picked: see [`Sampler::set_explain`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Explain {
+    /// Size of the candidate set after each stage, in chain order.
+    pub stages: Vec<(Stage, usize)>,
+    /// Entropy (nats) of the final distribution the token was drawn from (0 for greedy).
+    pub entropy: f32,
+    /// Probability of the chosen token in that final distribution (1 for greedy).
+    pub chosen_prob: f32,
+}
+
+/// The result of one sampling step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampled {
+    pub token: TokenId,
+    /// ln p(token) under the raw model distribution; `Some` when `logprobs` is set.
+    pub logprob: Option<f32>,
+    /// The most likely tokens of the raw model distribution with their logprobs, most likely
+    /// first; `logprobs: Some(n)` asks for `n` of them.
+    pub top_logprobs: Vec<(TokenId, f32)>,
+    /// Present when explain is on.
+    pub explain: Option<Explain>,
+}
+
+/// A sampler chain with its RNG and reusable buffers. One per sequence: the RNG stream is the
+/// sequence's, so that a seeded request gives the same text whatever else is batched with it.
+pub struct Sampler {
+    params: SamplingParams,
+    rng: Rng,
+    explain: bool,
+    cands: Candidates,
+    top_buf: Candidates,
+    raw: Vec<f32>,
+    scratch_ids: Vec<TokenId>,
+    counts: Vec<(TokenId, u32)>,
+    probs: Vec<f64>,
+}
+
+impl Sampler {
+    /// Validate `params` and build the chain.
+    pub fn new(params: SamplingParams) -> Result<Self, SamplingError> {
+        params.validate()?;
+        let rng = params.seed.map_or_else(Rng::from_entropy, Rng::new);
+        Ok(Sampler {
+            params,
+            rng,
+            explain: false,
+            cands: Candidates::default(),
+            top_buf: Candidates::default(),
+            raw: Vec::new(),
+            scratch_ids: Vec::new(),
+            counts: Vec::new(),
+            probs: Vec::new(),
+        })
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Turn on or off the [`Explain`] record in each [`Sampled`] (costs an extra pass over the
+    /// logits and a softmax of the final candidates).
+    pub fn set_explain(&mut self, on: bool) {
+        self.explain = on;
+    }
+
+    /// Restart the RNG stream from `seed`.
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng = Rng::new(seed);
+    }
+
+    /// Sample the next token. `logits` is the model's output for the last position (modified
+    /// in place by the bias/penalty stages); `context` is the prompt plus the tokens generated
+    /// so far, used by the penalties and the n-gram ban.
+    pub fn sample(
+        &mut self,
+        logits: &mut [f32],
+        context: &[TokenId],
+    ) -> Result<Sampled, SamplingError> {
+        check_logits(logits)?;
+        let p = &self.params;
+        let mut stages = Vec::new();
+        if self.explain {
+            stages.push((Stage::Input, count_finite(logits)));
+        }
+
+        // Raw-distribution logprobs, before anything edits the logits.
+        let sparse_edits = !p.logit_bias.is_empty()
+            || !p.penalties().is_off()
+            || (p.no_repeat_ngram > 0 && !context.is_empty());
+        let mut lse = 0.0;
+        let mut top_logprobs = Vec::new();
+        if let Some(n) = p.logprobs {
+            lse = logprobs::log_sum_exp(logits);
+            top_logprobs = logprobs::top_logprobs(logits, n, lse, &mut self.top_buf);
+            if sparse_edits {
+                self.raw.clear();
+                self.raw.extend_from_slice(logits);
+            }
+        }
+
+        stages::apply_logit_bias(logits, &p.logit_bias)?;
+        stages::apply_penalties(
+            logits,
+            context,
+            &p.penalties(),
+            &mut self.scratch_ids,
+            &mut self.counts,
+        );
+        stages::ban_repeated_ngrams(logits, context, p.no_repeat_ngram);
+
+        let (token, entropy, chosen_prob) = if p.temperature == 0.0 {
+            let t = stages::argmax(logits).ok_or(SamplingError::NoCandidates)?;
+            if self.explain {
+                stages.push((Stage::Penalties, count_finite(logits)));
+                stages.push((Stage::Greedy, 1));
+            }
+            (t as TokenId, 0.0, 1.0)
+        } else {
+            let c = &mut self.cands;
+            // Top-k first: it commutes with temperature and shrinks the work for the rest.
+            let finite = c.fill_top_k(logits, p.top_k);
+            if c.is_empty() {
+                return Err(SamplingError::NoCandidates);
+            }
+            c.temperature(p.temperature);
+            let after_k = c.len();
+            c.top_p(p.top_p);
+            let after_p = c.len();
+            c.min_p(p.min_p);
+            let after_min_p = c.len();
+            c.typical_p(p.typical_p, &mut self.probs);
+            if self.explain {
+                stages.push((Stage::Penalties, finite));
+                stages.push((Stage::Temperature, finite));
+                stages.push((Stage::TopK, after_k));
+                stages.push((Stage::TopP, after_p));
+                stages.push((Stage::MinP, after_min_p));
+                stages.push((Stage::TypicalP, c.len()));
+            }
+            let i = c.pick(self.rng.next_f64());
+            let token = c.v[i].id;
+            let (mut h, mut q) = (0.0, 1.0);
+            if self.explain {
+                c.probs(&mut self.probs);
+                h = -self
+                    .probs
+                    .iter()
+                    .filter(|&&x| x > 0.0)
+                    .map(|&x| x * x.ln())
+                    .sum::<f64>();
+                q = self.probs[i];
+            }
+            (token, h as f32, q as f32)
+        };
+
+        let logprob = p.logprobs.map(|_| {
+            let raw = if sparse_edits {
+                self.raw[token as usize]
+            } else {
+                logits[token as usize]
+            };
+            (raw as f64 - lse) as f32
+        });
+        Ok(Sampled {
+            token,
+            logprob,
+            top_logprobs,
+            explain: self.explain.then_some(Explain {
+                stages,
+                entropy,
+                chosen_prob,
+            }),
+        })
+    }
+}
+
+/// Reject empty, NaN and `+inf` logits (`-inf` is a legitimate mask).
+fn check_logits(logits: &[f32]) -> Result<(), SamplingError> {
+    if logits.is_empty() {
+        return Err(SamplingError::EmptyVocab);
+    }
+    // One vectorized pass to find out, a second only to name the culprit.
+    if math::any_nan_or_inf(logits) {
+        let i = logits
+            .iter()
+            .position(|l| l.is_nan() || *l == f32::INFINITY)
+            .unwrap();
+        return Err(if logits[i].is_nan() {
+            SamplingError::NanLogit(i as TokenId)
+        } else {
+            SamplingError::InfiniteLogit(i as TokenId)
+        });
+    }
+    Ok(())
+}
+
+fn count_finite(logits: &[f32]) -> usize {
+    logits.iter().filter(|l| **l > f32::NEG_INFINITY).count()
+}
+
+#[cfg(test)]
+mod tests;
