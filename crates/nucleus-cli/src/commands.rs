@@ -39,7 +39,8 @@ struct Loaded {
 
 fn load(args: &ModelArgs, spec: Option<&str>) -> Result<Loaded> {
     let path = resolve_model(args.model.as_deref().or(spec))?;
-    let model = Model::load(&path, args.threads).with_context(|| format!("cannot load {}", path.display()))?;
+    let model = Model::load(&path, args.threads)
+        .with_context(|| format!("cannot load {}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&model.file.metadata)
         .with_context(|| format!("cannot build the tokenizer of {}", path.display()))?;
     Ok(Loaded { model, tokenizer })
@@ -106,17 +107,32 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         if args.verbose {
             eprintln!(
                 "prompt: {} tokens, {:.1} tok/s; generated: {} tokens, {:.1} tok/s; finish: {:?}",
-                timings.prompt_tokens, timings.prompt_tokens_per_s, timings.generated_tokens, timings.generate_tokens_per_s, finish
+                timings.prompt_tokens,
+                timings.prompt_tokens_per_s,
+                timings.generated_tokens,
+                timings.generate_tokens_per_s,
+                finish
             );
         }
     }
     Ok(())
 }
 
-pub fn chat(args: ModelArgs, name: Option<String>, system: Option<String>, max_tokens: usize) -> Result<()> {
+pub fn chat(
+    args: ModelArgs,
+    name: Option<String>,
+    system: Option<String>,
+    max_tokens: usize,
+) -> Result<()> {
     let Loaded { model, tokenizer } = load(&args, name.as_deref())?;
-    let source = tokenizer.chat_template().ok_or(nucleus::chat::ChatError::NoTemplate)?;
-    let text_of = |id: Option<TokenId>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or("").to_string();
+    let source = tokenizer
+        .chat_template()
+        .ok_or(nucleus::chat::ChatError::NoTemplate)?;
+    let text_of = |id: Option<TokenId>| {
+        id.and_then(|i| tokenizer.token_text(i))
+            .unwrap_or("")
+            .to_string()
+    };
     let template = ChatTemplate::new(source, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?;
     let n_ctx = context_size(&args, &model);
     let mut session = Session::new(&model, n_ctx);
@@ -127,7 +143,10 @@ pub fn chat(args: ModelArgs, name: Option<String>, system: Option<String>, max_t
     }
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout();
-    eprintln!("Chatting with {} (empty line or Ctrl-D to quit).", model.hp.arch.name());
+    eprintln!(
+        "Chatting with {} (empty line or Ctrl-D to quit).",
+        model.hp.arch.name()
+    );
     loop {
         eprint!("> ");
         let mut line = String::new();
@@ -138,10 +157,17 @@ pub fn chat(args: ModelArgs, name: Option<String>, system: Option<String>, max_t
         let prompt = template.render(&messages, true)?;
         let tokens = tokenizer.encode(&prompt, true, true)?;
         if tokens.len() + 1 >= n_ctx {
-            bail!("the conversation is {} tokens, more than the context window of {n_ctx}", tokens.len());
+            bail!(
+                "the conversation is {} tokens, more than the context window of {n_ctx}",
+                tokens.len()
+            );
         }
         // Reuse the cached prefix of the conversation; recompute from where it differs.
-        let common = cached.iter().zip(&tokens).take_while(|(a, b)| a == b).count();
+        let common = cached
+            .iter()
+            .zip(&tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
         if common < cached.len() {
             session.reset();
             cached.clear();
@@ -153,12 +179,17 @@ pub fn chat(args: ModelArgs, name: Option<String>, system: Option<String>, max_t
         };
         let mut decoder = StreamDecoder::new(&tokenizer, true);
         let mut reply = String::new();
-        let (generated, _, _) = session.generate_greedy(new, &cfg, |t| tokenizer.is_eog(t), |t| {
-            let piece = decoder.push(t);
-            let _ = stdout.write_all(piece.as_bytes());
-            let _ = stdout.flush();
-            reply.push_str(&piece);
-        })?;
+        let (generated, _, _) = session.generate_greedy(
+            new,
+            &cfg,
+            |t| tokenizer.is_eog(t),
+            |t| {
+                let piece = decoder.push(t);
+                let _ = stdout.write_all(piece.as_bytes());
+                let _ = stdout.flush();
+                reply.push_str(&piece);
+            },
+        )?;
         let rest = decoder.finish();
         reply.push_str(&rest);
         println!("{rest}");
@@ -176,7 +207,10 @@ pub fn chat(args: ModelArgs, name: Option<String>, system: Option<String>, max_t
 pub fn pull(name: &str) -> Result<()> {
     let entry = catalog::find(name).with_context(|| {
         let names: Vec<&str> = CATALOG.iter().map(|m| m.name).collect();
-        format!("no catalog model named {name:?} (available: {})", names.join(", "))
+        format!(
+            "no catalog model named {name:?} (available: {})",
+            names.join(", ")
+        )
     })?;
     crate::pull::pull(entry, false)?;
     Ok(())
@@ -186,8 +220,20 @@ pub fn list() -> Result<()> {
     println!("models directory: {}", catalog::models_dir().display());
     for m in CATALOG {
         let mark = if m.is_present() { "downloaded" } else { "-" };
-        let default = if m.name == DEFAULT_MODEL { " (default)" } else { "" };
-        println!("{:32} {:8} {:>7.1} MB  {:10}  {}{}", m.name, m.arch, m.size as f64 / 1e6, mark, m.description, default);
+        let default = if m.name == DEFAULT_MODEL {
+            " (default)"
+        } else {
+            ""
+        };
+        println!(
+            "{:32} {:8} {:>7.1} MB  {:10}  {}{}",
+            m.name,
+            m.arch,
+            m.size as f64 / 1e6,
+            mark,
+            m.description,
+            default
+        );
     }
     Ok(())
 }
@@ -195,7 +241,13 @@ pub fn list() -> Result<()> {
 pub fn inspect(path: &str, all: bool) -> Result<()> {
     let path = resolve_existing(path)?;
     let file = GgufFile::open(&path)?;
-    println!("{}: GGUF v{}, {} bytes, alignment {}", path.display(), file.version, file.file_size(), file.alignment);
+    println!(
+        "{}: GGUF v{}, {} bytes, alignment {}",
+        path.display(),
+        file.version,
+        file.file_size(),
+        file.alignment
+    );
     println!("\nmetadata ({} keys):", file.metadata.len());
     for (k, v) in file.metadata.iter() {
         println!("  {k:45} {}", v.display_short(100));
@@ -209,12 +261,25 @@ pub fn inspect(path: &str, all: bool) -> Result<()> {
         bytes as f64 / 1e6,
         bytes as f64 * 8.0 / params.max(1) as f64
     );
-    let shown = if all { file.tensors.len() } else { 40.min(file.tensors.len()) };
+    let shown = if all {
+        file.tensors.len()
+    } else {
+        40.min(file.tensors.len())
+    };
     for t in &file.tensors[..shown] {
-        println!("  {:40} {:6} {:>24} {:>12}", t.name, t.ty.name(), format!("{:?}", t.dims), t.size);
+        println!(
+            "  {:40} {:6} {:>24} {:>12}",
+            t.name,
+            t.ty.name(),
+            format!("{:?}", t.dims),
+            t.size
+        );
     }
     if shown < file.tensors.len() {
-        println!("  … {} more (--all shows every tensor)", file.tensors.len() - shown);
+        println!(
+            "  … {} more (--all shows every tensor)",
+            file.tensors.len() - shown
+        );
     }
     Ok(())
 }
@@ -238,7 +303,14 @@ pub fn tokenize(model: &str, text: &str, add_special: bool, parse_special: bool)
     Ok(())
 }
 
-pub fn bench(args: ModelArgs, name: Option<String>, n_prompt: usize, n_gen: usize, reps: usize, json: bool) -> Result<()> {
+pub fn bench(
+    args: ModelArgs,
+    name: Option<String>,
+    n_prompt: usize,
+    n_gen: usize,
+    reps: usize,
+    json: bool,
+) -> Result<()> {
     let Loaded { model, .. } = load(&args, name.as_deref())?;
     let n_ctx = (n_prompt.max(n_gen + 1)).max(16);
     let vocab = model.hp.n_vocab as u64;
@@ -289,7 +361,11 @@ pub fn bench(args: ModelArgs, name: Option<String>, n_prompt: usize, n_gen: usiz
             })
         );
     } else {
-        println!("model: {} ({} threads)", model.hp.arch.name(), model.n_threads());
+        println!(
+            "model: {} ({} threads)",
+            model.hp.arch.name(),
+            model.n_threads()
+        );
         println!("prefill pp{n_prompt}: {best_pp:.1} tok/s");
         println!("decode  tg{n_gen}: {best_tg:.1} tok/s");
         println!("KV cache: {kv_bytes} bytes/token (f16)");

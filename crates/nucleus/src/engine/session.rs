@@ -101,7 +101,12 @@ impl<'m> Session<'m> {
     /// Appends `tokens`, `chunk` at a time; returns the logits after the last one. With
     /// `all_logits`, every position's logits are kept (for conformance tests) and returned
     /// concatenated.
-    pub fn feed(&mut self, tokens: &[TokenId], chunk: usize, all_logits: bool) -> Result<Vec<f32>, ModelError> {
+    pub fn feed(
+        &mut self,
+        tokens: &[TokenId],
+        chunk: usize,
+        all_logits: bool,
+    ) -> Result<Vec<f32>, ModelError> {
         if self.len() + tokens.len() > self.n_ctx {
             return Err(ModelError::BadBatch(format!(
                 "{} tokens do not fit: the context window holds {} and {} are used",
@@ -119,7 +124,8 @@ impl<'m> Session<'m> {
                 let want = all_logits || (last_chunk && i + 1 == part.len());
                 self.batch.push(tok, start + i, self.seq, want);
             }
-            self.model.forward(&self.batch, &mut self.kv, &mut self.state)?;
+            self.model
+                .forward(&self.batch, &mut self.kv, &mut self.state)?;
             if all_logits || last_chunk {
                 out.extend_from_slice(self.state.logits());
             }

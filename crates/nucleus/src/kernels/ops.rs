@@ -132,10 +132,32 @@ mod tests {
         }
         // First pair at position p rotates by exactly p radians.
         let mut x = vec![1.0, 0.0, 0.0, 0.0];
-        rope(&mut x, 1, 4, 4, 2, 10000.0, 1.0, RopeStyle::Interleaved, None, &mut cs);
+        rope(
+            &mut x,
+            1,
+            4,
+            4,
+            2,
+            10000.0,
+            1.0,
+            RopeStyle::Interleaved,
+            None,
+            &mut cs,
+        );
         assert!((x[0] - 2f32.cos()).abs() < 1e-6 && (x[1] - 2f32.sin()).abs() < 1e-6);
         let mut x = vec![1.0, 0.0, 0.0, 0.0];
-        rope(&mut x, 1, 4, 4, 2, 10000.0, 1.0, RopeStyle::Neox, None, &mut cs);
+        rope(
+            &mut x,
+            1,
+            4,
+            4,
+            2,
+            10000.0,
+            1.0,
+            RopeStyle::Neox,
+            None,
+            &mut cs,
+        );
         assert!((x[0] - 2f32.cos()).abs() < 1e-6 && (x[2] - 2f32.sin()).abs() < 1e-6);
     }
 

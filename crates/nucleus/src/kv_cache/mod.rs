@@ -170,7 +170,11 @@ impl KvCache {
         let bs = self.cfg.block_size;
         let t = self.table_mut(seq)?;
         if len > t.len {
-            return Err(KvError::BadTruncate { seq, len: t.len, to: len });
+            return Err(KvError::BadTruncate {
+                seq,
+                len: t.len,
+                to: len,
+            });
         }
         t.len = len;
         let keep = len.div_ceil(bs);
@@ -188,7 +192,9 @@ impl KvCache {
         let new_blocks = (t.len + n).div_ceil(bs) - t.blocks.len();
         let cow = t.len % bs != 0
             && n > 0
-            && t.blocks.last().is_some_and(|&b| self.refcount[b as usize] > 1);
+            && t.blocks
+                .last()
+                .is_some_and(|&b| self.refcount[b as usize] > 1);
         Ok(new_blocks + cow as usize)
     }
 
@@ -252,7 +258,10 @@ impl KvCache {
     pub fn commit(&mut self, seq: SeqId, n: usize) -> Result<(), KvError> {
         let bs = self.cfg.block_size;
         let t = self.table_mut(seq)?;
-        assert!(t.len + n <= t.blocks.len() * bs, "commit past reserved blocks");
+        assert!(
+            t.len + n <= t.blocks.len() * bs,
+            "commit past reserved blocks"
+        );
         t.len += n;
         Ok(())
     }

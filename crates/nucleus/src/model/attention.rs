@@ -118,7 +118,8 @@ mod tests {
         let seq = kv.new_seq();
         let n = 11;
         kv.reserve(seq, n).unwrap();
-        let key = |p: usize, d: usize| f16::from_f32(((p * 7 + d * 3) % 11) as f32 * 0.25 - 1.0).to_f32();
+        let key =
+            |p: usize, d: usize| f16::from_f32(((p * 7 + d * 3) % 11) as f32 * 0.25 - 1.0).to_f32();
         let val = |p: usize, d: usize| f16::from_f32(((p * 5 + d) % 7) as f32 * 0.5 - 1.5).to_f32();
         for p in 0..n {
             let (b, s) = kv.slot(seq, p).unwrap();
@@ -127,11 +128,28 @@ mod tests {
             kv.write(0, b, s, &k, &v);
         }
         kv.commit(seq, n).unwrap();
-        let q: Vec<f32> = (0..dk).map(|d| f16::from_f32(d as f32 * 0.2 - 0.7).to_f32()).collect();
-        for (pos, window) in [(10, None), (10, Some(3)), (5, None), (0, None), (9, Some(6))] {
+        let q: Vec<f32> = (0..dk)
+            .map(|d| f16::from_f32(d as f32 * 0.2 - 0.7).to_f32())
+            .collect();
+        for (pos, window) in [
+            (10, None),
+            (10, Some(3)),
+            (5, None),
+            (0, None),
+            (9, Some(6)),
+        ] {
             let range = visible_range(pos, window);
             let mut out = vec![0.0; dv];
-            attend_head(&kv, 0, kv.seq_blocks(seq).unwrap(), 0, &q, range, 0.5, &mut out);
+            attend_head(
+                &kv,
+                0,
+                kv.seq_blocks(seq).unwrap(),
+                0,
+                &q,
+                range,
+                0.5,
+                &mut out,
+            );
             let scores: Vec<f64> = (range.0..range.1)
                 .map(|p| 0.5 * (0..dk).map(|d| (q[d] * key(p, d)) as f64).sum::<f64>())
                 .collect();
@@ -142,7 +160,10 @@ mod tests {
                     .zip(&scores)
                     .map(|(p, s)| (s - m).exp() / z * val(p, d) as f64)
                     .sum();
-                assert!((out[d] as f64 - want).abs() < 1e-5, "pos {pos} window {window:?}");
+                assert!(
+                    (out[d] as f64 - want).abs() < 1e-5,
+                    "pos {pos} window {window:?}"
+                );
             }
         }
     }

@@ -158,7 +158,12 @@ impl SharedOut {
 impl Model {
     /// Evaluates a batch, appending its tokens to their sequences in `kv`. The logits of the
     /// tokens that asked for them are in `state.logits()` afterwards.
-    pub fn forward(&self, batch: &Batch, kv: &mut KvCache, state: &mut ForwardState) -> Result<(), ModelError> {
+    pub fn forward(
+        &self,
+        batch: &Batch,
+        kv: &mut KvCache,
+        state: &mut ForwardState,
+    ) -> Result<(), ModelError> {
         let hp = &self.hp;
         let n = batch.len();
         self.check_batch(batch, kv, state)?;
@@ -206,15 +211,25 @@ impl Model {
         for (il, layer) in w.layers.iter().enumerate() {
             // Attention block.
             for t in 0..n {
-                ops::rmsnorm(&mut st.xb[t * e..(t + 1) * e], &st.x[t * e..(t + 1) * e], &layer.attn_norm, hp.rms_eps);
+                ops::rmsnorm(
+                    &mut st.xb[t * e..(t + 1) * e],
+                    &st.x[t * e..(t + 1) * e],
+                    &layer.attn_norm,
+                    hp.rms_eps,
+                );
             }
             st.acts.invalidate();
             self.project(&mut st.acts, &layer.wq, &st.xb, n, &mut st.q);
             self.project(&mut st.acts, &layer.wk, &st.xb, n, &mut st.k);
             self.project(&mut st.acts, &layer.wv, &st.xb, n, &mut st.v);
-            for (buf, bias, dim) in [(&mut st.q, &layer.bq, q_dim), (&mut st.k, &layer.bk, k_dim), (&mut st.v, &layer.bv, v_dim)] {
+            for (buf, bias, dim) in [
+                (&mut st.q, &layer.bq, q_dim),
+                (&mut st.k, &layer.bk, k_dim),
+                (&mut st.v, &layer.bv, v_dim),
+            ] {
                 if let Some(b) = bias {
-                    buf.chunks_exact_mut(dim).for_each(|row| ops::add_in_place(row, b));
+                    buf.chunks_exact_mut(dim)
+                        .for_each(|row| ops::add_in_place(row, b));
                 }
             }
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
@@ -226,13 +241,41 @@ impl Model {
                 let pos = batch.positions[t];
                 let ff = w.rope_freqs.as_deref();
                 let q = &mut st.q[t * q_dim..(t + 1) * q_dim];
-                ops::rope(q, hp.n_head, hd, hp.rope_dim, pos, base, hp.rope_freq_scale, hp.rope_style, ff, &mut st.cos_sin);
+                ops::rope(
+                    q,
+                    hp.n_head,
+                    hd,
+                    hp.rope_dim,
+                    pos,
+                    base,
+                    hp.rope_freq_scale,
+                    hp.rope_style,
+                    ff,
+                    &mut st.cos_sin,
+                );
                 let k = &mut st.k[t * k_dim..(t + 1) * k_dim];
-                ops::rope(k, hp.n_head_kv, hd, hp.rope_dim, pos, base, hp.rope_freq_scale, hp.rope_style, ff, &mut st.cos_sin);
+                ops::rope(
+                    k,
+                    hp.n_head_kv,
+                    hd,
+                    hp.rope_dim,
+                    pos,
+                    base,
+                    hp.rope_freq_scale,
+                    hp.rope_style,
+                    ff,
+                    &mut st.cos_sin,
+                );
             }
             for t in 0..n {
                 let (block, slot) = st.slots[t];
-                kv.write(il, block, slot, &st.k[t * k_dim..(t + 1) * k_dim], &st.v[t * v_dim..(t + 1) * v_dim]);
+                kv.write(
+                    il,
+                    block,
+                    slot,
+                    &st.k[t * k_dim..(t + 1) * k_dim],
+                    &st.v[t * v_dim..(t + 1) * v_dim],
+                );
             }
             self.attention(il, batch, kv, &st.q, &mut st.att)?;
             st.acts.invalidate();
@@ -249,7 +292,12 @@ impl Model {
 
             // Feed-forward block.
             for t in 0..n {
-                ops::rmsnorm(&mut st.xb[t * e..(t + 1) * e], &st.x[t * e..(t + 1) * e], &layer.ffn_norm, hp.rms_eps);
+                ops::rmsnorm(
+                    &mut st.xb[t * e..(t + 1) * e],
+                    &st.x[t * e..(t + 1) * e],
+                    &layer.ffn_norm,
+                    hp.rms_eps,
+                );
             }
             st.acts.invalidate();
             self.project(&mut st.acts, &layer.w_gate, &st.xb, n, &mut st.gate);
@@ -280,7 +328,12 @@ impl Model {
         resize(&mut st.out_in, n_out * e);
         let mut r = 0;
         for t in (0..n).filter(|&t| batch.logits[t]) {
-            ops::rmsnorm(&mut st.out_in[r * e..(r + 1) * e], &st.x[t * e..(t + 1) * e], &w.output_norm, hp.rms_eps);
+            ops::rmsnorm(
+                &mut st.out_in[r * e..(r + 1) * e],
+                &st.x[t * e..(t + 1) * e],
+                &w.output_norm,
+                hp.rms_eps,
+            );
             r += 1;
         }
         resize(&mut st.logits, n_out * hp.n_vocab);
@@ -298,7 +351,14 @@ impl Model {
     }
 
     /// Attention for every (token, head) of the batch, spread over the thread pool.
-    fn attention(&self, il: usize, batch: &Batch, kv: &KvCache, q: &[f32], att: &mut [f32]) -> Result<(), ModelError> {
+    fn attention(
+        &self,
+        il: usize,
+        batch: &Batch,
+        kv: &KvCache,
+        q: &[f32],
+        att: &mut [f32],
+    ) -> Result<(), ModelError> {
         let hp = &self.hp;
         let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
         let group = hp.n_head / hp.n_head_kv;
@@ -323,13 +383,27 @@ impl Model {
 
     /// Checks a batch against the model and the cache, and reserves cache blocks for it. On
     /// error nothing has been reserved.
-    fn check_batch(&self, batch: &Batch, kv: &mut KvCache, st: &mut ForwardState) -> Result<(), ModelError> {
+    fn check_batch(
+        &self,
+        batch: &Batch,
+        kv: &mut KvCache,
+        st: &mut ForwardState,
+    ) -> Result<(), ModelError> {
         let n = batch.len();
         if batch.positions.len() != n || batch.seqs.len() != n || batch.logits.len() != n {
-            return Err(ModelError::BadBatch("tokens, positions, sequences and logits flags differ in length".into()));
+            return Err(ModelError::BadBatch(
+                "tokens, positions, sequences and logits flags differ in length".into(),
+            ));
         }
-        if let Some(&tok) = batch.tokens.iter().find(|&&t| t as usize >= self.hp.n_vocab) {
-            return Err(ModelError::BadBatch(format!("token id {tok} is outside the vocabulary of {}", self.hp.n_vocab)));
+        if let Some(&tok) = batch
+            .tokens
+            .iter()
+            .find(|&&t| t as usize >= self.hp.n_vocab)
+        {
+            return Err(ModelError::BadBatch(format!(
+                "token id {tok} is outside the vocabulary of {}",
+                self.hp.n_vocab
+            )));
         }
         st.seq_counts.clear();
         for t in 0..n {
@@ -357,7 +431,11 @@ impl Model {
             needed += kv.blocks_needed(seq, count)?;
         }
         if needed > kv.free_blocks() {
-            return Err(crate::kv_cache::KvError::OutOfBlocks { needed, free: kv.free_blocks() }.into());
+            return Err(crate::kv_cache::KvError::OutOfBlocks {
+                needed,
+                free: kv.free_blocks(),
+            }
+            .into());
         }
         for &(seq, count) in &st.seq_counts {
             kv.reserve(seq, count)?;

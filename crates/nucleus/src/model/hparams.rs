@@ -97,9 +97,8 @@ impl HParams {
         let arch_name = meta
             .get_str("general.architecture")
             .ok_or_else(|| ModelError::Invalid("no general.architecture in metadata".into()))?;
-        let arch = Arch::from_name(arch_name).ok_or_else(|| {
-            ModelError::UnsupportedArch(arch_name.to_string())
-        })?;
+        let arch = Arch::from_name(arch_name)
+            .ok_or_else(|| ModelError::UnsupportedArch(arch_name.to_string()))?;
         let key = |k: &str| format!("{arch_name}.{k}");
         let req = |k: &str| -> Result<usize, ModelError> {
             let v = meta
@@ -124,14 +123,21 @@ impl HParams {
         }
         let head_dim = opt("attention.key_length").unwrap_or(n_embd / n_head);
         let head_dim_v = opt("attention.value_length").unwrap_or(head_dim);
-        if head_dim == 0 || head_dim > 512 || head_dim % 2 != 0 || head_dim_v == 0 || head_dim_v > 512 {
+        if head_dim == 0
+            || head_dim > 512
+            || head_dim % 2 != 0
+            || head_dim_v == 0
+            || head_dim_v > 512
+        {
             return Err(ModelError::Invalid(format!(
                 "head dimensions {head_dim}/{head_dim_v} are not supported (even, at most 512)"
             )));
         }
         let rope_dim = opt("rope.dimension_count").unwrap_or(head_dim);
         if rope_dim > head_dim || rope_dim % 2 != 0 {
-            return Err(ModelError::Invalid(format!("rope dimension {rope_dim} with head dimension {head_dim}")));
+            return Err(ModelError::Invalid(format!(
+                "rope dimension {rope_dim} with head dimension {head_dim}"
+            )));
         }
         let rms_eps = meta
             .get_f32(&key("attention.layer_norm_rms_epsilon"))
@@ -141,7 +147,9 @@ impl HParams {
             None | Some("none") => 1.0,
             Some("linear") => 1.0 / meta.get_f32(&key("rope.scaling.factor")).unwrap_or(1.0),
             Some(other) => {
-                return Err(ModelError::Invalid(format!("rope scaling {other:?} is not supported yet")))
+                return Err(ModelError::Invalid(format!(
+                    "rope scaling {other:?} is not supported yet"
+                )))
             }
         };
         let n_ctx_train = opt("context_length").unwrap_or(2048);

@@ -26,7 +26,10 @@ pub enum ModelError {
     #[error("invalid model: {0}")]
     Invalid(String),
     #[error("tensor {name:?} has type {ty}, which nucleus cannot compute with yet")]
-    UnsupportedTensorType { name: String, ty: crate::quant::GgmlType },
+    UnsupportedTensorType {
+        name: String,
+        ty: crate::quant::GgmlType,
+    },
     #[error(transparent)]
     Kv(#[from] crate::kv_cache::KvError),
     #[error("bad batch: {0}")]

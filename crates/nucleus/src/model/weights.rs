@@ -144,13 +144,14 @@ impl Weights {
                     l.opt_vector(&n("attn_v.bias"), v_dim)?,
                 )
             };
-            let norm = |s: &str, len: usize, required: bool| -> Result<Option<Vec<f32>>, ModelError> {
-                if required {
-                    l.vector(&n(s), len).map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
+            let norm =
+                |s: &str, len: usize, required: bool| -> Result<Option<Vec<f32>>, ModelError> {
+                    if required {
+                        l.vector(&n(s), len).map(Some)
+                    } else {
+                        Ok(None)
+                    }
+                };
             layers.push(Layer {
                 attn_norm: l.vector(&n("attn_norm.weight"), e)?,
                 wq: l.matrix(&n("attn_q.weight"), e, q_dim)?,

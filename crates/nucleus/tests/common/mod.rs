@@ -12,7 +12,9 @@ pub fn models_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("NUCLEUS_MODELS") {
         return PathBuf::from(dir);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     home.join(".cache/nucleus/models")
 }
 
@@ -33,7 +35,10 @@ pub fn require(path: &std::path::Path, what: &str) -> bool {
         return true;
     }
     if std::env::var_os("CI").is_some() {
-        panic!("{what} is missing at {} (CI must provide it: .ci/run pulls the models)", path.display());
+        panic!(
+            "{what} is missing at {} (CI must provide it: .ci/run pulls the models)",
+            path.display()
+        );
     }
     eprintln!("skipped: {what} is absent at {}", path.display());
     false
