@@ -88,13 +88,15 @@ fn check_model(golden_name: &str) {
             "{golden_name}: tokenization of {prompt:?}"
         );
 
-        // 2. Along the reference path.
-        let mut all: Vec<u32> = tokens.clone();
-        all.extend_from_slice(&greedy);
-        let mut session = Session::new(&model, all.len() + 8);
+        // 2. Along the reference path, evaluated as the reference was: the prompt as one batch,
+        // then one greedy token at a time.
+        let mut session = Session::new(&model, tokens.len() + greedy.len() + 8);
         let vocab = model.hp.n_vocab;
-        let logits = session.feed(&all, 64, true).unwrap();
-        assert_eq!(logits.len(), all.len() * vocab);
+        let mut logits = session.feed(&tokens, 512, true).unwrap();
+        for &t in &greedy {
+            logits.extend(session.feed(&[t], 1, false).unwrap());
+        }
+        assert_eq!(logits.len(), (tokens.len() + greedy.len()) * vocab);
         for (i, step) in steps.iter().enumerate() {
             let row = &logits[i * vocab..(i + 1) * vocab];
             for &(id, want) in &step.top {
@@ -129,6 +131,8 @@ fn check_model(golden_name: &str) {
             let chooser = &steps[n_prompt - 1 + j];
             match ours.get(j) {
                 Some(&t) if t == greedy[j] => continue,
+                // The reference lists the end-of-generation token it stopped at; we stop before it.
+                None if j == ours.len() && tok.is_eog(greedy[j]) => break,
                 _ => {
                     assert!(
                         chooser.margin() < NEAR_TIE,

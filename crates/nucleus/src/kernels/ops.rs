@@ -75,13 +75,36 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// gate = gelu(gate) * up, with GELU's tanh approximation (as ggml and Gemma use).
-pub fn geglu(gate: &mut [f32], up: &[f32]) {
+/// GELU with the tanh approximation, in f32.
+pub fn gelu(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+}
+
+/// GELU as ggml computes it on the CPU: through a table indexed by the input rounded to f16,
+/// holding f16 results (`GGML_GELU_FP16`); exact beyond ±10. Matching it keeps our FFN
+/// activations identical to llama.cpp's.
+fn gelu_table() -> &'static [half::f16] {
+    static TABLE: std::sync::OnceLock<Vec<half::f16>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| half::f16::from_f32(gelu(half::f16::from_bits(bits).to_f32())))
+            .collect()
+    })
+}
+
+/// gate = gelu(gate) * up
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    let table = gelu_table();
     for (g, &u) in gate.iter_mut().zip(up) {
         let x = *g;
-        let inner = SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x);
-        *g = 0.5 * x * (1.0 + inner.tanh()) * u;
+        *g = if x <= -10.0 {
+            0.0
+        } else if x >= 10.0 {
+            x * u
+        } else {
+            table[half::f16::from_f32(x).to_bits() as usize].to_f32() * u
+        };
     }
 }
 
@@ -166,9 +189,13 @@ mod tests {
         let mut g = [1.0f32, -1.0];
         swiglu(&mut g, &[2.0, 3.0]);
         assert!((g[0] - 2.0 / (1.0 + (-1.0f32).exp())).abs() < 1e-6);
-        let mut g = [1.0f32];
-        geglu(&mut g, &[1.0]);
-        assert!((g[0] - 0.841192).abs() < 1e-5);
+        let mut g = [1.0f32, 20.0, -20.0];
+        geglu(&mut g, &[1.0, 2.0, 3.0]);
+        // gelu(1) = 0.841192 (tanh form), rounded to f16 as ggml's table holds it.
+        assert_eq!(g[0], half::f16::from_f32(0.841192).to_f32());
+        assert_eq!(g[1], 40.0);
+        assert_eq!(g[2], 0.0);
+        assert!((gelu(1.0) - 0.841192).abs() < 1e-5);
         assert!((logsumexp(&[0.0, 0.0]) - 2f32.ln()).abs() < 1e-6);
     }
 }

@@ -4,6 +4,7 @@
 
 use half::f16;
 
+use crate::kernels::f16 as f16k;
 use crate::kv_cache::{BlockId, KvCache};
 
 /// The keys a query at position `pos` may see: `[start, pos]`, causal, limited to the last
@@ -16,11 +17,56 @@ pub fn visible_range(pos: usize, window: Option<usize>) -> (usize, usize) {
     (start, pos + 1)
 }
 
+/// How the scores and the weighted sum are computed. Both are exact online softmaxes; they
+/// differ in rounding, and mirror llama.cpp's two CPU flash-attention paths so that our logits
+/// agree with the reference to the last bit where they can:
+/// - [`AttnPath::Vector`] (batches of fewer than [`TILED_MIN_QUERIES`] tokens, i.e. decode): the
+///   query is rounded to f16, keys are visited one at a time, and the output accumulates in f16.
+/// - [`AttnPath::Tiled`] (large prefill batches): f32 query and keys, a tile of
+///   [`KV_TILE`] keys at a time, f32 accumulation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttnPath {
+    Vector,
+    Tiled,
+}
+
+/// llama.cpp switches to its tiled path at this many queries in a batch.
+pub const TILED_MIN_QUERIES: usize = 64;
+/// Keys per tile of the tiled path.
+pub const KV_TILE: usize = 64;
+
+impl AttnPath {
+    pub fn for_batch(n_tokens: usize) -> AttnPath {
+        if n_tokens >= TILED_MIN_QUERIES {
+            AttnPath::Tiled
+        } else {
+            AttnPath::Vector
+        }
+    }
+}
+
 /// out = softmax(scale · q·Kᵀ) · V over positions `[start, end)` of the sequence whose blocks
-/// are `blocks`, for KV head `kv_head`. `q` is rounded to f16 first, as llama.cpp does before
-/// its f16 dot products, so that scores agree with the reference.
+/// are `blocks`, for KV head `kv_head`, without ever holding more than one tile of scores.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_head(
+    kv: &KvCache,
+    layer: usize,
+    blocks: &[BlockId],
+    kv_head: usize,
+    q: &[f32],
+    range: (usize, usize),
+    scale: f32,
+    path: AttnPath,
+    out: &mut [f32],
+) {
+    match path {
+        AttnPath::Vector => attend_vector(kv, layer, blocks, kv_head, q, range, scale, out),
+        AttnPath::Tiled => attend_tiled(kv, layer, blocks, kv_head, q, range, scale, out),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attend_vector(
     kv: &KvCache,
     layer: usize,
     blocks: &[BlockId],
@@ -32,51 +78,89 @@ pub fn attend_head(
 ) {
     let cfg = kv.config();
     let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
-    debug_assert!(dk <= 512 && dv <= 512 && bs <= 256);
-    let mut qh = [0f32; 512];
-    for (d, &s) in qh.iter_mut().zip(q) {
-        *d = f16::from_f32(s).to_f32();
+    debug_assert!(dk <= 512 && dv <= 512);
+    let mut q16 = [f16::ZERO; 512];
+    for (d, &s) in q16.iter_mut().zip(q) {
+        *d = f16::from_f32(s);
     }
-    let qh = &qh[..dk];
-    let mut scores = [0f32; 256];
-    let mut max = f32::NEG_INFINITY;
-    let mut sum = 0f32;
-    out[..dv].fill(0.0);
-    for bi in start / bs..end.div_ceil(bs) {
-        let block = blocks[bi];
-        let lo = (bi * bs).max(start) - bi * bs;
-        let hi = ((bi + 1) * bs).min(end) - bi * bs;
-        let keys = kv.block_keys(layer, block, kv_head);
-        let mut block_max = f32::NEG_INFINITY;
-        for slot in lo..hi {
-            let k = &keys[slot * dk..(slot + 1) * dk];
-            let s = dot_f16(qh, k) * scale;
-            scores[slot] = s;
-            block_max = block_max.max(s);
-        }
-        if block_max > max {
-            let r = (max - block_max).exp();
-            sum *= r;
-            for o in out[..dv].iter_mut() {
-                *o *= r;
-            }
-            max = block_max;
-        }
-        let values = kv.block_values(layer, block, kv_head);
-        for slot in lo..hi {
-            let p = (scores[slot] - max).exp();
-            sum += p;
-            let v = &values[slot * dv..(slot + 1) * dv];
-            axpy_f16(&mut out[..dv], p, v);
-        }
+    let q16 = &q16[..dk];
+    let mut acc = [f16::ZERO; 512];
+    let acc = &mut acc[..dv];
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for pos in start..end {
+        let (block, slot) = (blocks[pos / bs], pos % bs);
+        let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
+        let s = f16k::dot_f16(q16, k) * scale;
+        // Per key: either the maximum grows (rescale what we have, weight 1 for this key) or
+        // this key gets weight exp(s - max).
+        let (ms, vs) = if s > max {
+            let ms = (max - s).exp();
+            max = s;
+            f16k::scale_f16(acc, ms);
+            (ms, 1.0)
+        } else {
+            (1.0, (s - max).exp())
+        };
+        let v = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
+        f16k::mad_f16(acc, v, vs);
+        sum = sum * ms + vs;
     }
     let inv = 1.0 / sum;
-    for o in out[..dv].iter_mut() {
-        *o *= inv;
+    for (o, a) in out[..dv].iter_mut().zip(acc.iter()) {
+        *o = a.to_f32() * inv;
     }
 }
 
-fn dot_f16(q: &[f32], k: &[f16]) -> f32 {
+#[allow(clippy::too_many_arguments)]
+fn attend_tiled(
+    kv: &KvCache,
+    layer: usize,
+    blocks: &[BlockId],
+    kv_head: usize,
+    q: &[f32],
+    (start, end): (usize, usize),
+    scale: f32,
+    out: &mut [f32],
+) {
+    let cfg = kv.config();
+    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
+    let out = &mut out[..dv];
+    out.fill(0.0);
+    let mut scores = [0f32; KV_TILE];
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    // Tiles are aligned to multiples of KV_TILE positions, as the reference's are.
+    for tile in (start / KV_TILE)..end.div_ceil(KV_TILE) {
+        let lo = (tile * KV_TILE).max(start);
+        let hi = ((tile + 1) * KV_TILE).min(end);
+        let mut tile_max = f32::NEG_INFINITY;
+        for pos in lo..hi {
+            let (block, slot) = (blocks[pos / bs], pos % bs);
+            let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
+            let s = dot_f32_f16(q, k) * scale;
+            scores[pos - lo] = s;
+            tile_max = tile_max.max(s);
+        }
+        if tile_max > max {
+            let r = (max - tile_max).exp();
+            out.iter_mut().for_each(|o| *o *= r);
+            sum *= r;
+            max = tile_max;
+        }
+        let mut tile_sum = 0f64;
+        for pos in lo..hi {
+            let p = (scores[pos - lo] - max).exp();
+            tile_sum += p as f64;
+            let (block, slot) = (blocks[pos / bs], pos % bs);
+            let v = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
+            f16k::axpy_f16_f32(out, v, p);
+        }
+        sum += tile_sum as f32;
+    }
+    let inv = 1.0 / sum;
+    out.iter_mut().for_each(|o| *o *= inv);
+}
+
+fn dot_f32_f16(q: &[f32], k: &[f16]) -> f32 {
     let mut acc = [0f32; 8];
     let mut qc = q.chunks_exact(8);
     let mut kc = k.chunks_exact(8);
@@ -90,12 +174,6 @@ fn dot_f16(q: &[f32], k: &[f16]) -> f32 {
         s += a * b.to_f32();
     }
     s
-}
-
-fn axpy_f16(out: &mut [f32], a: f32, v: &[f16]) {
-    for (o, x) in out.iter_mut().zip(v) {
-        *o += a * x.to_f32();
-    }
 }
 
 #[cfg(test)]
@@ -113,10 +191,10 @@ mod tests {
             head_dim_k: dk,
             head_dim_v: dv,
             block_size: bs,
-            n_blocks: 8,
+            n_blocks: 48,
         });
         let seq = kv.new_seq();
-        let n = 11;
+        let n = 150;
         kv.reserve(seq, n).unwrap();
         let key =
             |p: usize, d: usize| f16::from_f32(((p * 7 + d * 3) % 11) as f32 * 0.25 - 1.0).to_f32();
@@ -137,33 +215,32 @@ mod tests {
             (5, None),
             (0, None),
             (9, Some(6)),
+            (149, None),
+            (130, Some(70)),
         ] {
             let range = visible_range(pos, window);
-            let mut out = vec![0.0; dv];
-            attend_head(
-                &kv,
-                0,
-                kv.seq_blocks(seq).unwrap(),
-                0,
-                &q,
-                range,
-                0.5,
-                &mut out,
-            );
             let scores: Vec<f64> = (range.0..range.1)
                 .map(|p| 0.5 * (0..dk).map(|d| (q[d] * key(p, d)) as f64).sum::<f64>())
                 .collect();
             let m = scores.iter().cloned().fold(f64::MIN, f64::max);
             let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
-            for d in 0..dv {
-                let want: f64 = (range.0..range.1)
-                    .zip(&scores)
-                    .map(|(p, s)| (s - m).exp() / z * val(p, d) as f64)
-                    .sum();
-                assert!(
-                    (out[d] as f64 - want).abs() < 1e-5,
-                    "pos {pos} window {window:?}"
-                );
+            for path in [AttnPath::Vector, AttnPath::Tiled] {
+                let mut out = vec![0.0; dv];
+                let blocks = kv.seq_blocks(seq).unwrap();
+                attend_head(&kv, 0, blocks, 0, &q, range, 0.5, path, &mut out);
+                // The vector path accumulates in f16, as llama.cpp's does: ~1e-3 relative.
+                let tol = if path == AttnPath::Vector { 5e-3 } else { 1e-5 };
+                for d in 0..dv {
+                    let want: f64 = (range.0..range.1)
+                        .zip(&scores)
+                        .map(|(p, s)| (s - m).exp() / z * val(p, d) as f64)
+                        .sum();
+                    let got = out[d] as f64;
+                    assert!(
+                        (got - want).abs() < tol,
+                        "{path:?} pos {pos} window {window:?}"
+                    );
+                }
             }
         }
     }

@@ -11,7 +11,7 @@ use crate::kv_cache::{BlockId, KvCache, SeqId};
 use crate::quant::{dequantize_row, vec_dot_type, GgmlType};
 use crate::tokenizer::TokenId;
 
-use super::attention::{attend_head, visible_range};
+use super::attention::{attend_head, visible_range, AttnPath};
 use super::weights::Matrix;
 use super::{Activation, Model, ModelError};
 
@@ -363,6 +363,7 @@ impl Model {
         let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
         let group = hp.n_head / hp.n_head_kv;
         let window = hp.layer_window(il);
+        let path = AttnPath::for_batch(batch.len());
         let n_tasks = batch.len() * hp.n_head;
         let out = SharedOut::new(att);
         let kv_ref = &*kv;
@@ -375,7 +376,17 @@ impl Model {
                 // SAFETY: task (t, h) is the only one writing row t's head h.
                 let o = unsafe { out.rows((t * hp.n_head + h) * hdv, hdv) };
                 let range = visible_range(batch.positions[t], window);
-                attend_head(kv_ref, il, blocks, h / group, qh, range, hp.attn_scale, o);
+                attend_head(
+                    kv_ref,
+                    il,
+                    blocks,
+                    h / group,
+                    qh,
+                    range,
+                    hp.attn_scale,
+                    path,
+                    o,
+                );
             }
         });
         Ok(())
