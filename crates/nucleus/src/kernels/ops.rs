@@ -4,20 +4,27 @@
 
 use crate::model::RopeStyle;
 
+/// 1/sqrt(mean(x²) + eps), the sum of squares accumulated in f64 as ggml does: residual
+/// streams (Gemma's especially) hold values in the hundreds, where an f32 sum loses the bits
+/// that the following 8-bit activation quantization then magnifies.
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
 /// out = x / sqrt(mean(x²) + eps) * weight
 pub fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let scale = 1.0 / (ss + eps).sqrt();
+    let scale = rms_scale(x, eps);
     for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
         *o = v * scale * w;
     }
 }
 
-/// In-place RMS norm of each `dim`-sized chunk (per-head q/k norms).
+/// In-place RMS norm of each `dim`-sized chunk (per-head q/k norms, Gemma's post-norms).
 pub fn rmsnorm_chunks(x: &mut [f32], weight: &[f32], eps: f32, dim: usize) {
     for chunk in x.chunks_exact_mut(dim) {
-        let ss: f32 = chunk.iter().map(|v| v * v).sum::<f32>() / dim as f32;
-        let scale = 1.0 / (ss + eps).sqrt();
+        let scale = rms_scale(chunk, eps);
         for (v, &w) in chunk.iter_mut().zip(weight) {
             *v = *v * scale * w;
         }

@@ -182,8 +182,11 @@ fn k_mins_dot(mins: &[i32; 8], xb: &[u8]) -> i32 {
     s
 }
 
+/// Q4_K with the float arithmetic of llama.cpp's repacked Q4_K kernels (see `x86::dot_k4_like`):
+/// per block one integer sum and one integer min-sum, each folded in with one FMA, and the
+/// two accumulators subtracted at the end.
 pub(crate) fn dot_q4_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut sumf = 0f32;
+    let (mut acc, mut acc_min) = (0f32, 0f32);
     for i in 0..n / QK_K {
         let (wb, xb) = (&w[144 * i..144 * i + 144], &x[292 * i..292 * i + 292]);
         let sc = &wb[4..16];
@@ -208,9 +211,10 @@ pub(crate) fn dot_q4_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
         let dy = rd_f32(xb, 0);
         let d = f16_to_f32(rd_u16(wb, 0)) * dy;
         let dmin = f16_to_f32(rd_u16(wb, 2)) * dy;
-        sumf += d * sumi as f32 - dmin * k_mins_dot(&mins, xb) as f32;
+        acc = (sumi as f32).mul_add(d, acc);
+        acc_min = (k_mins_dot(&mins, xb) as f32).mul_add(dmin, acc_min);
     }
-    sumf
+    acc - acc_min
 }
 
 pub(crate) fn dot_q5_k(n: usize, w: &[u8], x: &[u8]) -> f32 {

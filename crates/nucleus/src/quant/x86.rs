@@ -334,10 +334,23 @@ unsafe fn word_bcast_mask(i: usize) -> __m256i {
     }
 }
 
+/// Sum of the four i32 lanes (exact).
+#[inline(always)]
+unsafe fn hsum_epi32_128(v: __m128i) -> i32 {
+    let v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0b01_00_11_10));
+    let v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0b10_11_00_01));
+    _mm_cvtsi128_si32(v)
+}
+
 /// Shared by Q4_K and Q5_K: `qbits(j)` gives the unsigned low/high 32-element vectors of
 /// sub-block pair `j` (0..4).
+///
+/// With `BLOCK_SUMS` (Q4_K) the float arithmetic is that of llama.cpp's repacked Q4_K kernels,
+/// which it uses for every Q4_K matrix on AVX2 machines: each block's integer sums are reduced
+/// to one integer, then `acc += isum·(d·dy)` and `acc_min += imin·(dmin·dy)` with one FMA each,
+/// and the result is `acc − acc_min`. Without it (Q5_K), ggml's `vec_dot_q5_K_q8_K` order.
 #[inline(always)]
-unsafe fn dot_k4_like<const NX: usize, const WB: usize>(
+unsafe fn dot_k4_like<const NX: usize, const WB: usize, const BLOCK_SUMS: bool>(
     nb: usize,
     w: *const u8,
     x: *const u8,
@@ -348,6 +361,8 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); NX];
         let mut acc_m = [_mm_setzero_ps(); NX];
+        let mut acc_s = [_mm_setzero_ps(); NX];
+        let mut acc_ms = [_mm_setzero_ps(); NX];
         for i in 0..nb {
             let wb = w.add(i * WB);
             let d = f16(wb);
@@ -369,7 +384,13 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize>(
                     _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
                 let prod = _mm_madd_epi16(mins, q8s);
                 let dy = (xb as *const f32).read_unaligned();
-                acc_m[k] = _mm_fmadd_ps(_mm_set1_ps(-dmin * dy), _mm_cvtepi32_ps(prod), acc_m[k]);
+                if BLOCK_SUMS {
+                    let imin = _mm_cvtsi32_ss(_mm_setzero_ps(), hsum_epi32_128(prod));
+                    acc_ms[k] = _mm_fmadd_ss(imin, _mm_set_ss(dmin * dy), acc_ms[k]);
+                } else {
+                    acc_m[k] =
+                        _mm_fmadd_ps(_mm_set1_ps(-dmin * dy), _mm_cvtepi32_ps(prod), acc_m[k]);
+                }
             }
             for j in 0..4 {
                 let sl = _mm256_shuffle_epi8(scales, word_bcast_mask(2 * j));
@@ -384,12 +405,28 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize>(
             }
             for k in 0..NX {
                 let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
-                acc[k] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+                if BLOCK_SUMS {
+                    let lanes = _mm_add_epi32(
+                        _mm256_castsi256_si128(sumi[k]),
+                        _mm256_extracti128_si256(sumi[k], 1),
+                    );
+                    let isum = _mm_cvtsi32_ss(_mm_setzero_ps(), hsum_epi32_128(lanes));
+                    acc_s[k] = _mm_fmadd_ss(isum, _mm_set_ss(d * dy), acc_s[k]);
+                } else {
+                    acc[k] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(d * dy),
+                        _mm256_cvtepi32_ps(sumi[k]),
+                        acc[k],
+                    );
+                }
             }
         }
         for k in 0..NX {
-            *out.add(k) = hsum_ps(acc[k]) + hsum_ps128(acc_m[k]);
+            *out.add(k) = if BLOCK_SUMS {
+                _mm_cvtss_f32(acc_s[k]) - _mm_cvtss_f32(acc_ms[k])
+            } else {
+                hsum_ps(acc[k]) + hsum_ps128(acc_m[k])
+            };
         }
     }
 }
@@ -403,7 +440,7 @@ unsafe fn q4_k<const VNNI: bool, const NX: usize>(
     out: *mut f32,
 ) {
     unsafe {
-        dot_k4_like::<NX, 144>(
+        dot_k4_like::<NX, 144, true>(
             n / 256,
             w,
             x,
@@ -431,7 +468,7 @@ unsafe fn q5_k<const VNNI: bool, const NX: usize>(
     out: *mut f32,
 ) {
     unsafe {
-        dot_k4_like::<NX, 176>(
+        dot_k4_like::<NX, 176, false>(
             n / 256,
             w,
             x,
