@@ -354,3 +354,76 @@ fn max_tokens_finishes_with_length() {
     assert_eq!(out.tokens.len(), 3);
     assert_eq!(out.finish_reason, FinishReason::Length);
 }
+
+/// The scheduler-facing API on its own: a `Sequence` fed synthetic logits (only the vocabulary
+/// is loaded), one row at a time.
+#[test]
+fn sequence_drives_from_logits_alone() {
+    use nucleus::engine::Sequence;
+    let path = common::golden_model_path(QWEN);
+    if !common::require(&path, "model") {
+        return;
+    }
+    let file = nucleus::gguf::GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_gguf(&file.metadata).unwrap();
+    let n_vocab = tok.vocab_size();
+    let one_hot = |t: u32| {
+        let mut l = vec![0.0f32; n_vocab];
+        l[t as usize] = 30.0;
+        l
+    };
+    let ids = tok.encode("Hello world, STOP here", false, false).unwrap();
+    let eos = tok.eog_tokens()[0];
+
+    // Stop string split over tokens; logprobs and explain recorded per token.
+    let mut req = GenerateRequest::greedy(50);
+    req.stop = vec![" STOP".into()];
+    req.explain = true;
+    req.sampling.logprobs = Some(1);
+    let mut seq = Sequence::new(&tok, &[1, 2], &req).unwrap();
+    let mut streamed = String::new();
+    let mut finish = None;
+    for &t in &ids {
+        let step = seq.step(&mut one_hot(t)).unwrap();
+        assert_eq!(step.token, t);
+        assert!(step.explain.is_some());
+        assert!(step.logprob.as_ref().unwrap().logprob > -1e-3);
+        streamed.push_str(&step.text);
+        assert!(!streamed.contains('S'), "leaked {streamed:?}");
+        if step.finish.is_some() {
+            finish = step.finish;
+            break;
+        }
+    }
+    assert_eq!(finish, Some(FinishReason::Stop));
+    assert_eq!(streamed, "Hello world,");
+    assert_eq!(seq.text(), "Hello world,");
+    assert_eq!(seq.matched_stop(), Some(" STOP"));
+    assert_eq!(seq.prompt(), &[1, 2]);
+    assert_eq!(seq.logprobs().len(), seq.tokens().len());
+
+    // EOS ends the sequence, is not output, and releases held text; abort releases too.
+    let mut req = GenerateRequest::greedy(50);
+    req.stop = vec![" STOPPED".into()];
+    let mut seq = Sequence::new(&tok, &[], &req).unwrap();
+    let mut streamed = String::new();
+    for &t in &ids {
+        streamed.push_str(&seq.step(&mut one_hot(t)).unwrap().text);
+    }
+    assert_eq!(streamed, "Hello world, STOP here");
+    let step = seq.step(&mut one_hot(eos)).unwrap();
+    assert!(step.is_eos);
+    assert_eq!(step.finish, Some(FinishReason::Stop));
+    assert_eq!(seq.tokens(), &ids[..]);
+    let mut seq = Sequence::new(&tok, &[], &req).unwrap();
+    let stop_at = ids.len() - 1; // "Hello world, STOP" is held: could become " STOPPED"
+    let mut streamed = String::new();
+    for &t in &ids[..stop_at] {
+        streamed.push_str(&seq.accept_token(t).text);
+    }
+    assert!(!streamed.ends_with("STOP"));
+    streamed.push_str(&seq.abort(FinishReason::Length));
+    assert_eq!(streamed, tok.decode(&ids[..stop_at], true));
+    assert_eq!(seq.finish_reason(), Some(FinishReason::Length));
+    assert_eq!(seq.step(&mut one_hot(5)).unwrap().text, "");
+}
