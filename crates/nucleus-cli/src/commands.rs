@@ -7,13 +7,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use nucleus::chat::{ChatTemplate, Message};
-use nucleus::engine::{GenerationConfig, Session};
+use nucleus::engine::{GenerateRequest, SequenceStep, Session};
 use nucleus::gguf::GgufFile;
 use nucleus::model::Model;
-use nucleus::tokenizer::{StreamDecoder, TokenId, Tokenizer};
+use nucleus::sampling::{SamplingError, SamplingParams};
+use nucleus::tokenizer::{TokenId, Tokenizer};
 
 use crate::catalog::{self, CATALOG, DEFAULT_MODEL};
-use crate::{GenerateArgs, ModelArgs};
+use crate::{GenerateArgs, ModelArgs, SamplingArgs};
 
 /// A catalog name (pulled on first use) or a path to a GGUF file.
 fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
@@ -50,6 +51,101 @@ fn context_size(args: &ModelArgs, model: &Model) -> usize {
     args.ctx.unwrap_or(model.hp.n_ctx_train.min(4096))
 }
 
+impl SamplingArgs {
+    /// The request these flags describe; invalid values give one error naming the flag.
+    fn request(
+        &self,
+        max_tokens: usize,
+        ignore_eos: bool,
+        n_vocab: usize,
+    ) -> Result<GenerateRequest> {
+        let sampling = SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            typical_p: self.typical_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            no_repeat_ngram: self.no_repeat_ngram,
+            logit_bias: self.logit_bias.clone(),
+            seed: self.seed,
+            logprobs: self.logprobs,
+        };
+        let req = GenerateRequest {
+            sampling,
+            stop: self.stop.clone(),
+            max_tokens,
+            ignore_eos,
+            explain: self.explain,
+            beams: self.beams,
+            length_penalty: self.length_penalty,
+            ..Default::default()
+        };
+        if let Err(e) = req.validate() {
+            match e {
+                SamplingError::InvalidParam { name, reason } => {
+                    bail!("invalid --{}: {reason}", name.replace('_', "-"))
+                }
+                e => bail!(e),
+            }
+        }
+        if let Some(&(id, _)) = self.logit_bias.iter().find(|b| b.0 as usize >= n_vocab) {
+            bail!("invalid --logit-bias: token {id} is outside the vocabulary of {n_vocab} tokens");
+        }
+        if self.beams > 1 && (self.logprobs.is_some() || self.explain) {
+            bail!("--logprobs and --explain describe sampling; they cannot be used with --beams");
+        }
+        Ok(req)
+    }
+}
+
+/// A session with room for the request's beams.
+fn session_for<'m>(model: &'m Model, n_ctx: usize, req: &GenerateRequest) -> Session<'m> {
+    let kv_tokens = if req.beams > 1 {
+        Session::kv_tokens_for_beams(n_ctx, req.beams, req.max_tokens)
+    } else {
+        n_ctx
+    };
+    Session::with_kv_tokens(model, n_ctx, kv_tokens)
+}
+
+/// What `--explain` and `--logprobs` print to stderr for one token (nothing otherwise).
+fn report_step(tokenizer: &Tokenizer, step: &SequenceStep, logprobs_to_stderr: bool) {
+    let show = |id: TokenId| format!("{:?}", String::from_utf8_lossy(tokenizer.piece(id, false)));
+    if let Some(ex) = &step.explain {
+        let stages: Vec<String> = ex
+            .stages
+            .iter()
+            .map(|(stage, n)| format!("{} {n}", stage.name()))
+            .collect();
+        eprintln!(
+            "[explain] {:>6} {:<14} p={:.4} entropy={:.3} | {}",
+            step.token,
+            show(step.token),
+            ex.chosen_prob,
+            ex.entropy.abs(), // never print -0
+            stages.join(" > ")
+        );
+    }
+    if let (true, Some(lp)) = (logprobs_to_stderr, &step.logprob) {
+        let top: Vec<String> = lp
+            .top_logprobs
+            .iter()
+            .map(|t| format!("{} {:.3}", show(t.token), t.logprob))
+            .collect();
+        eprintln!(
+            "[logprob] {:>6} {:<14} {:.4} | top: {}",
+            lp.token,
+            show(lp.token),
+            lp.logprob,
+            top.join(", ")
+        );
+    }
+}
+
 pub fn run(args: GenerateArgs) -> Result<()> {
     let (spec, prompt) = match args.args.as_slice() {
         [prompt] => (None, prompt.clone()),
@@ -57,6 +153,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         _ => unreachable!("clap enforces one or two arguments"),
     };
     let Loaded { model, tokenizer } = load(&args.model, spec)?;
+    let req = args
+        .sampling
+        .request(args.max_tokens, args.ignore_eos, model.hp.n_vocab)?;
     let prompt_tokens = tokenizer.encode(&prompt, !args.no_special, true)?;
     if prompt_tokens.is_empty() {
         bail!("the prompt is empty");
@@ -68,50 +167,29 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             prompt_tokens.len()
         );
     }
-    let cfg = GenerationConfig {
-        max_tokens: args.max_tokens,
-        ignore_eos: args.ignore_eos,
-        ..Default::default()
-    };
-    let mut session = Session::new(&model, n_ctx);
-    let mut decoder = StreamDecoder::new(&tokenizer, true);
-    let mut text = String::new();
+    let mut session = session_for(&model, n_ctx, &req);
     let stdout = std::io::stdout();
-    let (tokens, finish, timings) = session.generate_greedy(
-        &prompt_tokens,
-        &cfg,
-        |t| tokenizer.is_eog(t),
-        |t| {
-            let piece = decoder.push(t);
-            if !args.json {
-                let mut out = stdout.lock();
-                let _ = out.write_all(piece.as_bytes());
-                let _ = out.flush();
-            }
-            text.push_str(&piece);
-        },
-    )?;
-    let rest = decoder.finish();
-    text.push_str(&rest);
+    let gen = session.generate(&tokenizer, &prompt_tokens, &req, |step| {
+        report_step(&tokenizer, step, !args.json);
+        if !args.json {
+            let mut out = stdout.lock();
+            let _ = out.write_all(step.text.as_bytes());
+            let _ = out.flush();
+        }
+    })?;
     if args.json {
-        let obj = serde_json::json!({
-            "prompt_tokens": prompt_tokens,
-            "tokens": tokens,
-            "text": text,
-            "finish_reason": finish,
-            "timings": timings,
-        });
-        println!("{obj}");
+        println!("{}", serde_json::to_string(&gen)?);
     } else {
-        println!("{rest}");
+        println!();
         if args.verbose {
+            let t = &gen.timings;
             eprintln!(
-                "prompt: {} tokens, {:.1} tok/s; generated: {} tokens, {:.1} tok/s; finish: {:?}",
-                timings.prompt_tokens,
-                timings.prompt_tokens_per_s,
-                timings.generated_tokens,
-                timings.generate_tokens_per_s,
-                finish
+                "prompt: {} tokens, {:.1} tok/s; generated: {} tokens, {:.1} tok/s; finish: {}",
+                t.prompt_tokens,
+                t.prompt_tokens_per_s,
+                t.generated_tokens,
+                t.generate_tokens_per_s,
+                gen.finish_reason.as_str()
             );
         }
     }
@@ -123,8 +201,10 @@ pub fn chat(
     name: Option<String>,
     system: Option<String>,
     max_tokens: usize,
+    sampling: SamplingArgs,
 ) -> Result<()> {
     let Loaded { model, tokenizer } = load(&args, name.as_deref())?;
+    let mut req = sampling.request(max_tokens, false, model.hp.n_vocab)?;
     let source = tokenizer
         .chat_template()
         .ok_or(nucleus::chat::ChatError::NoTemplate)?;
@@ -135,8 +215,7 @@ pub fn chat(
     };
     let template = ChatTemplate::new(source, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?;
     let n_ctx = context_size(&args, &model);
-    let mut session = Session::new(&model, n_ctx);
-    let mut cached: Vec<TokenId> = Vec::new();
+    let mut session = session_for(&model, n_ctx, &req);
     let mut messages = Vec::new();
     if let Some(s) = system {
         messages.push(Message::new("system", &s));
@@ -147,7 +226,7 @@ pub fn chat(
         "Chatting with {} (empty line or Ctrl-D to quit).",
         model.hp.arch.name()
     );
-    loop {
+    for turn in 0u64.. {
         eprint!("> ");
         let mut line = String::new();
         if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
@@ -162,44 +241,26 @@ pub fn chat(
                 tokens.len()
             );
         }
-        // Reuse the cached prefix of the conversation; recompute from where it differs.
-        let common = cached
+        // Reuse the session's prefix of the conversation; recompute from where it differs.
+        let common = session
+            .tokens()
             .iter()
             .zip(&tokens)
             .take_while(|(a, b)| a == b)
             .count();
-        if common < cached.len() {
+        if common < session.len() || common == tokens.len() {
             session.reset();
-            cached.clear();
         }
-        let new = &tokens[cached.len()..];
-        let cfg = GenerationConfig {
-            max_tokens: max_tokens.min(n_ctx - tokens.len()),
-            ..Default::default()
-        };
-        let mut decoder = StreamDecoder::new(&tokenizer, true);
-        let mut reply = String::new();
-        let (generated, _, _) = session.generate_greedy(
-            new,
-            &cfg,
-            |t| tokenizer.is_eog(t),
-            |t| {
-                let piece = decoder.push(t);
-                let _ = stdout.write_all(piece.as_bytes());
-                let _ = stdout.flush();
-                reply.push_str(&piece);
-            },
-        )?;
-        let rest = decoder.finish();
-        reply.push_str(&rest);
-        println!("{rest}");
-        cached = tokens;
-        cached.extend_from_slice(&generated);
-        // The session holds every generated token but the last, which was never fed.
-        if !generated.is_empty() {
-            cached.pop();
-        }
-        messages.push(Message::new("assistant", &reply));
+        let new = tokens[session.len()..].to_vec();
+        // A different stream each turn, reproducible with --seed.
+        req.sampling.seed = sampling.seed.map(|s| s.wrapping_add(turn));
+        let gen = session.generate(&tokenizer, &new, &req, |step| {
+            report_step(&tokenizer, step, true);
+            let _ = stdout.write_all(step.text.as_bytes());
+            let _ = stdout.flush();
+        })?;
+        println!();
+        messages.push(Message::new("assistant", &gen.text));
     }
     Ok(())
 }

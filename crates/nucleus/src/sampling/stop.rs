@@ -13,12 +13,14 @@
 
 use super::TokenId;
 
-/// Why generation ended (OpenAI's `finish_reason`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why generation ended (OpenAI's `finish_reason`). The one type for the whole crate:
+/// [`crate::engine`] re-exports it. Serialized as `"stop"` / `"length"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FinishReason {
     /// An end-of-generation token or a stop string.
     Stop,
-    /// `max_new_tokens` reached.
+    /// `max_new_tokens` reached, or the end of the context window.
     Length,
 }
 
@@ -191,6 +193,23 @@ impl StopConditions {
         }
         self.finished = step.finish;
         step
+    }
+
+    /// End generation now for a reason found outside (the context window is full, the
+    /// request was cancelled): the held text is released (it did not become a stop string).
+    /// Does nothing if already finished.
+    pub fn finish_now(&mut self, reason: FinishReason) -> StopStep {
+        if let Some(f) = self.finished {
+            return StopStep {
+                text: String::new(),
+                finish: Some(f),
+            };
+        }
+        self.finished = Some(reason);
+        StopStep {
+            text: self.checker.flush(),
+            finish: Some(reason),
+        }
     }
 
     /// Tokens generated so far.
