@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's tools from the vendored source of the llama-cpp-python 0.3.36 sdist (the
+# version the golden files and the reference benchmarks use), -O3 native, into .bench/.
+# Prints the build directory. Not used by CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=${LLAMA_CPP_ROOT:-$PWD/.bench/llama.cpp}
+src="$root/llama_cpp_python-0.3.36/vendor/llama.cpp"
+if [ ! -x "$src/build/bin/llama-bench" ] || [ ! -x "$src/build/bin/llama-server" ]; then
+  mkdir -p "$root"
+  if [ ! -d "$src" ]; then
+    python3 -m pip download --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 -d "$root" >&2
+    tar xzf "$root/llama_cpp_python-0.3.36.tar.gz" -C "$root"
+  fi
+  command -v cmake >/dev/null || python3 -m pip install -q cmake ninja >&2
+  cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF >&2
+  cmake --build "$src/build" -j"$(nproc)" --target llama-bench llama-server llama-batched-bench >&2
+fi
+echo "$src"
