@@ -708,8 +708,8 @@ impl<'a> Scheduler<'a> {
             buf.extend_from_slice(&all_logits[r * n_vocab..(r + 1) * n_vocab]);
             match s.dec.step(&mut buf, &s.tokens) {
                 Err(e) => {
-                    let _ = s.tx.send(Event::Error(format!("sampling failed: {e}")));
                     c.failed.fetch_add(1, Ordering::Relaxed);
+                    let _ = s.tx.send(Event::Error(format!("sampling failed: {e}")));
                     done.push(i);
                 }
                 Ok(out) => {
@@ -723,6 +723,7 @@ impl<'a> Scheduler<'a> {
                         }));
                     }
                     if let Some(reason) = out.finish {
+                        c.finished.fetch_add(1, Ordering::Relaxed);
                         let _ = s.tx.send(Event::Done(Finished {
                             text: if out.eog { out.text } else { String::new() },
                             finish_reason: reason,
@@ -730,7 +731,6 @@ impl<'a> Scheduler<'a> {
                             completion_tokens: s.dec.generated(),
                             preemptions: s.preemptions,
                         }));
-                        c.finished.fetch_add(1, Ordering::Relaxed);
                         done.push(i);
                     } else {
                         s.tokens.push(out.token);
@@ -747,8 +747,8 @@ impl<'a> Scheduler<'a> {
 
     fn fail(&mut self, s: &mut Seq, msg: &str) {
         self.release(s);
-        let _ = s.tx.send(Event::Error(msg.to_string()));
         self.shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+        let _ = s.tx.send(Event::Error(msg.to_string()));
     }
 
     fn fail_all(&mut self, msg: &str) {
