@@ -695,6 +695,7 @@ impl<'a> Scheduler<'a> {
         let mut buf: Vec<f32> = Vec::with_capacity(n_vocab);
         let mut row = 0;
         let mut done: Vec<usize> = Vec::new();
+        let mut finals: Vec<(UnboundedSender<Event>, Finished)> = Vec::new();
         for &(i, n) in plan {
             let s = &mut self.running[i];
             let last = n == s.uncached();
@@ -724,13 +725,18 @@ impl<'a> Scheduler<'a> {
                     }
                     if let Some(reason) = out.finish {
                         c.finished.fetch_add(1, Ordering::Relaxed);
-                        let _ = s.tx.send(Event::Done(Finished {
-                            text: if out.eog { out.text } else { String::new() },
-                            finish_reason: reason,
-                            prompt_tokens: s.n_prompt,
-                            completion_tokens: s.dec.generated(),
-                            preemptions: s.preemptions,
-                        }));
+                        // Sent after the blocks are freed and the stats published, so that a
+                        // client that saw its request end sees the engine without it.
+                        finals.push((
+                            s.tx.clone(),
+                            Finished {
+                                text: if out.eog { out.text } else { String::new() },
+                                finish_reason: reason,
+                                prompt_tokens: s.n_prompt,
+                                completion_tokens: s.dec.generated(),
+                                preemptions: s.preemptions,
+                            },
+                        ));
                         done.push(i);
                     } else {
                         s.tokens.push(out.token);
@@ -742,6 +748,10 @@ impl<'a> Scheduler<'a> {
         for i in done {
             let mut s = self.running.remove(i);
             self.release(&mut s);
+        }
+        self.publish();
+        for (tx, f) in finals {
+            let _ = tx.send(Event::Done(f));
         }
     }
 
