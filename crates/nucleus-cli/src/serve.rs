@@ -34,7 +34,7 @@ pub struct ServeArgs {
     /// Requests waiting for admission at most (beyond: 429).
     #[arg(long, default_value_t = 64)]
     pub queue: usize,
-    /// Tokens the shared KV cache holds (default: max_running × ctx, capped at 65536).
+    /// Tokens the shared KV cache holds (default: max_running × ctx, capped at 32768).
     #[arg(long)]
     pub kv_tokens: Option<usize>,
     /// Tokens per KV block.
@@ -79,7 +79,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let n_ctx = args.ctx.unwrap_or(model.hp.n_ctx_train.min(4096));
     let kv_tokens = args
         .kv_tokens
-        .unwrap_or((args.max_running * n_ctx).clamp(n_ctx, 65536));
+        .unwrap_or((args.max_running * n_ctx).clamp(n_ctx, 32768));
     let model_id = args.model_id.clone().unwrap_or_else(|| {
         if catalog::find(spec).is_some() {
             spec.to_string()

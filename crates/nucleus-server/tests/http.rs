@@ -123,10 +123,7 @@ impl Resp {
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
         let size_str = std::str::from_utf8(&b[..eol]).unwrap();
         let size = usize::from_str_radix(size_str.split(';').next().unwrap().trim(), 16).unwrap();
         if size == 0 {
