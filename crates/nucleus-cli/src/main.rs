@@ -3,6 +3,7 @@
 mod catalog;
 mod commands;
 mod pull;
+mod serve;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -199,6 +200,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the model over an OpenAI-compatible HTTP API (continuous batching).
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
@@ -246,6 +249,7 @@ fn main() {
             reps,
             json,
         } => commands::bench(model, name, prompt_tokens, gen_tokens, reps, json),
+        Command::Serve(args) => serve::serve(args),
     };
     if let Err(err) = result {
         // One clear line, no backtrace.

@@ -1,4 +1,4 @@
-//! Requests, the generation loop and (later) the scheduler. Everything here works on token ids
+//! Requests, the generation loop and the scheduler. Everything here works on token ids
 //! and logits; it knows nothing of tensors.
 //!
 //! - [`Sequence`]: one sequence's decoding state (sampler, context, detokenizer, stop
@@ -8,8 +8,12 @@
 //!   [`GenerateRequest`] (sampling or beam search) to a [`Generation`].
 //! - [`KvBeams`]: beam search's [`BeamModel`](crate::sampling::BeamModel) over the paged KV
 //!   cache (forks share blocks, one batched forward per step).
+//! - [`scheduler`]: the serving engine: a request queue and continuous batching of many
+//!   sequences (decode tokens plus chunked prefill in one forward per step), admission and
+//!   preemption by KV blocks, cancellation.
 
 mod beams;
+pub mod scheduler;
 mod sequence;
 mod session;
 

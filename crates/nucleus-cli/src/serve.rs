@@ -1,0 +1,143 @@
+//! `nucleus serve`: the OpenAI-compatible HTTP server over the continuous-batching engine.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use nucleus::engine::scheduler::{Engine, EngineConfig};
+use nucleus::model::Model;
+use nucleus::tokenizer::Tokenizer;
+use nucleus_server::AppState;
+
+use crate::catalog::{self, DEFAULT_MODEL};
+
+#[derive(Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Model: a catalog name (see `nucleus list`) or a path to a GGUF file.
+    pub model: Option<String>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Threads for the forward pass (0 = all cores).
+    #[arg(short, long, default_value_t = 0)]
+    pub threads: usize,
+    /// Context window of one sequence (default: the model's, capped at 4096).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Sequences decoded together at most.
+    #[arg(long, default_value_t = 16)]
+    pub max_running: usize,
+    /// Requests waiting for admission at most (beyond: 429).
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Tokens the shared KV cache holds (default: max_running × ctx, capped at 32768).
+    #[arg(long)]
+    pub kv_tokens: Option<usize>,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Tokens per forward pass at most (decode tokens first, then prefill chunks).
+    #[arg(long, default_value_t = 256)]
+    pub step_tokens: usize,
+    /// Require `Authorization: Bearer KEY` on /v1 routes (also read from NUCLEUS_API_KEY).
+    #[arg(long, env = "NUCLEUS_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Model id reported by /v1/models (default: the catalog name or file stem).
+    #[arg(long)]
+    pub model_id: Option<String>,
+    /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM before cancelling them.
+    #[arg(long, default_value_t = 10)]
+    pub drain_secs: u64,
+}
+
+fn resolve(spec: &str) -> Result<PathBuf> {
+    if let Some(entry) = catalog::find(spec) {
+        if !entry.is_present() {
+            eprintln!("{} is not downloaded yet; pulling it (once).", entry.name);
+            return crate::pull::pull(entry, false);
+        }
+        return Ok(entry.path());
+    }
+    let path = PathBuf::from(spec);
+    if path.is_file() {
+        return Ok(path);
+    }
+    bail!("no model {spec:?}: it is neither a catalog name (see `nucleus list`) nor a file")
+}
+
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let spec = args.model.as_deref().unwrap_or(DEFAULT_MODEL);
+    let path = resolve(spec)?;
+    let model = Model::load(&path, args.threads)
+        .with_context(|| format!("cannot load {}", path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(&model.file.metadata)
+        .with_context(|| format!("cannot build the tokenizer of {}", path.display()))?;
+    let n_ctx = args.ctx.unwrap_or(model.hp.n_ctx_train.min(4096));
+    let kv_tokens = args
+        .kv_tokens
+        .unwrap_or((args.max_running * n_ctx).clamp(n_ctx, 32768));
+    let model_id = args.model_id.clone().unwrap_or_else(|| {
+        if catalog::find(spec).is_some() {
+            spec.to_string()
+        } else {
+            path.file_stem()
+                .map_or(spec.to_string(), |s| s.to_string_lossy().into_owned())
+        }
+    });
+    let cfg = EngineConfig {
+        max_running: args.max_running,
+        queue_capacity: args.queue,
+        kv_tokens,
+        block_size: args.block_size,
+        step_token_budget: args.step_tokens,
+        n_ctx,
+        headroom_blocks: 1,
+    };
+    let threads = model.n_threads();
+    let tokenizer = Arc::new(tokenizer);
+    let engine = Engine::start(Arc::new(model), tokenizer.clone(), cfg.clone());
+    let n_ctx = engine.config().n_ctx;
+    let state = Arc::new(AppState::new(
+        engine,
+        tokenizer,
+        model_id.clone(),
+        args.api_key.clone(),
+    ));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        eprintln!(
+            "nucleus serve: {model_id} on http://{} ({threads} threads, ctx {n_ctx}, {} running \
+             at most, KV {kv_tokens} tokens, queue {}){}",
+            listener.local_addr()?,
+            cfg.max_running,
+            cfg.queue_capacity,
+            if state.api_key.is_some() {
+                ", API key required"
+            } else {
+                ""
+            }
+        );
+        nucleus_server::serve(
+            listener,
+            state,
+            nucleus_server::shutdown_signal(),
+            Duration::from_secs(args.drain_secs),
+        )
+        .await
+        .context("server error")?;
+        eprintln!("nucleus serve: stopped");
+        Ok(())
+    })
+}

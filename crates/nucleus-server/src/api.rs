@@ -1,0 +1,311 @@
+//! Request bodies of `/v1/completions` and `/v1/chat/completions` and their validation into
+//! engine requests.
+
+use std::collections::HashMap;
+
+use nucleus::sampling::{SamplingError, SamplingParams};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+pub const MAX_N: i64 = 16;
+pub const MAX_LOGPROBS: i64 = 20;
+pub const MAX_STOPS: usize = 16;
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+pub enum StopField {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize, Debug, Clone, Default)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Deserialize, Debug, Clone)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: Option<Content>,
+}
+
+/// The fields of both endpoints (OpenAI's, then nucleus extensions). Unknown fields are ignored.
+#[derive(Deserialize, Debug, Clone, Default)]
+pub struct ApiRequest {
+    pub model: Option<String>,
+    pub prompt: Option<Value>,
+    pub messages: Option<Vec<ChatMessage>>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub n: Option<i64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    /// Completions: an integer (number of alternatives); chat: a boolean.
+    pub logprobs: Option<Value>,
+    pub top_logprobs: Option<i64>,
+    pub stop: Option<StopField>,
+    pub seed: Option<i64>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub logit_bias: Option<HashMap<String, f32>>,
+    pub echo: Option<bool>,
+    pub user: Option<String>,
+    // nucleus extensions
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub typical_p: Option<f32>,
+    #[serde(alias = "repeat_penalty")]
+    pub repetition_penalty: Option<f32>,
+    pub repeat_last_n: Option<i64>,
+    pub no_repeat_ngram: Option<i64>,
+    pub ignore_eos: Option<bool>,
+}
+
+/// Parses a JSON body; the error names the offending field.
+pub fn parse(body: &[u8]) -> Result<ApiRequest, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    match serde_path_to_error::deserialize::<_, ApiRequest>(de) {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if inner.is_syntax() || inner.is_eof() {
+                Err(ApiError::invalid(format!("malformed JSON body: {inner}"))
+                    .with_code("invalid_json"))
+            } else if path == "." || path.is_empty() {
+                Err(ApiError::invalid(format!(
+                    "the body must be a JSON object: {inner}"
+                )))
+            } else {
+                let param = path.split(['.', '[']).next().unwrap_or(&path).to_string();
+                Err(
+                    ApiError::param(&param, format!("invalid value for `{path}`: {inner}"))
+                        .with_code("invalid_type"),
+                )
+            }
+        }
+    }
+}
+
+/// Which endpoint: their `logprobs` fields differ.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Endpoint {
+    Completions,
+    Chat,
+}
+
+/// Validated settings shared by both endpoints.
+#[derive(Debug, Clone)]
+pub struct GenSettings {
+    pub sampling: SamplingParams,
+    pub n: usize,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub stop: Vec<String>,
+    pub max_tokens: Option<usize>,
+    pub ignore_eos: bool,
+}
+
+fn range_f32(name: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
+    match v {
+        Some(x) if !(x.is_finite() && x >= lo && x <= hi) => Err(ApiError::param(
+            name,
+            format!("`{name}` = {x} is out of range [{lo}, {hi}]"),
+        )),
+        _ => Ok(v),
+    }
+}
+
+fn range_i64(name: &str, v: Option<i64>, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+    match v {
+        Some(x) if x < lo || x > hi => Err(ApiError::param(
+            name,
+            format!("`{name}` = {x} is out of range [{lo}, {hi}]"),
+        )),
+        _ => Ok(v),
+    }
+}
+
+impl ApiRequest {
+    pub fn settings(&self, ep: Endpoint, n_vocab: usize) -> Result<GenSettings, ApiError> {
+        let mut p = SamplingParams::default();
+        if let Some(t) = range_f32("temperature", self.temperature, 0.0, 2.0)? {
+            p.temperature = t;
+        }
+        if let Some(v) = self.top_p {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(ApiError::param(
+                    "top_p",
+                    format!("`top_p` = {v} must be in (0, 1]"),
+                ));
+            }
+            p.top_p = v;
+        }
+        if let Some(v) = range_f32("presence_penalty", self.presence_penalty, -2.0, 2.0)? {
+            p.presence_penalty = v;
+        }
+        if let Some(v) = range_f32("frequency_penalty", self.frequency_penalty, -2.0, 2.0)? {
+            p.frequency_penalty = v;
+        }
+        if let Some(v) = range_i64("top_k", self.top_k, 0, i64::from(u32::MAX))? {
+            p.top_k = v as usize;
+        }
+        if let Some(v) = range_f32("min_p", self.min_p, 0.0, 1.0)? {
+            p.min_p = v;
+        }
+        if let Some(v) = self.typical_p {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(ApiError::param(
+                    "typical_p",
+                    format!("`typical_p` = {v} must be in (0, 1]"),
+                ));
+            }
+            p.typical_p = v;
+        }
+        if let Some(v) = self.repetition_penalty {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(ApiError::param(
+                    "repetition_penalty",
+                    format!("`repetition_penalty` = {v} must be > 0"),
+                ));
+            }
+            p.repeat_penalty = v;
+        }
+        if let Some(v) = self.repeat_last_n {
+            p.repeat_last_n = if v < 0 { usize::MAX } else { v as usize };
+        }
+        if let Some(v) = range_i64("no_repeat_ngram", self.no_repeat_ngram, 0, 64)? {
+            p.no_repeat_ngram = v as usize;
+        }
+        p.seed = self.seed.map(|s| s as u64);
+        if let Some(bias) = &self.logit_bias {
+            for (k, &b) in bias {
+                let tok: u32 = k.trim().parse().map_err(|_| {
+                    ApiError::param(
+                        "logit_bias",
+                        format!("logit_bias key {k:?} is not a token id"),
+                    )
+                })?;
+                if tok as usize >= n_vocab {
+                    return Err(ApiError::param(
+                        "logit_bias",
+                        format!("logit_bias token {tok} is outside the vocabulary of {n_vocab}"),
+                    ));
+                }
+                if !(-100.0..=100.0).contains(&b) {
+                    return Err(ApiError::param(
+                        "logit_bias",
+                        format!("logit_bias value {b} for token {tok} must be in [-100, 100]"),
+                    ));
+                }
+                // OpenAI: -100 effectively bans the token.
+                p.logit_bias
+                    .push((tok, if b <= -100.0 { f32::NEG_INFINITY } else { b }));
+            }
+            p.logit_bias.sort_by_key(|&(t, _)| t);
+        }
+        p.logprobs = match ep {
+            Endpoint::Completions => match &self.logprobs {
+                None | Some(Value::Null) => None,
+                Some(Value::Number(x)) => match x.as_i64() {
+                    Some(k) if (0..=MAX_LOGPROBS).contains(&k) => Some(k as usize),
+                    _ => {
+                        return Err(ApiError::param(
+                            "logprobs",
+                            format!("`logprobs` must be an integer in [0, {MAX_LOGPROBS}]"),
+                        ))
+                    }
+                },
+                Some(_) => {
+                    return Err(ApiError::param("logprobs", "`logprobs` must be an integer"))
+                }
+            },
+            Endpoint::Chat => {
+                let top = range_i64("top_logprobs", self.top_logprobs, 0, MAX_LOGPROBS)?;
+                match &self.logprobs {
+                    None | Some(Value::Null) | Some(Value::Bool(false)) => {
+                        if top.is_some_and(|t| t > 0) {
+                            return Err(ApiError::param(
+                                "top_logprobs",
+                                "`top_logprobs` requires `logprobs: true`",
+                            ));
+                        }
+                        None
+                    }
+                    Some(Value::Bool(true)) => Some(top.unwrap_or(0) as usize),
+                    Some(_) => {
+                        return Err(ApiError::param("logprobs", "`logprobs` must be a boolean"))
+                    }
+                }
+            }
+        };
+        p.validate().map_err(|e| match e {
+            SamplingError::InvalidParam { name, .. } => ApiError::param(name, e.to_string()),
+            other => ApiError::invalid(other.to_string()),
+        })?;
+        let n = range_i64("n", self.n, 1, MAX_N)?.unwrap_or(1) as usize;
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(StopField::One(s)) => vec![s.clone()],
+            Some(StopField::Many(v)) => v.clone(),
+        };
+        if stop.len() > MAX_STOPS {
+            return Err(ApiError::param(
+                "stop",
+                format!("at most {MAX_STOPS} stop strings"),
+            ));
+        }
+        let max = self.max_completion_tokens.or(self.max_tokens);
+        let param = if self.max_completion_tokens.is_some() {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        let max_tokens = match max {
+            Some(m) if m < 1 => {
+                return Err(ApiError::param(
+                    param,
+                    format!("`{param}` = {m} must be >= 1"),
+                ))
+            }
+            Some(m) => Some(m as usize),
+            // The legacy completions endpoint defaults to 16 tokens, as OpenAI's.
+            None if ep == Endpoint::Completions => Some(16),
+            None => None,
+        };
+        if self.echo == Some(true) {
+            return Err(ApiError::param("echo", "`echo` is not supported"));
+        }
+        Ok(GenSettings {
+            sampling: p,
+            n,
+            stream: self.stream.unwrap_or(false),
+            include_usage: self
+                .stream_options
+                .as_ref()
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false),
+            stop,
+            max_tokens,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+        })
+    }
+}

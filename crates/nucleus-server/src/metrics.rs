@@ -1,0 +1,213 @@
+//! Prometheus text-format metrics: engine gauges and counters, plus latency histograms measured
+//! where the HTTP layer receives the engine's events.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nucleus::engine::scheduler::EngineStats;
+
+/// A cumulative histogram with fixed bucket bounds (seconds).
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    count: AtomicU64,
+    /// Sum in nanoseconds.
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, seconds: f64) {
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            if seconds <= *b {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns
+            .fetch_add((seconds * 1e9) as u64, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{b}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        let n = self.count();
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {n}");
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum {sum}");
+        let _ = writeln!(out, "{name}_count {n}");
+    }
+}
+
+const TTFT_BOUNDS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+const ITL_BOUNDS: &[f64] = &[0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0];
+
+pub struct Metrics {
+    pub ttft: Histogram,
+    pub itl: Histogram,
+    pub requests_ok: AtomicU64,
+    pub requests_client_error: AtomicU64,
+    pub requests_rejected: AtomicU64,
+    pub requests_server_error: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            ttft: Histogram::new(TTFT_BOUNDS),
+            itl: Histogram::new(ITL_BOUNDS),
+            requests_ok: AtomicU64::new(0),
+            requests_client_error: AtomicU64::new(0),
+            requests_rejected: AtomicU64::new(0),
+            requests_server_error: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn count_status(&self, status: u16) {
+        let c = match status {
+            429 => &self.requests_rejected,
+            400..=499 => &self.requests_client_error,
+            500.. => &self.requests_server_error,
+            _ => &self.requests_ok,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn render(&self, s: &EngineStats) -> String {
+        let mut out = String::new();
+        let mut gauge = |name: &str, help: &str, v: u64, kind: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "{name} {v}");
+        };
+        gauge(
+            "nucleus_requests_running",
+            "Sequences being decoded.",
+            s.running as u64,
+            "gauge",
+        );
+        gauge(
+            "nucleus_requests_waiting",
+            "Sequences waiting for admission (queued or preempted).",
+            s.waiting as u64,
+            "gauge",
+        );
+        gauge(
+            "nucleus_kv_blocks_used",
+            "KV cache blocks in use.",
+            s.kv_used_blocks as u64,
+            "gauge",
+        );
+        gauge(
+            "nucleus_kv_blocks_free",
+            "KV cache blocks free.",
+            s.kv_free_blocks as u64,
+            "gauge",
+        );
+        gauge(
+            "nucleus_kv_blocks_total",
+            "KV cache blocks in the pool.",
+            s.kv_total_blocks as u64,
+            "gauge",
+        );
+        gauge(
+            "nucleus_prompt_tokens_total",
+            "Prompt tokens of admitted requests.",
+            s.prompt_tokens_total,
+            "counter",
+        );
+        gauge(
+            "nucleus_generation_tokens_total",
+            "Tokens generated.",
+            s.generation_tokens_total,
+            "counter",
+        );
+        gauge(
+            "nucleus_forward_tokens_total",
+            "Tokens through the forward pass (including recomputation).",
+            s.forward_tokens_total,
+            "counter",
+        );
+        gauge(
+            "nucleus_steps_total",
+            "Scheduler steps (batched forward passes).",
+            s.steps_total,
+            "counter",
+        );
+        gauge(
+            "nucleus_preemptions_total",
+            "Sequences preempted for lack of KV blocks (recomputed later).",
+            s.preemptions_total,
+            "counter",
+        );
+        gauge(
+            "nucleus_sequences_finished_total",
+            "Sequences that ended normally.",
+            s.requests_finished,
+            "counter",
+        );
+        gauge(
+            "nucleus_sequences_cancelled_total",
+            "Sequences cancelled by their client.",
+            s.requests_cancelled,
+            "counter",
+        );
+        gauge(
+            "nucleus_sequences_failed_total",
+            "Sequences that ended with an error.",
+            s.requests_failed,
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP nucleus_http_requests_total HTTP generation requests by outcome."
+        );
+        let _ = writeln!(out, "# TYPE nucleus_http_requests_total counter");
+        for (label, c) in [
+            ("ok", &self.requests_ok),
+            ("client_error", &self.requests_client_error),
+            ("rejected", &self.requests_rejected),
+            ("server_error", &self.requests_server_error),
+        ] {
+            let _ = writeln!(
+                out,
+                "nucleus_http_requests_total{{outcome=\"{label}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        self.ttft.render(
+            &mut out,
+            "nucleus_time_to_first_token_seconds",
+            "Time from request arrival to the first generated token.",
+        );
+        self.itl.render(
+            &mut out,
+            "nucleus_inter_token_latency_seconds",
+            "Time between consecutive generated tokens of a sequence.",
+        );
+        out
+    }
+}
