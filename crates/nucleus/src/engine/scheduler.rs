@@ -3,19 +3,22 @@
 //! A scheduler thread owns the model's KV cache. At every step it builds ONE batch from the next
 //! token of every running sequence (decode) plus chunks of the prompts of newly admitted ones
 //! (chunked prefill, bounded by a per-step token budget so a long prompt never stalls the running
-//! streams), runs one forward, and samples each sequence with its own settings. Results are
-//! streamed to each request's [`Event`] channel.
+//! streams), runs one forward, and hands each sequence's logits row to its own [`Sequence`]
+//! (sampling, detokenization, stop conditions). Results are streamed to each request's [`Event`]
+//! channel.
 //!
-//! A sequence is just `tokens` (prompt + generated) of which the first `n_cached` are in the KV
-//! cache. A step feeds some of the uncached tokens; when it feeds the last one, that position's
-//! logits are sampled. Decode (one uncached token) and prefill (many) are the same thing, and so
-//! is recomputation after preemption (`n_cached = 0`, all tokens uncached again).
+//! A sequence is just its tokens (prompt + generated: [`Sequence::context`]) of which the first
+//! `n_cached` are in the KV cache. A step feeds some of the uncached tokens; when it feeds the
+//! last one, that position's logits are sampled. Decode (one uncached token) and prefill (many)
+//! are the same thing, and so is recomputation after preemption (`n_cached = 0`, all tokens
+//! uncached again).
 //!
 //! Admission is by KV blocks: the request at the head of the queue is admitted when its tokens,
 //! plus a little headroom, fit in the free blocks not already promised to running sequences.
 //! When the pool runs short anyway (sequences grow), the newest running sequence is preempted:
 //! its blocks are freed and it goes back to the front of the waiting queue, to be recomputed
-//! later. Its sampler (and RNG stream) is kept, so its output does not change.
+//! later. Its decoding state (its [`Sequence`]: sampler and RNG stream, detokenizer, stop
+//! conditions) is kept, so its output does not change.
 //!
 //! Cancellation: a request whose event receiver is dropped is removed before the next step and
 //! its blocks return to the pool. Every admitted request ends with [`Event::Done`] or
@@ -28,10 +31,11 @@ use std::thread::JoinHandle;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+use super::sequence::{GenerateRequest, Sequence};
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::{Batch, ForwardState, Model};
-use crate::sampling::{FinishReason, Sampler, SamplingError, SamplingParams, StopConditions};
-use crate::tokenizer::{StreamDecoder, TokenId, Tokenizer};
+use crate::sampling::{FinishReason, Sampler, SamplingError, SamplingParams};
+use crate::tokenizer::{TokenId, Tokenizer};
 
 /// Sizes and limits of an [`Engine`].
 #[derive(Clone, Debug)]
@@ -188,9 +192,11 @@ struct Counters {
 
 struct Pending {
     tx: UnboundedSender<Event>,
-    tokens: Vec<TokenId>,
+    prompt: Vec<TokenId>,
+    /// Validated, with `max_tokens` resolved.
+    req: GenerateRequest,
+    /// Built from `req.sampling` at submission.
     sampler: Sampler,
-    stop: StopConditions,
 }
 
 #[derive(Default)]
@@ -205,7 +211,6 @@ struct Shared {
     counters: Counters,
     cfg: EngineConfig,
     n_vocab: usize,
-    eog: Vec<TokenId>,
 }
 
 /// The engine: use [`Engine::start`] to get a handle.
@@ -236,7 +241,6 @@ impl Engine {
             counters: Counters::default(),
             cfg,
             n_vocab: model.hp.n_vocab,
-            eog: tokenizer.eog_tokens().to_vec(),
         });
         shared
             .counters
@@ -307,13 +311,15 @@ impl EngineHandle {
         if (prompt + 1).div_ceil(cfg.block_size) + cfg.headroom_blocks > capacity / cfg.block_size {
             return Err(SubmitError::KvTooSmall { prompt, capacity });
         }
-        let sampler = Sampler::new(req.sampling)?;
-        let stop = StopConditions::new(
-            self.shared.eog.clone(),
-            req.ignore_eos,
-            req.stop,
+        let gen = GenerateRequest {
+            sampling: req.sampling,
+            stop: req.stop,
             max_tokens,
-        );
+            ignore_eos: req.ignore_eos,
+            ..GenerateRequest::default()
+        };
+        gen.validate()?;
+        let sampler = Sampler::new(gen.sampling.clone())?;
         let (tx, rx) = unbounded_channel();
         let mut inbox = self.shared.inbox.lock().expect("inbox lock");
         if inbox.shutdown {
@@ -325,9 +331,9 @@ impl EngineHandle {
         }
         inbox.incoming.push_back(Pending {
             tx,
-            tokens: req.prompt_tokens,
+            prompt: req.prompt_tokens,
+            req: gen,
             sampler,
-            stop,
         });
         drop(inbox);
         self.shared.wake.notify_one();
@@ -373,81 +379,27 @@ impl EngineHandle {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Per-sequence decoding: logits row in, token + text + stop decision out. Kept apart from the
-// scheduling so that it can be replaced by `engine::sequence` later.
-
-struct SeqDecoder<'t> {
-    sampler: Sampler,
-    stop: StopConditions,
-    detok: StreamDecoder<'t>,
-}
-
-struct StepOut {
-    token: TokenId,
-    /// The token ends generation (EOS) and is not part of the output.
-    eog: bool,
-    text: String,
-    logprob: Option<f32>,
-    top_logprobs: Vec<(TokenId, f32)>,
-    finish: Option<FinishReason>,
-}
-
-impl<'t> SeqDecoder<'t> {
-    fn new(tok: &'t Tokenizer, sampler: Sampler, stop: StopConditions) -> Self {
-        SeqDecoder {
-            sampler,
-            stop,
-            detok: StreamDecoder::new(tok, true),
-        }
-    }
-
-    fn step(&mut self, logits: &mut [f32], context: &[TokenId]) -> Result<StepOut, SamplingError> {
-        let s = self.sampler.sample(logits, context)?;
-        let eog = !self.stop.ignore_eos && self.stop.eos.contains(&s.token);
-        let piece = if eog {
-            String::new()
-        } else {
-            self.detok.push(s.token)
-        };
-        let mut step = self.stop.on_token(s.token, &piece);
-        if eog || step.finish == Some(FinishReason::Length) {
-            // Bytes of an unfinished character at the very end.
-            step.text.push_str(&self.detok.finish());
-        }
-        Ok(StepOut {
-            token: s.token,
-            eog,
-            text: step.text,
-            logprob: s.logprob,
-            top_logprobs: s.top_logprobs,
-            finish: step.finish,
-        })
-    }
-
-    fn generated(&self) -> usize {
-        self.stop.generated()
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // The scheduler.
 
 struct Seq<'t> {
     tx: UnboundedSender<Event>,
-    /// Prompt, then the generated tokens (the last one not yet in the cache while decoding).
-    tokens: Vec<TokenId>,
-    n_prompt: usize,
+    /// The decoding state; its context (prompt, then the generated tokens: the last one not yet
+    /// in the cache while decoding) is what the batches feed.
+    seq: Sequence<'t>,
     kv_seq: Option<SeqId>,
     n_cached: usize,
     /// Admission order; the highest is the newest (preempted first).
     order: u64,
     preemptions: usize,
-    dec: SeqDecoder<'t>,
 }
 
 impl Seq<'_> {
+    fn tokens(&self) -> &[TokenId] {
+        self.seq.context()
+    }
+
     fn uncached(&self) -> usize {
-        self.tokens.len() - self.n_cached
+        self.tokens().len() - self.n_cached
     }
 }
 
@@ -502,13 +454,11 @@ impl<'a> Scheduler<'a> {
         for p in inbox.incoming.drain(..) {
             self.waiting.push_back(Seq {
                 tx: p.tx,
-                n_prompt: p.tokens.len(),
-                tokens: p.tokens,
+                seq: Sequence::with_sampler(self.tok, &p.prompt, &p.req, p.sampler),
                 kv_seq: None,
                 n_cached: 0,
                 order: 0,
                 preemptions: 0,
-                dec: SeqDecoder::new(self.tok, p.sampler, p.stop),
             });
         }
         self.shared
@@ -549,7 +499,7 @@ impl<'a> Scheduler<'a> {
             .iter()
             .map(|s| match s.kv_seq {
                 Some(id) => self.kv.blocks_needed(id, s.uncached()).unwrap_or(0),
-                None => s.tokens.len().div_ceil(self.shared.cfg.block_size),
+                None => s.tokens().len().div_ceil(self.shared.cfg.block_size),
             })
             .sum()
     }
@@ -560,7 +510,7 @@ impl<'a> Scheduler<'a> {
             let Some(front) = self.waiting.front() else {
                 break;
             };
-            let need = front.tokens.len().div_ceil(cfg.block_size) + cfg.headroom_blocks;
+            let need = front.tokens().len().div_ceil(cfg.block_size) + cfg.headroom_blocks;
             let free = self.kv.free_blocks();
             if free < self.promised_blocks() + need {
                 if self.running.is_empty() && self.kv.used_blocks() == 0 {
@@ -581,7 +531,7 @@ impl<'a> Scheduler<'a> {
                 self.shared
                     .counters
                     .prompt_tokens
-                    .fetch_add(s.n_prompt as u64, Ordering::Relaxed);
+                    .fetch_add(s.seq.prompt().len() as u64, Ordering::Relaxed);
             }
             self.running.push(s);
         }
@@ -669,7 +619,8 @@ impl<'a> Scheduler<'a> {
             let last = n == s.uncached();
             for k in 0..n {
                 let pos = s.n_cached + k;
-                self.batch.push(s.tokens[pos], pos, id, last && k + 1 == n);
+                self.batch
+                    .push(s.tokens()[pos], pos, id, last && k + 1 == n);
             }
         }
         let c = &self.shared.counters;
@@ -707,7 +658,7 @@ impl<'a> Scheduler<'a> {
             row += 1;
             buf.clear();
             buf.extend_from_slice(&all_logits[r * n_vocab..(r + 1) * n_vocab]);
-            match s.dec.step(&mut buf, &s.tokens) {
+            match s.seq.step(&mut buf) {
                 Err(e) => {
                     c.failed.fetch_add(1, Ordering::Relaxed);
                     let _ = s.tx.send(Event::Error(format!("sampling failed: {e}")));
@@ -715,14 +666,29 @@ impl<'a> Scheduler<'a> {
                 }
                 Ok(out) => {
                     c.generation_tokens.fetch_add(1, Ordering::Relaxed);
-                    if !out.eog {
+                    // An EOS token is not output: its text (held text released) comes with
+                    // `Done`. The sequence has fed every other token into its context.
+                    let end_text = if out.is_eos {
+                        out.text
+                    } else {
+                        let (logprob, top_logprobs) = match out.logprob {
+                            Some(lp) => (
+                                Some(lp.logprob),
+                                lp.top_logprobs
+                                    .iter()
+                                    .map(|t| (t.token, t.logprob))
+                                    .collect(),
+                            ),
+                            None => (None, Vec::new()),
+                        };
                         let _ = s.tx.send(Event::Token(TokenEvent {
                             token: out.token,
-                            text: out.text.clone(),
-                            logprob: out.logprob,
-                            top_logprobs: out.top_logprobs,
+                            text: out.text,
+                            logprob,
+                            top_logprobs,
                         }));
-                    }
+                        String::new()
+                    };
                     if let Some(reason) = out.finish {
                         c.finished.fetch_add(1, Ordering::Relaxed);
                         // Sent after the blocks are freed and the stats published, so that a
@@ -730,16 +696,15 @@ impl<'a> Scheduler<'a> {
                         finals.push((
                             s.tx.clone(),
                             Finished {
-                                text: if out.eog { out.text } else { String::new() },
+                                text: end_text,
                                 finish_reason: reason,
-                                prompt_tokens: s.n_prompt,
-                                completion_tokens: s.dec.generated(),
+                                prompt_tokens: s.seq.prompt().len(),
+                                // Sampled tokens: the generated ones and an ending EOS.
+                                completion_tokens: s.seq.tokens().len() + usize::from(out.is_eos),
                                 preemptions: s.preemptions,
                             },
                         ));
                         done.push(i);
-                    } else {
-                        s.tokens.push(out.token);
                     }
                 }
             }

@@ -165,12 +165,25 @@ impl<'t> Sequence<'t> {
         req: &GenerateRequest,
     ) -> Result<Self, SamplingError> {
         req.validate()?;
-        let mut sampler = Sampler::new(req.sampling.clone())?;
+        let sampler = Sampler::new(req.sampling.clone())?;
+        Ok(Self::with_sampler(tokenizer, prompt, req, sampler))
+    }
+
+    /// [`new`](Self::new) for a request validated beforehand, with `sampler` already built from
+    /// `req.sampling` (it is used as is, RNG state included). For a caller that checks requests
+    /// where they arrive and decodes them elsewhere: the scheduler validates at submission and
+    /// builds the sequence on its own thread.
+    pub fn with_sampler(
+        tokenizer: &'t Tokenizer,
+        prompt: &[TokenId],
+        req: &GenerateRequest,
+        mut sampler: Sampler,
+    ) -> Self {
         sampler.set_explain(req.explain);
-        Ok(Sequence {
+        Sequence {
             tokenizer,
+            want_logprobs: sampler.params().logprobs.is_some(),
             sampler,
-            want_logprobs: req.sampling.logprobs.is_some(),
             context: prompt.to_vec(),
             n_prompt: prompt.len(),
             decoder: StreamDecoder::new(tokenizer, true),
@@ -182,7 +195,7 @@ impl<'t> Sequence<'t> {
             ),
             text: String::new(),
             logprobs: Vec::new(),
-        })
+        }
     }
 
     /// Sample the next token from `logits` (this sequence's next-token logits; modified in place
@@ -249,11 +262,16 @@ impl<'t> Sequence<'t> {
         } else {
             self.decoder.push(token)
         };
-        if last {
-            // An incomplete character at the very end becomes U+FFFD, as `decode` gives.
+        // An incomplete character at the very end becomes U+FFFD, as `decode` gives.
+        if last && !is_eos {
             piece.push_str(&self.decoder.finish());
         }
-        let st = self.stop.on_token(token, &piece);
+        let mut st = self.stop.on_token(token, &piece);
+        if is_eos {
+            // The stop conditions ignore an EOS token's piece; the released held text precedes
+            // the detokenizer's incomplete bytes (as in `abort`).
+            st.text.push_str(&self.decoder.finish());
+        }
         if !is_eos {
             self.context.push(token);
             if let Some(lp) = &logprob {
