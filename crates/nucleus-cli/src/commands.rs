@@ -16,8 +16,8 @@ use nucleus::tokenizer::{TokenId, Tokenizer};
 use crate::catalog::{self, CATALOG, DEFAULT_MODEL};
 use crate::{GenerateArgs, ModelArgs, SamplingArgs};
 
-/// A catalog name (pulled on first use) or a path to a GGUF file.
-fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
+/// A catalog name (pulled on first use) or a path to a GGUF file; `None` is the default model.
+pub(crate) fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
     let spec = spec.unwrap_or(DEFAULT_MODEL);
     if let Some(entry) = catalog::find(spec) {
         if !entry.is_present() {
@@ -33,18 +33,25 @@ fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
     bail!("no model {spec:?}: it is neither a catalog name (see `nucleus list`) nor a file")
 }
 
-struct Loaded {
-    model: Model,
-    tokenizer: Tokenizer,
+pub(crate) struct Loaded {
+    pub model: Model,
+    pub tokenizer: Tokenizer,
 }
 
-fn load(args: &ModelArgs, spec: Option<&str>) -> Result<Loaded> {
-    let path = resolve_model(args.model.as_deref().or(spec))?;
-    let model = Model::load(&path, args.threads)
-        .with_context(|| format!("cannot load {}", path.display()))?;
+/// Loads the model at `path` and builds its tokenizer.
+pub(crate) fn load_path(path: &std::path::Path, threads: usize) -> Result<Loaded> {
+    let model =
+        Model::load(path, threads).with_context(|| format!("cannot load {}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&model.file.metadata)
         .with_context(|| format!("cannot build the tokenizer of {}", path.display()))?;
     Ok(Loaded { model, tokenizer })
+}
+
+fn load(args: &ModelArgs, spec: Option<&str>) -> Result<Loaded> {
+    load_path(
+        &resolve_model(args.model.as_deref().or(spec))?,
+        args.threads,
+    )
 }
 
 fn context_size(args: &ModelArgs, model: &Model) -> usize {

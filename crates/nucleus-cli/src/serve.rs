@@ -1,14 +1,11 @@
 //! `nucleus serve`: the OpenAI-compatible HTTP server over the continuous-batching engine.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use nucleus::engine::scheduler::{Engine, EngineConfig};
-use nucleus::model::Model;
-use nucleus::tokenizer::Tokenizer;
 use nucleus_server::AppState;
 
 use crate::catalog::{self, DEFAULT_MODEL};
@@ -54,28 +51,11 @@ pub struct ServeArgs {
     pub drain_secs: u64,
 }
 
-fn resolve(spec: &str) -> Result<PathBuf> {
-    if let Some(entry) = catalog::find(spec) {
-        if !entry.is_present() {
-            eprintln!("{} is not downloaded yet; pulling it (once).", entry.name);
-            return crate::pull::pull(entry, false);
-        }
-        return Ok(entry.path());
-    }
-    let path = PathBuf::from(spec);
-    if path.is_file() {
-        return Ok(path);
-    }
-    bail!("no model {spec:?}: it is neither a catalog name (see `nucleus list`) nor a file")
-}
-
 pub fn serve(args: ServeArgs) -> Result<()> {
     let spec = args.model.as_deref().unwrap_or(DEFAULT_MODEL);
-    let path = resolve(spec)?;
-    let model = Model::load(&path, args.threads)
-        .with_context(|| format!("cannot load {}", path.display()))?;
-    let tokenizer = Tokenizer::from_gguf(&model.file.metadata)
-        .with_context(|| format!("cannot build the tokenizer of {}", path.display()))?;
+    let path = crate::commands::resolve_model(Some(spec))?;
+    let crate::commands::Loaded { model, tokenizer } =
+        crate::commands::load_path(&path, args.threads)?;
     let n_ctx = args.ctx.unwrap_or(model.hp.n_ctx_train.min(4096));
     let kv_tokens = args
         .kv_tokens
