@@ -281,12 +281,7 @@ impl Model {
             st.acts.invalidate();
             self.project(&mut st.acts, &layer.wo, &st.att, n, &mut st.proj);
             if let Some(pn) = &layer.post_attn_norm {
-                for t in 0..n {
-                    let row = &mut st.proj[t * e..(t + 1) * e];
-                    st.out_in.clear();
-                    st.out_in.extend_from_slice(row);
-                    ops::rmsnorm(row, &st.out_in, pn, hp.rms_eps);
-                }
+                ops::rmsnorm_chunks(&mut st.proj[..n * e], pn, hp.rms_eps, e);
             }
             ops::add_in_place(&mut st.x, &st.proj);
 
@@ -309,12 +304,7 @@ impl Model {
             st.acts.invalidate();
             self.project(&mut st.acts, &layer.w_down, &st.gate, n, &mut st.proj);
             if let Some(pn) = &layer.post_ffn_norm {
-                for t in 0..n {
-                    let row = &mut st.proj[t * e..(t + 1) * e];
-                    st.out_in.clear();
-                    st.out_in.extend_from_slice(row);
-                    ops::rmsnorm(row, &st.out_in, pn, hp.rms_eps);
-                }
+                ops::rmsnorm_chunks(&mut st.proj[..n * e], pn, hp.rms_eps, e);
             }
             ops::add_in_place(&mut st.x, &st.proj);
         }
@@ -363,7 +353,10 @@ impl Model {
         let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
         let group = hp.n_head / hp.n_head_kv;
         let window = hp.layer_window(il);
-        let path = AttnPath::for_batch(batch.len());
+        // One arithmetic for every token, whatever else is in the batch, so that a sequence's
+        // results do not depend on how it was batched or chunked (llama.cpp switches to another
+        // path at 64 queries per batch; we always use its decode path).
+        let path = AttnPath::Vector;
         let n_tasks = batch.len() * hp.n_head;
         let out = SharedOut::new(att);
         let kv_ref = &*kv;
