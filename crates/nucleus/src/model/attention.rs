@@ -136,7 +136,7 @@ fn attend_tiled(
         for pos in lo..hi {
             let (block, slot) = (blocks[pos / bs], pos % bs);
             let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
-            let s = dot_f32_f16(q, k) * scale;
+            let s = f16k::dot_f32_f16(q, k) * scale;
             scores[pos - lo] = s;
             tile_max = tile_max.max(s);
         }
@@ -158,22 +158,6 @@ fn attend_tiled(
     }
     let inv = 1.0 / sum;
     out.iter_mut().for_each(|o| *o *= inv);
-}
-
-fn dot_f32_f16(q: &[f32], k: &[f16]) -> f32 {
-    let mut acc = [0f32; 8];
-    let mut qc = q.chunks_exact(8);
-    let mut kc = k.chunks_exact(8);
-    for (qq, kk) in (&mut qc).zip(&mut kc) {
-        for i in 0..8 {
-            acc[i] += qq[i] * kk[i].to_f32();
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (a, b) in qc.remainder().iter().zip(kc.remainder()) {
-        s += a * b.to_f32();
-    }
-    s
 }
 
 #[cfg(test)]
