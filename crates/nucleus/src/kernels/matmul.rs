@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::pool::ThreadPool;
-use crate::quant::{quantize_row_act, vec_dot_type, GgmlType};
+use crate::quant::{quantize_row_act, unpack_row_to_q8_0, vec_dot_type, GgmlType};
 
 /// A weight matrix as stored in GGUF: `rows` output features, each a contiguous row of `cols`
 /// input features of type `ty` (`ne[0] = cols`, `ne[1] = rows`).
@@ -112,6 +112,8 @@ unsafe impl Sync for OutPtr {}
 const ROW_CHUNK: usize = 16;
 /// Tokens per block in prefill (their quantized rows stay in L1/L2 while a row chunk is done).
 const TOKEN_BLOCK: usize = 32;
+/// From this many tokens on, Q4_0/Q5_0 weight rows are unpacked to Q8_0 once per row chunk.
+const UNPACK_MIN_TOKENS: usize = 8;
 /// Below this many multiply-adds the product runs on the calling thread only.
 const SERIAL_WORK: usize = 1 << 15;
 
@@ -164,23 +166,58 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
     let n_chunks = rows.div_ceil(ROW_CHUNK);
     let next = AtomicUsize::new(0);
 
+    // With many tokens, Q4_0/Q5_0 rows are unpacked once per row chunk into Q8_0 rows (same
+    // scales and integers, so the Q8_0 kernel gives bit-identical results) instead of once per
+    // four tokens.
+    let unpack = nt >= UNPACK_MIN_TOKENS && matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q5_0);
+    let (dot, krb) = if unpack {
+        (
+            kernels.dot_fn(GgmlType::Q8_0),
+            GgmlType::Q8_0
+                .row_bytes(cols)
+                .expect("Q8_0 and Q4_0/Q5_0 share the block size"),
+        )
+    } else {
+        (dot, wrb)
+    };
+
     let work = |_: usize, _: usize| {
+        let mut unpacked = if unpack {
+            vec![0u8; ROW_CHUNK * krb]
+        } else {
+            Vec::new()
+        };
         loop {
             let c = next.fetch_add(1, Ordering::Relaxed);
             if c >= n_chunks {
                 break;
             }
             let (r0, r1) = (c * ROW_CHUNK, ((c + 1) * ROW_CHUNK).min(rows));
+            if unpack {
+                for r in r0..r1 {
+                    let ok = unpack_row_to_q8_0(
+                        w.ty,
+                        &w.data[r * wrb..(r + 1) * wrb],
+                        &mut unpacked[(r - r0) * krb..(r - r0 + 1) * krb],
+                    );
+                    debug_assert!(ok);
+                }
+            }
             let mut t0 = 0;
             while t0 < nt {
                 let t1 = (t0 + TOKEN_BLOCK).min(nt);
                 for r in r0..r1 {
-                    let wr = (wp + r * wrb) as *const u8;
+                    let wr = if unpack {
+                        unpacked[(r - r0) * krb..].as_ptr()
+                    } else {
+                        (wp + r * wrb) as *const u8
+                    };
                     let mut t = t0;
                     while t < t1 {
                         let nx = (t1 - t).min(4);
                         let mut out = [0f32; 4];
-                        // SAFETY: row `r < rows` lies inside `w.data` (length checked above);
+                        // SAFETY: row `r < rows` lies inside `w.data` (length checked above), or
+                        // its unpacked Q8_0 copy of `krb` bytes inside `unpacked`;
                         // activation rows t..t+nx < n_tokens lie inside `x.buf` at stride
                         // `xrb`; `out` has 4 floats; nx in 1..=4; the kernel comes from the
                         // dispatch table (features detected).

@@ -345,6 +345,39 @@ unsafe fn q5_1<const VNNI: bool, const NX: usize>(
     }
 }
 
+/// Q4_0 / Q5_0 row → Q8_0 row (same scales, same integers), `nb` blocks.
+///
+/// # Safety
+/// `src` readable for `nb` blocks of `ty`, `dst` writable for `nb * 34` bytes; AVX2 present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn unpack_to_q8_0(
+    ty: super::GgmlType,
+    nb: usize,
+    src: *const u8,
+    dst: *mut u8,
+) -> bool {
+    unsafe {
+        let (wb, f): (usize, fn(*const u8) -> __m256i) = match ty {
+            super::GgmlType::Q4_0 => (18, |b| {
+                _mm256_sub_epi8(nibbles32(b.add(2)), _mm256_set1_epi8(8))
+            }),
+            super::GgmlType::Q5_0 => (22, |b| {
+                let hi =
+                    _mm256_andnot_si256(bits32(rd32(b.add(2))), _mm256_set1_epi8(0xF0u8 as i8));
+                _mm256_or_si256(nibbles32(b.add(6)), hi)
+            }),
+            _ => return false,
+        };
+        for i in 0..nb {
+            let b = src.add(i * wb);
+            let y = dst.add(i * 34);
+            (y as *mut u16).write_unaligned(rd16(b));
+            _mm256_storeu_si256(y.add(2) as *mut __m256i, f(b));
+        }
+        true
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // K-quants against Q8_K (d f32 at 0, qs at 4, bsums at 260).
 
