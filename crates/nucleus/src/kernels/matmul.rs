@@ -108,8 +108,13 @@ unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
-/// Rows per work item handed out to the threads.
-const ROW_CHUNK: usize = 16;
+/// Rows per work item handed out to the threads: about `CHUNKS_PER_THREAD` items per thread
+/// (dynamic claiming balances them), at least `MIN_ROW_CHUNK` and at most `MAX_ROW_CHUNK` rows,
+/// so that the 150k-row output projection does not bounce the shared counter between cores
+/// ten thousand times per token.
+const MIN_ROW_CHUNK: usize = 16;
+const MAX_ROW_CHUNK: usize = 1024;
+const CHUNKS_PER_THREAD: usize = 8;
 /// Tokens per block in prefill (their quantized rows stay in L1/L2 while a row chunk is done).
 const TOKEN_BLOCK: usize = 32;
 /// From this many tokens on, Q4_0/Q5_0 weight rows are unpacked to Q8_0 once per row chunk.
@@ -163,7 +168,9 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
     let wp = w.data.as_ptr() as usize;
     let xp = x.buf.as_ptr() as usize;
     let yp = OutPtr(y.as_mut_ptr());
-    let n_chunks = rows.div_ceil(ROW_CHUNK);
+    let row_chunk =
+        (rows / (pool.n_threads() * CHUNKS_PER_THREAD)).clamp(MIN_ROW_CHUNK, MAX_ROW_CHUNK);
+    let n_chunks = rows.div_ceil(row_chunk);
     let next = AtomicUsize::new(0);
 
     // With many tokens, Q4_0/Q5_0 rows are unpacked once per row chunk into Q8_0 rows (same
@@ -183,7 +190,7 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
 
     let work = |_: usize, _: usize| {
         let mut unpacked = if unpack {
-            vec![0u8; ROW_CHUNK * krb]
+            vec![0u8; row_chunk * krb]
         } else {
             Vec::new()
         };
@@ -192,7 +199,7 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
             if c >= n_chunks {
                 break;
             }
-            let (r0, r1) = (c * ROW_CHUNK, ((c + 1) * ROW_CHUNK).min(rows));
+            let (r0, r1) = (c * row_chunk, ((c + 1) * row_chunk).min(rows));
             if unpack {
                 for r in r0..r1 {
                     let ok = unpack_row_to_q8_0(
