@@ -15,7 +15,14 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2);
     let pool = ThreadPool::new(threads);
-    let (rows, cols) = (896usize, 4864usize);
+    // MATMUL_SHAPE=rows,cols overrides the shape (e.g. 262144,640: gemma-3's output).
+    let (rows, cols) = std::env::var("MATMUL_SHAPE")
+        .ok()
+        .and_then(|v| {
+            let (r, c) = v.split_once(',')?;
+            Some((r.trim().parse().ok()?, c.trim().parse().ok()?))
+        })
+        .unwrap_or((896usize, 4864usize));
     println!(
         "simd level {:?}, {threads} threads, W {rows}x{cols}",
         simd_level()

@@ -110,6 +110,9 @@ unsafe fn bits32(x: u32) -> __m256i {
 // ---------------------------------------------------------------------------------------------
 // 32-element block formats against Q8_0 / Q8_1.
 
+/// How far ahead of the current block the weight stream is prefetched, in bytes.
+const PREFETCH: usize = 2048;
+
 /// Four f16 values `stride` bytes apart, as four f32 (composed in a general register, one
 /// conversion for all four).
 #[inline(always)]
@@ -173,6 +176,8 @@ unsafe fn dot_signed_q8_0<const VNNI: bool, const NX: usize, const WB: usize>(
         }
         let mut i = 0;
         while i + 4 <= nb {
+            _mm_prefetch::<_MM_HINT_T0>(w.add(i * WB + PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(w.add(i * WB + PREFETCH + 64) as *const i8);
             let dw = f16x4(w.add(i * WB), WB);
             let mut d = [_mm256_setzero_ps(); NX];
             for k in 0..NX {
@@ -428,6 +433,9 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize>(
         let mut acc_m = [_mm_setzero_ps(); NX];
         for i in 0..nb {
             let wb = w.add(i * WB);
+            for l in (0..WB).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(wb.add(PREFETCH + l) as *const i8);
+            }
             let d = f16(wb);
             let dmin = f16(wb.add(2));
             let u = k4_scales(wb.add(4));
@@ -559,6 +567,9 @@ unsafe fn q6_k<const VNNI: bool, const NX: usize>(
         let mut acc = [_mm256_setzero_ps(); NX];
         for i in 0..nb {
             let wb = w.add(i * 210);
+            for l in (0..210).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(wb.add(PREFETCH + l) as *const i8);
+            }
             let d = f16(wb.add(208));
             let sc8 = load128(wb.add(192));
             // Σ (q - 32) q8 sc = Σ q q8 sc - 32 Σ sc bsum: start every sum at -32 Σ sc·bsum.
