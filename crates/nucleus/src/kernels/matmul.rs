@@ -108,13 +108,18 @@ unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
-/// Rows per work item handed out to the threads: about `CHUNKS_PER_THREAD` items per thread
-/// (dynamic claiming balances them), at least `MIN_ROW_CHUNK` and at most `MAX_ROW_CHUNK` rows,
-/// so that the 150k-row output projection does not bounce the shared counter between cores
-/// ten thousand times per token.
+/// Rows per work item: about `CHUNKS_PER_THREAD` items per thread, at least `MIN_ROW_CHUNK`
+/// and at most `MAX_ROW_CHUNK` rows.
 const MIN_ROW_CHUNK: usize = 16;
-const MAX_ROW_CHUNK: usize = 1024;
-const CHUNKS_PER_THREAD: usize = 8;
+const MAX_ROW_CHUNK: usize = 256;
+const CHUNKS_PER_THREAD: usize = 64;
+/// Most per-thread work ranges (more threads share ranges).
+const MAX_RANGES: usize = 16;
+
+/// A work counter on its own cache line.
+#[repr(align(64))]
+struct PaddedCounter(AtomicUsize);
+
 /// Tokens per block in prefill (their quantized rows stay in L1/L2 while a row chunk is done).
 const TOKEN_BLOCK: usize = 32;
 /// From this many tokens on, Q4_0/Q5_0 weight rows are unpacked to Q8_0 once per row chunk.
@@ -168,10 +173,17 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
     let wp = w.data.as_ptr() as usize;
     let xp = x.buf.as_ptr() as usize;
     let yp = OutPtr(y.as_mut_ptr());
+    // The row chunks are split into one contiguous range per thread, each with its own counter
+    // (no cache line bounces between cores while every thread works through its own range);
+    // a thread that is done steals chunks from the others' ranges, one at a time, so a thread
+    // that is descheduled or slow holds up at most one chunk.
     let row_chunk =
         (rows / (pool.n_threads() * CHUNKS_PER_THREAD)).clamp(MIN_ROW_CHUNK, MAX_ROW_CHUNK);
     let n_chunks = rows.div_ceil(row_chunk);
-    let next = AtomicUsize::new(0);
+    let n_ranges = pool.n_threads().clamp(1, MAX_RANGES);
+    let range_end = |r: usize| (r + 1) * n_chunks / n_ranges;
+    let counters: [PaddedCounter; MAX_RANGES] =
+        std::array::from_fn(|r| PaddedCounter(AtomicUsize::new(r * n_chunks / n_ranges)));
 
     // With many tokens, Q4_0/Q5_0 rows are unpacked once per row chunk into Q8_0 rows (same
     // scales and integers, so the Q8_0 kernel gives bit-identical results) instead of once per
@@ -188,16 +200,19 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
         (dot, wrb)
     };
 
-    let work = |_: usize, _: usize| {
+    let work = |ti: usize, _: usize| {
         let mut unpacked = if unpack {
             vec![0u8; row_chunk * krb]
         } else {
             Vec::new()
         };
-        loop {
-            let c = next.fetch_add(1, Ordering::Relaxed);
-            if c >= n_chunks {
-                break;
+        let mut k = 0;
+        while k < n_ranges {
+            let range = (ti + k) % n_ranges;
+            let c = counters[range].0.fetch_add(1, Ordering::Relaxed);
+            if c >= range_end(range) {
+                k += 1;
+                continue;
             }
             let (r0, r1) = (c * row_chunk, ((c + 1) * row_chunk).min(rows));
             if unpack {
