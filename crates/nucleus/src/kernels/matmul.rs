@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::pool::ThreadPool;
-use crate::quant::{quantize_row_act, unpack_row_to_q8_0, vec_dot_type, GgmlType};
+use crate::quant::{dot_q8_0_xs_fn, quantize_row_act, unpack_row_to_q8_0, vec_dot_type, GgmlType};
 
 /// A weight matrix as stored in GGUF: `rows` output features, each a contiguous row of `cols`
 /// input features of type `ty` (`ne[0] = cols`, `ne[1] = rows`).
@@ -200,6 +200,30 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
         (dot, wrb)
     };
 
+    // With many tokens and a Q8_0 kernel, the activation block scales are converted to f32
+    // once here rather than once per weight row (same values, so the same results).
+    let kernel_ty = if unpack { GgmlType::Q8_0 } else { w.ty };
+    let xs_dot = if nt >= UNPACK_MIN_TOKENS && kernel_ty == GgmlType::Q8_0 {
+        dot_q8_0_xs_fn()
+    } else {
+        None
+    };
+    let nb = cols / 32;
+    let xs: Vec<f32> = if xs_dot.is_some() {
+        (0..nt)
+            .flat_map(|t| {
+                let row = x.row(t);
+                (0..nb).map(move |i| {
+                    half::f16::from_bits(u16::from_le_bytes([row[i * 34], row[i * 34 + 1]]))
+                        .to_f32()
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let xsp = xs.as_ptr() as usize;
+
     let work = |ti: usize, _: usize| {
         let mut unpacked = if unpack {
             vec![0u8; row_chunk * krb]
@@ -243,15 +267,28 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
                         // activation rows t..t+nx < n_tokens lie inside `x.buf` at stride
                         // `xrb`; `out` has 4 floats; nx in 1..=4; the kernel comes from the
                         // dispatch table (features detected).
+                        // With `xs_dot`, `xs` holds `nb` scales for each of the `nt` rows.
                         unsafe {
-                            dot(
-                                cols,
-                                wr,
-                                (xp + t * xrb) as *const u8,
-                                xrb,
-                                nx,
-                                out.as_mut_ptr(),
-                            )
+                            match xs_dot {
+                                Some(f) => f(
+                                    cols,
+                                    wr,
+                                    (xp + t * xrb) as *const u8,
+                                    xrb,
+                                    (xsp as *const f32).add(t * nb),
+                                    nb,
+                                    nx,
+                                    out.as_mut_ptr(),
+                                ),
+                                None => dot(
+                                    cols,
+                                    wr,
+                                    (xp + t * xrb) as *const u8,
+                                    xrb,
+                                    nx,
+                                    out.as_mut_ptr(),
+                                ),
+                            }
                         };
                         for (k, v) in out[..nx].iter().enumerate() {
                             // SAFETY: (t + k) < nt and r < rows, so the index is inside `y`;

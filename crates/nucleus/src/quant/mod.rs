@@ -56,6 +56,18 @@ pub(crate) fn unpack_row_to_q8_0(ty: GgmlType, src: &[u8], dst: &mut [u8]) -> bo
     blocks::unpack_row_to_q8_0_scalar(ty, src, dst)
 }
 
+/// A Q8_0 × Q8_0 dot kernel taking the activation block scales as f32 (see
+/// `x86::dot_q8_0_xs` for its contract), when this process uses AVX2 or better.
+#[allow(clippy::type_complexity)]
+pub(crate) fn dot_q8_0_xs_fn(
+) -> Option<unsafe fn(usize, *const u8, *const u8, usize, *const f32, usize, usize, *mut f32)> {
+    #[cfg(target_arch = "x86_64")]
+    if simd_level() >= SimdLevel::Avx2 {
+        return Some(x86::dot_q8_0_xs);
+    }
+    None
+}
+
 /// The kernel table chosen for this process (for the matmul driver).
 pub(crate) fn dispatch_kernels() -> &'static dispatch::Kernels {
     dispatch::kernels()

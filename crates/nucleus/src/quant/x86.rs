@@ -350,6 +350,104 @@ unsafe fn q5_1<const VNNI: bool, const NX: usize>(
     }
 }
 
+/// Q8_0 weights × Q8_0 activation rows whose block scales are already f32: block `i` of row
+/// `k` has scale `xs[k * xs_stride + i]` (the f16 scale of the block, converted; its `d` bytes
+/// are not read). Same arithmetic as [`dot_signed_q8_0`], so bit-identical results, without
+/// converting the activation scales again for every weight row (the prefill path).
+///
+/// # Safety
+/// [`DotFn`] contract for Q8_0, plus `xs` readable for `(nx - 1) * xs_stride + n / 32` floats;
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn dot_q8_0_xs(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    xs: *const f32,
+    xs_stride: usize,
+    nx: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        match nx {
+            1 => q8_0_xs::<1>(n / 32, w, x, stride, xs, xs_stride, out),
+            2 => q8_0_xs::<2>(n / 32, w, x, stride, xs, xs_stride, out),
+            3 => q8_0_xs::<3>(n / 32, w, x, stride, xs, xs_stride, out),
+            _ => q8_0_xs::<4>(n / 32, w, x, stride, xs, xs_stride, out),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn q8_0_xs<const NX: usize>(
+    nb: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    xs: *const f32,
+    xs_stride: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); NX]; 2];
+        macro_rules! block {
+            ($i:expr, $acc:expr) => {{
+                let i = $i;
+                let wb = w.add(i * 34);
+                let dw = f16(wb);
+                let qw = load256(wb.add(2));
+                let ax = _mm256_sign_epi8(qw, qw);
+                for k in 0..NX {
+                    let qx = load256(x.add(k * stride + i * 34 + 2));
+                    let p = mul_sum_us8::<false>(ax, _mm256_sign_epi8(qx, qw));
+                    let d = _mm256_set1_ps(dw * *xs.add(k * xs_stride + i));
+                    $acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[k]);
+                }
+            }};
+        }
+        macro_rules! block_of4 {
+            ($i:expr, $b:literal, $d:expr, $acc:expr) => {{
+                let i = $i + $b;
+                let qw = load256(w.add(i * 34 + 2));
+                let ax = _mm256_sign_epi8(qw, qw);
+                for k in 0..NX {
+                    let qx = load256(x.add(k * stride + i * 34 + 2));
+                    let p = mul_sum_us8::<false>(ax, _mm256_sign_epi8(qx, qw));
+                    let d = _mm256_permute_ps::<{ $b * 0x55 }>($d[k]);
+                    $acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[k]);
+                }
+            }};
+        }
+        let mut i = 0;
+        while i + 4 <= nb {
+            let dw = f16x4(w.add(i * 34), 34);
+            let mut d = [_mm256_setzero_ps(); NX];
+            for k in 0..NX {
+                let d4 = _mm_mul_ps(dw, _mm_loadu_ps(xs.add(k * xs_stride + i)));
+                d[k] = _mm256_set_m128(d4, d4);
+            }
+            block_of4!(i, 0, d, acc[0]);
+            block_of4!(i, 1, d, acc[1]);
+            block_of4!(i, 2, d, acc[0]);
+            block_of4!(i, 3, d, acc[1]);
+            i += 4;
+        }
+        while i + 2 <= nb {
+            block!(i, acc[0]);
+            block!(i + 1, acc[1]);
+            i += 2;
+        }
+        if i < nb {
+            block!(i, acc[0]);
+        }
+        for k in 0..NX {
+            *out.add(k) = hsum_ps(_mm256_add_ps(acc[0][k], acc[1][k]));
+        }
+    }
+}
+
 /// Q4_0 / Q5_0 row → Q8_0 row (same scales, same integers), `nb` blocks.
 ///
 /// # Safety
