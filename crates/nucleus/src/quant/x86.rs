@@ -85,8 +85,9 @@ unsafe fn mul_sum_us8<const VNNI: bool>(u: __m256i, s: __m256i) -> __m256i {
 #[inline(always)]
 unsafe fn nibbles32(p: *const u8) -> __m256i {
     unsafe {
-        let t = load128(p);
-        let b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+        // Both lanes load the 16 bytes (a broadcast load); the upper lane shifts by 4.
+        let t = _mm256_broadcastsi128_si256(load128(p));
+        let b = _mm256_srlv_epi64(t, _mm256_set_epi64x(4, 4, 0, 0));
         _mm256_and_si256(b, _mm256_set1_epi8(0xF))
     }
 }
