@@ -1,7 +1,7 @@
 //! Micro benchmark of the quantized matmul: a 896-row × 4864-col weight matrix (the shape of a
 //! Qwen2-0.5B `ffn_down`) times n_tokens activation rows.
 //!
-//! `cargo run --release -p nucleus --example matmul_bench [threads]`; `NUCLEUS_SIMD` caps the
+//! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`; `NUCLEUS_SIMD` caps the
 //! SIMD level.
 
 use std::time::Instant;
@@ -15,7 +15,14 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2);
     let pool = ThreadPool::new(threads);
-    let (rows, cols) = (896usize, 4864usize);
+    // MATMUL_SHAPE=rows,cols overrides the shape (e.g. 262144,640: gemma-3's output).
+    let (rows, cols) = std::env::var("MATMUL_SHAPE")
+        .ok()
+        .and_then(|v| {
+            let (r, c) = v.split_once(',')?;
+            Some((r.trim().parse().ok()?, c.trim().parse().ok()?))
+        })
+        .unwrap_or((896usize, 4864usize));
     println!(
         "simd level {:?}, {threads} threads, W {rows}x{cols}",
         simd_level()
@@ -28,6 +35,7 @@ fn main() {
         (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     };
     let wf: Vec<f32> = (0..rows * cols).map(|_| rnd() * 0.1).collect();
+    let only: Option<String> = std::env::args().nth(2);
     for ty in [
         GgmlType::Q4_K,
         GgmlType::Q5_0,
@@ -36,6 +44,12 @@ fn main() {
         GgmlType::Q4_0,
         GgmlType::F16,
     ] {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|t| t == ty.name()))
+        {
+            continue;
+        }
         let rb = ty.row_bytes(cols).unwrap();
         let mut data = vec![0u8; rb * rows];
         if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
@@ -62,7 +76,7 @@ fn main() {
             rows,
             cols,
         };
-        for nt in [1usize, 64] {
+        for nt in [1usize, 4, 64] {
             let x: Vec<f32> = (0..nt * cols).map(|_| rnd()).collect();
             let mut acts = QuantizedActs::new();
             acts.quantize(&x, nt, cols, vec_dot_type(ty));
@@ -70,13 +84,14 @@ fn main() {
             for _ in 0..3 {
                 matmul(&pool, &w, &acts, &mut y);
             }
-            let mut iters = 0u64;
+            // The fastest of many calls: robust against other processes on a busy machine.
+            let mut s = f64::INFINITY;
             let t = Instant::now();
             while t.elapsed().as_secs_f64() < 0.7 {
+                let t1 = Instant::now();
                 matmul(&pool, &w, &acts, &mut y);
-                iters += 1;
+                s = s.min(t1.elapsed().as_secs_f64());
             }
-            let s = t.elapsed().as_secs_f64() / iters as f64;
             let flops = 2.0 * (rows * cols * nt) as f64;
             let t_q = Instant::now();
             for _ in 0..10 {

@@ -58,11 +58,83 @@ pub fn scale_f16(y: &mut [f16], v: f32) {
     }
 }
 
-/// y[i] += x[i]·v with f32 accumulator and f16 input.
+/// y[i] += x[i]·v with f32 accumulator and f16 input (a product rounded to f32, then a sum
+/// rounded to f32: no fused multiply-add, on every path).
 pub fn axpy_f16_f32(y: &mut [f32], x: &[f16], v: f32) {
+    assert_eq!(x.len(), y.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: as in `dot_f16`.
+        return unsafe { x86::axpy_f16_f32(y, x, v) };
+    }
+    axpy_f16_f32_scalar(y, x, v)
+}
+
+/// Scalar [`axpy_f16_f32`].
+pub fn axpy_f16_f32_scalar(y: &mut [f32], x: &[f16], v: f32) {
     for (a, b) in y.iter_mut().zip(x) {
         *a += b.to_f32() * v;
     }
+}
+
+/// Σ q[i]·k[i] for an f32 `q` and f16 `k`: eight lanes, lane `l` summing the products of the
+/// elements `l (mod 8)` (each product rounded, then added, no FMA), the lanes then summed in
+/// order, then the tail elements added one by one. The SIMD path computes exactly this.
+pub fn dot_f32_f16(q: &[f32], k: &[f16]) -> f32 {
+    assert_eq!(q.len(), k.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: as in `dot_f16`.
+        return unsafe { x86::dot_f32_f16(q, k) };
+    }
+    dot_f32_f16_scalar(q, k)
+}
+
+/// [`dot_f32_f16`] of one `q` with four `k`s at once (independent dependency chains; each result
+/// bit-identical to [`dot_f32_f16`]).
+pub fn dot_f32_f16_x4(q: &[f32], k: [&[f16]; 4]) -> [f32; 4] {
+    for kk in &k {
+        assert_eq!(q.len(), kk.len());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: as in `dot_f16`; all lengths equal (asserted).
+        return unsafe { x86::dot_f32_f16_x4(q, k) };
+    }
+    k.map(|kk| dot_f32_f16_scalar(q, kk))
+}
+
+/// y[i] = (((y[i] + x0[i]·v0) + x1[i]·v1) + x2[i]·v2) + x3[i]·v3: four [`axpy_f16_f32`] in a
+/// row, in one pass over `y` (bit-identical to the four calls).
+pub fn axpy4_f16_f32(y: &mut [f32], x: [&[f16]; 4], v: [f32; 4]) {
+    for xx in &x {
+        assert_eq!(y.len(), xx.len());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: as in `dot_f16`; all lengths equal (asserted).
+        return unsafe { x86::axpy4_f16_f32(y, x, v) };
+    }
+    for j in 0..4 {
+        axpy_f16_f32_scalar(y, x[j], v[j]);
+    }
+}
+
+/// Scalar [`dot_f32_f16`].
+pub fn dot_f32_f16_scalar(q: &[f32], k: &[f16]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut qc = q.chunks_exact(8);
+    let mut kc = k.chunks_exact(8);
+    for (qq, kk) in (&mut qc).zip(&mut kc) {
+        for i in 0..8 {
+            acc[i] += qq[i] * kk[i].to_f32();
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (a, b) in qc.remainder().iter().zip(kc.remainder()) {
+        s += a * b.to_f32();
+    }
+    s
 }
 
 /// Scalar `dot_f16` with ggml's accumulation order.
@@ -137,6 +209,117 @@ mod x86 {
     }
 
     /// # Safety
+    /// Requires F16C, AVX2 and FMA; `q.len() == k.len()`.
+    #[target_feature(enable = "f16c,avx2,fma")]
+    pub unsafe fn dot_f32_f16(q: &[f32], k: &[f16]) -> f32 {
+        let n8 = q.len() / 8 * 8;
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= n8 <= len for both slices; unaligned loads.
+            unsafe {
+                let vq = _mm256_loadu_ps(q.as_ptr().add(i));
+                let vk = _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(i) as *const __m128i));
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(vq, vk));
+            }
+            i += 8;
+        }
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+        let mut s: f32 = lanes.iter().sum();
+        for j in n8..q.len() {
+            s += q[j] * k[j].to_f32();
+        }
+        s
+    }
+
+    /// # Safety
+    /// Requires F16C, AVX2 and FMA; every `k[j].len() == q.len()`.
+    #[target_feature(enable = "f16c,avx2,fma")]
+    pub unsafe fn dot_f32_f16_x4(q: &[f32], k: [&[f16]; 4]) -> [f32; 4] {
+        let n8 = q.len() / 8 * 8;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= n8 <= len for every slice; unaligned loads.
+            unsafe {
+                let vq = _mm256_loadu_ps(q.as_ptr().add(i));
+                for j in 0..4 {
+                    let vk =
+                        _mm256_cvtph_ps(_mm_loadu_si128(k[j].as_ptr().add(i) as *const __m128i));
+                    acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(vq, vk));
+                }
+            }
+            i += 8;
+        }
+        let mut res = [0f32; 4];
+        for j in 0..4 {
+            let mut lanes = [0f32; 8];
+            // SAFETY: `lanes` holds 8 floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc[j]) };
+            let mut s: f32 = lanes.iter().sum();
+            for t in n8..q.len() {
+                s += q[t] * k[j][t].to_f32();
+            }
+            res[j] = s;
+        }
+        res
+    }
+
+    /// # Safety
+    /// Requires F16C, AVX2 and FMA; every `x[j].len() == y.len()`.
+    #[target_feature(enable = "f16c,avx2,fma")]
+    pub unsafe fn axpy4_f16_f32(y: &mut [f32], x: [&[f16]; 4], v: [f32; 4]) {
+        let n8 = y.len() / 8 * 8;
+        let vv = v.map(|s| _mm256_set1_ps(s));
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= n8 <= len: the loads and the store stay inside `x[j]` and `y`.
+            unsafe {
+                let py = y.as_mut_ptr().add(i);
+                let mut a = _mm256_loadu_ps(py);
+                for j in 0..4 {
+                    let vx =
+                        _mm256_cvtph_ps(_mm_loadu_si128(x[j].as_ptr().add(i) as *const __m128i));
+                    a = _mm256_add_ps(a, _mm256_mul_ps(vx, vv[j]));
+                }
+                _mm256_storeu_ps(py, a);
+            }
+            i += 8;
+        }
+        for t in n8..y.len() {
+            for j in 0..4 {
+                y[t] += x[j][t].to_f32() * v[j];
+            }
+        }
+    }
+
+    /// # Safety
+    /// Requires F16C, AVX2 and FMA; `x.len() == y.len()`.
+    #[target_feature(enable = "f16c,avx2,fma")]
+    pub unsafe fn axpy_f16_f32(y: &mut [f32], x: &[f16], v: f32) {
+        let n8 = x.len() / 8 * 8;
+        let vv = _mm256_set1_ps(v);
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= n8 <= len: the loads and the store stay inside `x` and `y`.
+            unsafe {
+                let vx = _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().add(i) as *const __m128i));
+                let py = y.as_mut_ptr().add(i);
+                _mm256_storeu_ps(
+                    py,
+                    _mm256_add_ps(_mm256_loadu_ps(py), _mm256_mul_ps(vx, vv)),
+                );
+            }
+            i += 8;
+        }
+        for j in n8..x.len() {
+            y[j] += x[j].to_f32() * v;
+        }
+    }
+
+    /// # Safety
     /// Requires F16C, AVX2 and FMA; `x.len() == y.len()`.
     #[target_feature(enable = "f16c,avx2,fma")]
     pub unsafe fn mad_f16(y: &mut [f16], x: &[f16], v: f32) {
@@ -172,6 +355,38 @@ mod tests {
             (0..n).map(|i| f(i, seed)).collect(),
             (0..n).map(|i| f(i, seed + 7)).collect(),
         )
+    }
+
+    #[test]
+    fn f32_f16_helpers_match_scalar_bit_for_bit() {
+        for n in [64, 256, 40, 7, 0, 128] {
+            let (x, y) = vecs(n, 3 + n as u32);
+            let q: Vec<f32> = y.iter().map(|v| v.to_f32() * 1.37 + 0.011).collect();
+            assert_eq!(
+                dot_f32_f16(&q, &x).to_bits(),
+                dot_f32_f16_scalar(&q, &x).to_bits(),
+                "n={n}"
+            );
+            let ks: Vec<Vec<f16>> = (0..4).map(|j| vecs(n, 11 + j).0).collect();
+            let k4 = [&ks[0][..], &ks[1][..], &ks[2][..], &ks[3][..]];
+            let d4 = dot_f32_f16_x4(&q, k4);
+            for j in 0..4 {
+                assert_eq!(d4[j].to_bits(), dot_f32_f16_scalar(&q, k4[j]).to_bits());
+            }
+            let v4 = [0.25f32, -1.5, 0.0071, 3.3];
+            let mut c = q.clone();
+            let mut e = q.clone();
+            axpy4_f16_f32(&mut c, k4, v4);
+            for j in 0..4 {
+                axpy_f16_f32_scalar(&mut e, k4[j], v4[j]);
+            }
+            assert!(c.iter().zip(&e).all(|(u, v)| u.to_bits() == v.to_bits()));
+            let mut a = q.clone();
+            let mut b = q.clone();
+            axpy_f16_f32(&mut a, &x, 0.377);
+            axpy_f16_f32_scalar(&mut b, &x, 0.377);
+            assert!(a.iter().zip(&b).all(|(u, v)| u.to_bits() == v.to_bits()));
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::pool::ThreadPool;
-use crate::quant::{quantize_row_act, vec_dot_type, GgmlType};
+use crate::quant::{dot_q8_0_xs_fn, quantize_row_act, unpack_row_to_q8_0, vec_dot_type, GgmlType};
 
 /// A weight matrix as stored in GGUF: `rows` output features, each a contiguous row of `cols`
 /// input features of type `ty` (`ne[0] = cols`, `ne[1] = rows`).
@@ -108,10 +108,22 @@ unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
-/// Rows per work item handed out to the threads.
-const ROW_CHUNK: usize = 16;
+/// Rows per work item: about `CHUNKS_PER_THREAD` items per thread, at least `MIN_ROW_CHUNK`
+/// and at most `MAX_ROW_CHUNK` rows.
+const MIN_ROW_CHUNK: usize = 16;
+const MAX_ROW_CHUNK: usize = 256;
+const CHUNKS_PER_THREAD: usize = 64;
+/// Most per-thread work ranges (more threads share ranges).
+const MAX_RANGES: usize = 16;
+
+/// A work counter on its own cache line.
+#[repr(align(64))]
+struct PaddedCounter(AtomicUsize);
+
 /// Tokens per block in prefill (their quantized rows stay in L1/L2 while a row chunk is done).
 const TOKEN_BLOCK: usize = 32;
+/// From this many tokens on, Q4_0/Q5_0 weight rows are unpacked to Q8_0 once per row chunk.
+const UNPACK_MIN_TOKENS: usize = 8;
 /// Below this many multiply-adds the product runs on the calling thread only.
 const SERIAL_WORK: usize = 1 << 15;
 
@@ -161,38 +173,122 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
     let wp = w.data.as_ptr() as usize;
     let xp = x.buf.as_ptr() as usize;
     let yp = OutPtr(y.as_mut_ptr());
-    let n_chunks = rows.div_ceil(ROW_CHUNK);
-    let next = AtomicUsize::new(0);
+    // The row chunks are split into one contiguous range per thread, each with its own counter
+    // (no cache line bounces between cores while every thread works through its own range);
+    // a thread that is done steals chunks from the others' ranges, one at a time, so a thread
+    // that is descheduled or slow holds up at most one chunk.
+    let row_chunk =
+        (rows / (pool.n_threads() * CHUNKS_PER_THREAD)).clamp(MIN_ROW_CHUNK, MAX_ROW_CHUNK);
+    let n_chunks = rows.div_ceil(row_chunk);
+    let n_ranges = pool.n_threads().clamp(1, MAX_RANGES);
+    let range_end = |r: usize| (r + 1) * n_chunks / n_ranges;
+    let counters: [PaddedCounter; MAX_RANGES] =
+        std::array::from_fn(|r| PaddedCounter(AtomicUsize::new(r * n_chunks / n_ranges)));
 
-    let work = |_: usize, _: usize| {
-        loop {
-            let c = next.fetch_add(1, Ordering::Relaxed);
-            if c >= n_chunks {
-                break;
+    // With many tokens, Q4_0/Q5_0 rows are unpacked once per row chunk into Q8_0 rows (same
+    // scales and integers, so the Q8_0 kernel gives bit-identical results) instead of once per
+    // four tokens.
+    let unpack = nt >= UNPACK_MIN_TOKENS && matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q5_0);
+    let (dot, krb) = if unpack {
+        (
+            kernels.dot_fn(GgmlType::Q8_0),
+            GgmlType::Q8_0
+                .row_bytes(cols)
+                .expect("Q8_0 and Q4_0/Q5_0 share the block size"),
+        )
+    } else {
+        (dot, wrb)
+    };
+
+    // With many tokens and a Q8_0 kernel, the activation block scales are converted to f32
+    // once here rather than once per weight row (same values, so the same results).
+    let kernel_ty = if unpack { GgmlType::Q8_0 } else { w.ty };
+    let xs_dot = if nt >= UNPACK_MIN_TOKENS && kernel_ty == GgmlType::Q8_0 {
+        dot_q8_0_xs_fn()
+    } else {
+        None
+    };
+    let nb = cols / 32;
+    let xs: Vec<f32> = if xs_dot.is_some() {
+        (0..nt)
+            .flat_map(|t| {
+                let row = x.row(t);
+                (0..nb).map(move |i| {
+                    half::f16::from_bits(u16::from_le_bytes([row[i * 34], row[i * 34 + 1]]))
+                        .to_f32()
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let xsp = xs.as_ptr() as usize;
+
+    let work = |ti: usize, _: usize| {
+        let mut unpacked = if unpack {
+            vec![0u8; row_chunk * krb]
+        } else {
+            Vec::new()
+        };
+        let mut k = 0;
+        while k < n_ranges {
+            let range = (ti + k) % n_ranges;
+            let c = counters[range].0.fetch_add(1, Ordering::Relaxed);
+            if c >= range_end(range) {
+                k += 1;
+                continue;
             }
-            let (r0, r1) = (c * ROW_CHUNK, ((c + 1) * ROW_CHUNK).min(rows));
+            let (r0, r1) = (c * row_chunk, ((c + 1) * row_chunk).min(rows));
+            if unpack {
+                for r in r0..r1 {
+                    let ok = unpack_row_to_q8_0(
+                        w.ty,
+                        &w.data[r * wrb..(r + 1) * wrb],
+                        &mut unpacked[(r - r0) * krb..(r - r0 + 1) * krb],
+                    );
+                    debug_assert!(ok);
+                }
+            }
             let mut t0 = 0;
             while t0 < nt {
                 let t1 = (t0 + TOKEN_BLOCK).min(nt);
                 for r in r0..r1 {
-                    let wr = (wp + r * wrb) as *const u8;
+                    let wr = if unpack {
+                        unpacked[(r - r0) * krb..].as_ptr()
+                    } else {
+                        (wp + r * wrb) as *const u8
+                    };
                     let mut t = t0;
                     while t < t1 {
                         let nx = (t1 - t).min(4);
                         let mut out = [0f32; 4];
-                        // SAFETY: row `r < rows` lies inside `w.data` (length checked above);
+                        // SAFETY: row `r < rows` lies inside `w.data` (length checked above), or
+                        // its unpacked Q8_0 copy of `krb` bytes inside `unpacked`;
                         // activation rows t..t+nx < n_tokens lie inside `x.buf` at stride
                         // `xrb`; `out` has 4 floats; nx in 1..=4; the kernel comes from the
                         // dispatch table (features detected).
+                        // With `xs_dot`, `xs` holds `nb` scales for each of the `nt` rows.
                         unsafe {
-                            dot(
-                                cols,
-                                wr,
-                                (xp + t * xrb) as *const u8,
-                                xrb,
-                                nx,
-                                out.as_mut_ptr(),
-                            )
+                            match xs_dot {
+                                Some(f) => f(
+                                    cols,
+                                    wr,
+                                    (xp + t * xrb) as *const u8,
+                                    xrb,
+                                    (xsp as *const f32).add(t * nb),
+                                    nb,
+                                    nx,
+                                    out.as_mut_ptr(),
+                                ),
+                                None => dot(
+                                    cols,
+                                    wr,
+                                    (xp + t * xrb) as *const u8,
+                                    xrb,
+                                    nx,
+                                    out.as_mut_ptr(),
+                                ),
+                            }
                         };
                         for (k, v) in out[..nx].iter().enumerate() {
                             // SAFETY: (t + k) < nt and r < rows, so the index is inside `y`;

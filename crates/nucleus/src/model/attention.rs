@@ -133,11 +133,30 @@ fn attend_tiled(
         let lo = (tile * KV_TILE).max(start);
         let hi = ((tile + 1) * KV_TILE).min(end);
         let mut tile_max = f32::NEG_INFINITY;
-        for pos in lo..hi {
+        let key = |pos: usize| {
             let (block, slot) = (blocks[pos / bs], pos % bs);
-            let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
-            let s = dot_f32_f16(q, k) * scale;
-            scores[pos - lo] = s;
+            &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk]
+        };
+        let value = |pos: usize| {
+            let (block, slot) = (blocks[pos / bs], pos % bs);
+            &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv]
+        };
+        // Four keys at a time (independent chains, same per-key arithmetic).
+        let mut pos = lo;
+        while pos < hi {
+            if pos + 4 <= hi {
+                let d =
+                    f16k::dot_f32_f16_x4(q, [key(pos), key(pos + 1), key(pos + 2), key(pos + 3)]);
+                for j in 0..4 {
+                    scores[pos + j - lo] = d[j] * scale;
+                }
+                pos += 4;
+            } else {
+                scores[pos - lo] = f16k::dot_f32_f16(q, key(pos)) * scale;
+                pos += 1;
+            }
+        }
+        for &s in &scores[..hi - lo] {
             tile_max = tile_max.max(s);
         }
         if tile_max > max {
@@ -147,33 +166,28 @@ fn attend_tiled(
             max = tile_max;
         }
         let mut tile_sum = 0f64;
-        for pos in lo..hi {
-            let p = (scores[pos - lo] - max).exp();
-            tile_sum += p as f64;
-            let (block, slot) = (blocks[pos / bs], pos % bs);
-            let v = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
-            f16k::axpy_f16_f32(out, v, p);
+        let mut pos = lo;
+        while pos < hi {
+            if pos + 4 <= hi {
+                let mut p = [0f32; 4];
+                for j in 0..4 {
+                    p[j] = (scores[pos + j - lo] - max).exp();
+                    tile_sum += p[j] as f64;
+                }
+                let v = [value(pos), value(pos + 1), value(pos + 2), value(pos + 3)];
+                f16k::axpy4_f16_f32(out, v, p);
+                pos += 4;
+            } else {
+                let p = (scores[pos - lo] - max).exp();
+                tile_sum += p as f64;
+                f16k::axpy_f16_f32(out, value(pos), p);
+                pos += 1;
+            }
         }
         sum += tile_sum as f32;
     }
     let inv = 1.0 / sum;
     out.iter_mut().for_each(|o| *o *= inv);
-}
-
-fn dot_f32_f16(q: &[f32], k: &[f16]) -> f32 {
-    let mut acc = [0f32; 8];
-    let mut qc = q.chunks_exact(8);
-    let mut kc = k.chunks_exact(8);
-    for (qq, kk) in (&mut qc).zip(&mut kc) {
-        for i in 0..8 {
-            acc[i] += qq[i] * kk[i].to_f32();
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (a, b) in qc.remainder().iter().zip(kc.remainder()) {
-        s += a * b.to_f32();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -360,8 +360,16 @@ impl Model {
         let n_tasks = batch.len() * hp.n_head;
         let out = SharedOut::new(att);
         let kv_ref = &*kv;
-        self.pool.run(|ti, nt| {
-            for task in (ti..n_tasks).step_by(nt) {
+        // Tasks are claimed in small groups from a shared counter, so a thread that is
+        // descheduled or slower (long prompts: later tokens see more keys) holds up little.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let group_of = (n_tasks / (self.pool.n_threads() * 16)).clamp(1, 16);
+        self.pool.run(|_, _| loop {
+            let g0 = next.fetch_add(group_of, std::sync::atomic::Ordering::Relaxed);
+            if g0 >= n_tasks {
+                break;
+            }
+            for task in g0..(g0 + group_of).min(n_tasks) {
                 let (t, h) = (task / hp.n_head, task % hp.n_head);
                 let seq = batch.seqs[t];
                 let blocks = kv_ref.seq_blocks(seq).expect("checked in check_batch");

@@ -464,3 +464,37 @@ pub fn quantize_row_act(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
         _ => quantize_row(ty, src, dst),
     }
 }
+
+/// Rewrites a Q4_0 or Q5_0 row as Q8_0 with the same scales and the same integer values, so
+/// that a Q8_0 dot product of it is bit-identical to the original type's (used to unpack
+/// weight rows once for many activation rows). Returns false for other types.
+pub(crate) fn unpack_row_to_q8_0_scalar(ty: GgmlType, src: &[u8], dst: &mut [u8]) -> bool {
+    match ty {
+        GgmlType::Q4_0 => {
+            for (y, b) in dst.chunks_exact_mut(34).zip(src.chunks_exact(18)) {
+                y[..2].copy_from_slice(&b[..2]);
+                for j in 0..16 {
+                    let q = b[2 + j];
+                    y[2 + j] = ((q & 0xF) as i8 - 8) as u8;
+                    y[18 + j] = ((q >> 4) as i8 - 8) as u8;
+                }
+            }
+            true
+        }
+        GgmlType::Q5_0 => {
+            for (y, b) in dst.chunks_exact_mut(34).zip(src.chunks_exact(22)) {
+                y[..2].copy_from_slice(&b[..2]);
+                let qh = rd_u32(b, 2);
+                for j in 0..16 {
+                    let q = b[6 + j];
+                    let h0 = ((qh >> j) << 4) & 0x10;
+                    let h1 = (qh >> (j + 12)) & 0x10;
+                    y[2 + j] = (((q & 0xF) as u32 | h0) as i32 - 16) as i8 as u8;
+                    y[18 + j] = (((q >> 4) as u32 | h1) as i32 - 16) as i8 as u8;
+                }
+            }
+            true
+        }
+        _ => false,
+    }
+}

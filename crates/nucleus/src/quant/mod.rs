@@ -38,6 +38,36 @@ pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
     }
 }
 
+/// Rewrites a Q4_0/Q5_0 row as a Q8_0 row with the same scales and integers (a Q8_0 dot of it
+/// is bit-identical to the original's). Returns false, writing nothing, for other types.
+pub(crate) fn unpack_row_to_q8_0(ty: GgmlType, src: &[u8], dst: &mut [u8]) -> bool {
+    let Some(nb) = ty.row_bytes(ty.block_size()).map(|bb| src.len() / bb) else {
+        return false;
+    };
+    if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0) || dst.len() < nb * 34 {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if simd_level() >= SimdLevel::Avx2 {
+        // SAFETY: `src` holds `nb` whole blocks, `dst` at least `nb * 34` bytes (checked);
+        // AVX2/FMA/F16C were detected (simd_level never exceeds the hardware).
+        return unsafe { x86::unpack_to_q8_0(ty, nb, src.as_ptr(), dst.as_mut_ptr()) };
+    }
+    blocks::unpack_row_to_q8_0_scalar(ty, src, dst)
+}
+
+/// A Q8_0 × Q8_0 dot kernel taking the activation block scales as f32 (see
+/// `x86::dot_q8_0_xs` for its contract), when this process uses AVX2 or better.
+#[allow(clippy::type_complexity)]
+pub(crate) fn dot_q8_0_xs_fn(
+) -> Option<unsafe fn(usize, *const u8, *const u8, usize, *const f32, usize, usize, *mut f32)> {
+    #[cfg(target_arch = "x86_64")]
+    if simd_level() >= SimdLevel::Avx2 {
+        return Some(x86::dot_q8_0_xs);
+    }
+    None
+}
+
 /// The kernel table chosen for this process (for the matmul driver).
 pub(crate) fn dispatch_kernels() -> &'static dispatch::Kernels {
     dispatch::kernels()

@@ -85,8 +85,9 @@ unsafe fn mul_sum_us8<const VNNI: bool>(u: __m256i, s: __m256i) -> __m256i {
 #[inline(always)]
 unsafe fn nibbles32(p: *const u8) -> __m256i {
     unsafe {
-        let t = load128(p);
-        let b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+        // Both lanes load the 16 bytes (a broadcast load); the upper lane shifts by 4.
+        let t = _mm256_broadcastsi128_si256(load128(p));
+        let b = _mm256_srlv_epi64(t, _mm256_set_epi64x(4, 4, 0, 0));
         _mm256_and_si256(b, _mm256_set1_epi8(0xF))
     }
 }
@@ -110,7 +111,29 @@ unsafe fn bits32(x: u32) -> __m256i {
 // ---------------------------------------------------------------------------------------------
 // 32-element block formats against Q8_0 / Q8_1.
 
+/// How far ahead of the current block the weight stream is prefetched, in bytes.
+const PREFETCH: usize = 2048;
+
+/// Four f16 values `stride` bytes apart, as four f32 (composed in a general register, one
+/// conversion for all four).
+#[inline(always)]
+unsafe fn f16x4(p: *const u8, stride: usize) -> __m128 {
+    unsafe {
+        let bits = rd16(p) as u64
+            | (rd16(p.add(stride)) as u64) << 16
+            | (rd16(p.add(2 * stride)) as u64) << 32
+            | (rd16(p.add(3 * stride)) as u64) << 48;
+        _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64))
+    }
+}
+
 /// Signed 8-bit weights (Q4_0, Q5_0, Q8_0 after unpacking) against Q8_0 activations.
+///
+/// Blocks go four at a time: the four weight scales and, per activation row, the four
+/// activation scales are converted with one instruction each and multiplied as vectors; each
+/// block then broadcasts its lane. The arithmetic per block is unchanged (`dw · dx` rounded to
+/// f32, then one FMA into the accumulator of the block's parity), so results are bit-identical
+/// to converting the scales one block at a time.
 #[inline(always)]
 unsafe fn dot_signed_q8_0<const VNNI: bool, const NX: usize, const WB: usize>(
     nb: usize,
@@ -139,7 +162,35 @@ unsafe fn dot_signed_q8_0<const VNNI: bool, const NX: usize, const WB: usize>(
                 }
             }};
         }
+        macro_rules! block_of4 {
+            ($i:expr, $b:literal, $d:expr, $acc:expr) => {{
+                let i = $i + $b;
+                let qw = unpack(w.add(i * WB));
+                let ax = _mm256_sign_epi8(qw, qw);
+                for k in 0..NX {
+                    let qx = load256(x.add(k * stride + i * 34 + 2));
+                    let p = mul_sum_us8::<VNNI>(ax, _mm256_sign_epi8(qx, qw));
+                    let d = _mm256_permute_ps::<{ $b * 0x55 }>($d[k]);
+                    $acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[k]);
+                }
+            }};
+        }
         let mut i = 0;
+        while i + 4 <= nb {
+            _mm_prefetch::<_MM_HINT_T0>(w.add(i * WB + PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(w.add(i * WB + PREFETCH + 64) as *const i8);
+            let dw = f16x4(w.add(i * WB), WB);
+            let mut d = [_mm256_setzero_ps(); NX];
+            for k in 0..NX {
+                let d4 = _mm_mul_ps(dw, f16x4(x.add(k * stride + i * 34), 34));
+                d[k] = _mm256_set_m128(d4, d4);
+            }
+            block_of4!(i, 0, d, acc[0]);
+            block_of4!(i, 1, d, acc[1]);
+            block_of4!(i, 2, d, acc[0]);
+            block_of4!(i, 3, d, acc[1]);
+            i += 4;
+        }
         while i + 2 <= nb {
             block!(i, acc[0]);
             block!(i + 1, acc[1]);
@@ -300,6 +351,137 @@ unsafe fn q5_1<const VNNI: bool, const NX: usize>(
     }
 }
 
+/// Q8_0 weights × Q8_0 activation rows whose block scales are already f32: block `i` of row
+/// `k` has scale `xs[k * xs_stride + i]` (the f16 scale of the block, converted; its `d` bytes
+/// are not read). Same arithmetic as [`dot_signed_q8_0`], so bit-identical results, without
+/// converting the activation scales again for every weight row (the prefill path).
+///
+/// # Safety
+/// [`DotFn`] contract for Q8_0, plus `xs` readable for `(nx - 1) * xs_stride + n / 32` floats;
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn dot_q8_0_xs(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    xs: *const f32,
+    xs_stride: usize,
+    nx: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        match nx {
+            1 => q8_0_xs::<1>(n / 32, w, x, stride, xs, xs_stride, out),
+            2 => q8_0_xs::<2>(n / 32, w, x, stride, xs, xs_stride, out),
+            3 => q8_0_xs::<3>(n / 32, w, x, stride, xs, xs_stride, out),
+            _ => q8_0_xs::<4>(n / 32, w, x, stride, xs, xs_stride, out),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn q8_0_xs<const NX: usize>(
+    nb: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    xs: *const f32,
+    xs_stride: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); NX]; 2];
+        macro_rules! block {
+            ($i:expr, $acc:expr) => {{
+                let i = $i;
+                let wb = w.add(i * 34);
+                let dw = f16(wb);
+                let qw = load256(wb.add(2));
+                let ax = _mm256_sign_epi8(qw, qw);
+                for k in 0..NX {
+                    let qx = load256(x.add(k * stride + i * 34 + 2));
+                    let p = mul_sum_us8::<false>(ax, _mm256_sign_epi8(qx, qw));
+                    let d = _mm256_set1_ps(dw * *xs.add(k * xs_stride + i));
+                    $acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[k]);
+                }
+            }};
+        }
+        macro_rules! block_of4 {
+            ($i:expr, $b:literal, $d:expr, $acc:expr) => {{
+                let i = $i + $b;
+                let qw = load256(w.add(i * 34 + 2));
+                let ax = _mm256_sign_epi8(qw, qw);
+                for k in 0..NX {
+                    let qx = load256(x.add(k * stride + i * 34 + 2));
+                    let p = mul_sum_us8::<false>(ax, _mm256_sign_epi8(qx, qw));
+                    let d = _mm256_permute_ps::<{ $b * 0x55 }>($d[k]);
+                    $acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[k]);
+                }
+            }};
+        }
+        let mut i = 0;
+        while i + 4 <= nb {
+            let dw = f16x4(w.add(i * 34), 34);
+            let mut d = [_mm256_setzero_ps(); NX];
+            for k in 0..NX {
+                let d4 = _mm_mul_ps(dw, _mm_loadu_ps(xs.add(k * xs_stride + i)));
+                d[k] = _mm256_set_m128(d4, d4);
+            }
+            block_of4!(i, 0, d, acc[0]);
+            block_of4!(i, 1, d, acc[1]);
+            block_of4!(i, 2, d, acc[0]);
+            block_of4!(i, 3, d, acc[1]);
+            i += 4;
+        }
+        while i + 2 <= nb {
+            block!(i, acc[0]);
+            block!(i + 1, acc[1]);
+            i += 2;
+        }
+        if i < nb {
+            block!(i, acc[0]);
+        }
+        for k in 0..NX {
+            *out.add(k) = hsum_ps(_mm256_add_ps(acc[0][k], acc[1][k]));
+        }
+    }
+}
+
+/// Q4_0 / Q5_0 row → Q8_0 row (same scales, same integers), `nb` blocks.
+///
+/// # Safety
+/// `src` readable for `nb` blocks of `ty`, `dst` writable for `nb * 34` bytes; AVX2 present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn unpack_to_q8_0(
+    ty: super::GgmlType,
+    nb: usize,
+    src: *const u8,
+    dst: *mut u8,
+) -> bool {
+    unsafe {
+        let (wb, f): (usize, fn(*const u8) -> __m256i) = match ty {
+            super::GgmlType::Q4_0 => (18, |b| {
+                _mm256_sub_epi8(nibbles32(b.add(2)), _mm256_set1_epi8(8))
+            }),
+            super::GgmlType::Q5_0 => (22, |b| {
+                let hi =
+                    _mm256_andnot_si256(bits32(rd32(b.add(2))), _mm256_set1_epi8(0xF0u8 as i8));
+                _mm256_or_si256(nibbles32(b.add(6)), hi)
+            }),
+            _ => return false,
+        };
+        for i in 0..nb {
+            let b = src.add(i * wb);
+            let y = dst.add(i * 34);
+            (y as *mut u16).write_unaligned(rd16(b));
+            _mm256_storeu_si256(y.add(2) as *mut __m256i, f(b));
+        }
+        true
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // K-quants against Q8_K (d f32 at 0, qs at 4, bsums at 260).
 
@@ -365,6 +547,9 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const BLOCK_SUMS: bool>(
         let mut acc_ms = [_mm_setzero_ps(); NX];
         for i in 0..nb {
             let wb = w.add(i * WB);
+            for l in (0..WB).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(wb.add(PREFETCH + l) as *const i8);
+            }
             let d = f16(wb);
             let dmin = f16(wb.add(2));
             let u = k4_scales(wb.add(4));
@@ -518,6 +703,9 @@ unsafe fn q6_k<const VNNI: bool, const NX: usize>(
         let mut acc = [_mm256_setzero_ps(); NX];
         for i in 0..nb {
             let wb = w.add(i * 210);
+            for l in (0..210).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(wb.add(PREFETCH + l) as *const i8);
+            }
             let d = f16(wb.add(208));
             let sc8 = load128(wb.add(192));
             // Σ (q - 32) q8 sc = Σ q q8 sc - 32 Σ sc bsum: start every sum at -32 Σ sc·bsum.

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Side-by-side speed of nucleus and llama.cpp on the same GGUF files with the same thread count,
+# in one run: prefill (pp512, one 512-token batch) and decode (tg128, 128 single-token steps after
+# a one-token prompt) in tokens/s, and the ratios nucleus / llama.cpp. Prints a markdown table.
+# Not run in CI.
+#
+# Usage: scripts/bench_vs_llama_cpp.sh [LLAMA_BENCH] [MODEL.gguf ...]
+#
+# Environment:
+#   LLAMA_BENCH  path to llama-bench (or the first argument). When unset and absent from the
+#                cache, llama.cpp is built from the vendored source of the llama-cpp-python==0.3.36
+#                sdist (pip download --no-binary, cmake -DGGML_NATIVE=ON, Release) into
+#                $CACHE_DIR/llama.cpp-0.3.36.
+#   CACHE_DIR    build cache (default ~/.cache/nucleus/bench)
+#   NUCLEUS      path to the nucleus binary (default: built with cargo --release here)
+#   THREADS      threads for both engines (default 2)
+#   REPS         repetitions, best reported by nucleus and mean by llama-bench (default 3)
+#   MODELS       space-separated GGUF paths (or pass them as arguments after LLAMA_BENCH);
+#                default: the qwen2.5-coder-0.5b-instruct and gemma-3-270m Q4_K_M files in
+#                ~/.cache/nucleus/models
+#   NICE         a niceness for both engines, e.g. -10 on a shared machine (default: none)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE_DIR="${CACHE_DIR:-$HOME/.cache/nucleus/bench}"
+THREADS="${THREADS:-2}"
+REPS="${REPS:-3}"
+LLAMA_VERSION=0.3.36
+
+if [[ $# -ge 1 && "$1" != *.gguf ]]; then
+    LLAMA_BENCH="$1"
+    shift
+fi
+if [[ $# -ge 1 ]]; then
+    MODELS="$*"
+fi
+MODELS="${MODELS:-$HOME/.cache/nucleus/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf $HOME/.cache/nucleus/models/gemma-3-270m-q4_k_m.gguf}"
+
+build_llama_bench() {
+    local dir="$CACHE_DIR/llama.cpp-$LLAMA_VERSION"
+    local bin="$dir/src/vendor/llama.cpp/build/bin/llama-bench"
+    if [[ -x "$bin" ]]; then
+        echo "$bin"
+        return
+    fi
+    echo "building llama-bench from llama-cpp-python==$LLAMA_VERSION into $dir" >&2
+    mkdir -p "$dir"
+    (
+        cd "$dir"
+        python3 -m pip download --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_VERSION" -d . >&2
+        rm -rf src && mkdir src
+        tar -xzf "llama_cpp_python-$LLAMA_VERSION.tar.gz" -C src --strip-components=1
+        cd src/vendor/llama.cpp
+        cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF >&2
+        cmake --build build -j"$(nproc)" --target llama-bench >&2
+    )
+    echo "$bin"
+}
+
+if [[ -z "${LLAMA_BENCH:-}" ]]; then
+    LLAMA_BENCH="$(build_llama_bench)"
+fi
+if [[ ! -x "$LLAMA_BENCH" ]]; then
+    echo "llama-bench not found at $LLAMA_BENCH" >&2
+    exit 1
+fi
+
+if [[ -z "${NUCLEUS:-}" ]]; then
+    (cd "$ROOT" && cargo build --release -q -p nucleus-cli)
+    NUCLEUS="${CARGO_TARGET_DIR:-$ROOT/target}/release/nucleus"
+fi
+
+RUN=()
+if [[ -n "${NICE:-}" ]]; then
+    RUN=(nice -n "$NICE")
+fi
+
+rows=()
+for model in $MODELS; do
+    name="$(basename "$model" .gguf)"
+    echo "== $name" >&2
+    echo "   load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    lj="$("${RUN[@]}" "$LLAMA_BENCH" -m "$model" -t "$THREADS" -p 512 -n 128 -r "$REPS" -o json 2>/dev/null)"
+    nj="$("${RUN[@]}" "$NUCLEUS" bench "$model" -t "$THREADS" -p 512 -g 128 -r "$REPS" --json)"
+    echo "   load after:  $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    rows+=("$(python3 - "$name" "$lj" "$nj" <<'EOF'
+import json, sys
+name, lj, nj = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+pp = next(r["avg_ts"] for r in lj if r["n_prompt"] > 0 and r["n_gen"] == 0)
+tg = next(r["avg_ts"] for r in lj if r["n_gen"] > 0 and r["n_prompt"] == 0)
+npp, ntg = nj["prefill_tokens_per_s"], nj["decode_tokens_per_s"]
+print(f"| {name} | {pp:.1f} | {tg:.1f} | {npp:.1f} | {ntg:.1f} | {npp / pp:.2f}x | {ntg / tg:.2f}x |")
+EOF
+)")
+done
+
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $THREADS threads, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| model | llama.cpp pp512 | llama.cpp tg128 | nucleus pp512 | nucleus tg128 | prefill ratio | decode ratio |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+for r in "${rows[@]}"; do
+    echo "$r"
+done
