@@ -17,56 +17,17 @@ pub fn visible_range(pos: usize, window: Option<usize>) -> (usize, usize) {
     (start, pos + 1)
 }
 
-/// How the scores and the weighted sum are computed. Both are exact online softmaxes; they
-/// differ in rounding, and mirror llama.cpp's two CPU flash-attention paths so that our logits
-/// agree with the reference to the last bit where they can:
-/// - [`AttnPath::Vector`] (batches of fewer than [`TILED_MIN_QUERIES`] tokens, i.e. decode): the
-///   query is rounded to f16, keys are visited one at a time, and the output accumulates in f16.
-/// - [`AttnPath::Tiled`] (large prefill batches): f32 query and keys, a tile of
-///   [`KV_TILE`] keys at a time, f32 accumulation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AttnPath {
-    Vector,
-    Tiled,
-}
-
-/// llama.cpp switches to its tiled path at this many queries in a batch.
-pub const TILED_MIN_QUERIES: usize = 64;
-/// Keys per tile of the tiled path.
-pub const KV_TILE: usize = 64;
-
-impl AttnPath {
-    pub fn for_batch(n_tokens: usize) -> AttnPath {
-        if n_tokens >= TILED_MIN_QUERIES {
-            AttnPath::Tiled
-        } else {
-            AttnPath::Vector
-        }
-    }
-}
-
 /// out = softmax(scale · q·Kᵀ) · V over positions `[start, end)` of the sequence whose blocks
-/// are `blocks`, for KV head `kv_head`, without ever holding more than one tile of scores.
+/// are `blocks`, for KV head `kv_head`, without ever holding more than one score.
+///
+/// The arithmetic is llama.cpp's CPU flash-attention decode path, so that our logits agree with
+/// the reference to the last bit where they can: the query is rounded to f16, keys are visited
+/// one at a time, and the output accumulates in f16. Every token uses it, whatever else is in
+/// its batch, so a sequence's results do not depend on how it was batched or chunked (llama.cpp
+/// itself switches to an f32 tiled path at 64 queries per batch, which makes its own outputs
+/// batch-dependent).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_head(
-    kv: &KvCache,
-    layer: usize,
-    blocks: &[BlockId],
-    kv_head: usize,
-    q: &[f32],
-    range: (usize, usize),
-    scale: f32,
-    path: AttnPath,
-    out: &mut [f32],
-) {
-    match path {
-        AttnPath::Vector => attend_vector(kv, layer, blocks, kv_head, q, range, scale, out),
-        AttnPath::Tiled => attend_tiled(kv, layer, blocks, kv_head, q, range, scale, out),
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn attend_vector(
     kv: &KvCache,
     layer: usize,
     blocks: &[BlockId],
@@ -109,85 +70,6 @@ fn attend_vector(
     for (o, a) in out[..dv].iter_mut().zip(acc.iter()) {
         *o = a.to_f32() * inv;
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn attend_tiled(
-    kv: &KvCache,
-    layer: usize,
-    blocks: &[BlockId],
-    kv_head: usize,
-    q: &[f32],
-    (start, end): (usize, usize),
-    scale: f32,
-    out: &mut [f32],
-) {
-    let cfg = kv.config();
-    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
-    let out = &mut out[..dv];
-    out.fill(0.0);
-    let mut scores = [0f32; KV_TILE];
-    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-    // Tiles are aligned to multiples of KV_TILE positions, as the reference's are.
-    for tile in (start / KV_TILE)..end.div_ceil(KV_TILE) {
-        let lo = (tile * KV_TILE).max(start);
-        let hi = ((tile + 1) * KV_TILE).min(end);
-        let mut tile_max = f32::NEG_INFINITY;
-        let key = |pos: usize| {
-            let (block, slot) = (blocks[pos / bs], pos % bs);
-            &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk]
-        };
-        let value = |pos: usize| {
-            let (block, slot) = (blocks[pos / bs], pos % bs);
-            &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv]
-        };
-        // Four keys at a time (independent chains, same per-key arithmetic).
-        let mut pos = lo;
-        while pos < hi {
-            if pos + 4 <= hi {
-                let d =
-                    f16k::dot_f32_f16_x4(q, [key(pos), key(pos + 1), key(pos + 2), key(pos + 3)]);
-                for j in 0..4 {
-                    scores[pos + j - lo] = d[j] * scale;
-                }
-                pos += 4;
-            } else {
-                scores[pos - lo] = f16k::dot_f32_f16(q, key(pos)) * scale;
-                pos += 1;
-            }
-        }
-        for &s in &scores[..hi - lo] {
-            tile_max = tile_max.max(s);
-        }
-        if tile_max > max {
-            let r = (max - tile_max).exp();
-            out.iter_mut().for_each(|o| *o *= r);
-            sum *= r;
-            max = tile_max;
-        }
-        let mut tile_sum = 0f64;
-        let mut pos = lo;
-        while pos < hi {
-            if pos + 4 <= hi {
-                let mut p = [0f32; 4];
-                for j in 0..4 {
-                    p[j] = (scores[pos + j - lo] - max).exp();
-                    tile_sum += p[j] as f64;
-                }
-                let v = [value(pos), value(pos + 1), value(pos + 2), value(pos + 3)];
-                f16k::axpy4_f16_f32(out, v, p);
-                pos += 4;
-            } else {
-                let p = (scores[pos - lo] - max).exp();
-                tile_sum += p as f64;
-                f16k::axpy_f16_f32(out, value(pos), p);
-                pos += 1;
-            }
-        }
-        sum += tile_sum as f32;
-    }
-    let inv = 1.0 / sum;
-    out.iter_mut().for_each(|o| *o *= inv);
 }
 
 #[cfg(test)]
@@ -238,22 +120,19 @@ mod tests {
                 .collect();
             let m = scores.iter().cloned().fold(f64::MIN, f64::max);
             let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
-            for path in [AttnPath::Vector, AttnPath::Tiled] {
+            {
                 let mut out = vec![0.0; dv];
                 let blocks = kv.seq_blocks(seq).unwrap();
-                attend_head(&kv, 0, blocks, 0, &q, range, 0.5, path, &mut out);
-                // The vector path accumulates in f16, as llama.cpp's does: ~1e-3 relative.
-                let tol = if path == AttnPath::Vector { 5e-3 } else { 1e-5 };
+                attend_head(&kv, 0, blocks, 0, &q, range, 0.5, &mut out);
+                // The output accumulates in f16, as llama.cpp's does: ~1e-3 relative.
+                let tol = 5e-3;
                 for d in 0..dv {
                     let want: f64 = (range.0..range.1)
                         .zip(&scores)
                         .map(|(p, s)| (s - m).exp() / z * val(p, d) as f64)
                         .sum();
                     let got = out[d] as f64;
-                    assert!(
-                        (got - want).abs() < tol,
-                        "{path:?} pos {pos} window {window:?}"
-                    );
+                    assert!((got - want).abs() < tol, "pos {pos} window {window:?}");
                 }
             }
         }

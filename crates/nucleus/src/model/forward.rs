@@ -11,7 +11,7 @@ use crate::kv_cache::{BlockId, KvCache, SeqId};
 use crate::quant::{dequantize_row, vec_dot_type, GgmlType};
 use crate::tokenizer::TokenId;
 
-use super::attention::{attend_head, visible_range, AttnPath};
+use super::attention::{attend_head, visible_range};
 use super::weights::Matrix;
 use super::{Activation, Model, ModelError};
 
@@ -353,10 +353,6 @@ impl Model {
         let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
         let group = hp.n_head / hp.n_head_kv;
         let window = hp.layer_window(il);
-        // One arithmetic for every token, whatever else is in the batch, so that a sequence's
-        // results do not depend on how it was batched or chunked (llama.cpp switches to another
-        // path at 64 queries per batch; we always use its decode path).
-        let path = AttnPath::Vector;
         let n_tasks = batch.len() * hp.n_head;
         let out = SharedOut::new(att);
         let kv_ref = &*kv;
@@ -377,17 +373,7 @@ impl Model {
                 // SAFETY: task (t, h) is the only one writing row t's head h.
                 let o = unsafe { out.rows((t * hp.n_head + h) * hdv, hdv) };
                 let range = visible_range(batch.positions[t], window);
-                attend_head(
-                    kv_ref,
-                    il,
-                    blocks,
-                    h / group,
-                    qh,
-                    range,
-                    hp.attn_scale,
-                    path,
-                    o,
-                );
+                attend_head(kv_ref, il, blocks, h / group, qh, range, hp.attn_scale, o);
             }
         });
         Ok(())
