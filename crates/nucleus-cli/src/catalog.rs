@@ -22,7 +22,7 @@ pub const CATALOG: &[CatalogModel] = &[
         name: "qwen2.5-coder-0.5b-instruct",
         file_name: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         arch: "qwen2",
-        description: "Qwen2.5-Coder 0.5B Instruct, Q4_K_M, chat template included (default)",
+        description: "Qwen2.5-Coder 0.5B Instruct, Q4_K_M, chat template included",
         size: 491_400_064,
         sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         parts: &[
