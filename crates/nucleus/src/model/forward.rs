@@ -316,15 +316,13 @@ impl Model {
         // Final norm and output projection, only for the rows that want logits.
         let n_out = batch.n_outputs();
         resize(&mut st.out_in, n_out * e);
-        let mut r = 0;
-        for t in (0..n).filter(|&t| batch.logits[t]) {
+        for (r, t) in (0..n).filter(|&t| batch.logits[t]).enumerate() {
             ops::rmsnorm(
                 &mut st.out_in[r * e..(r + 1) * e],
                 &st.x[t * e..(t + 1) * e],
                 &w.output_norm,
                 hp.rms_eps,
             );
-            r += 1;
         }
         resize(&mut st.logits, n_out * hp.n_vocab);
         if n_out > 0 {
@@ -355,7 +353,7 @@ impl Model {
         let window = hp.layer_window(il);
         let n_tasks = batch.len() * hp.n_head;
         let out = SharedOut::new(att);
-        let kv_ref = &*kv;
+        let kv_ref = kv;
         // Tasks are claimed in small groups from a shared counter, so a thread that is
         // descheduled or slower (long prompts: later tokens see more keys) holds up little.
         let next = std::sync::atomic::AtomicUsize::new(0);

@@ -207,7 +207,7 @@ impl HParams {
     /// The sliding window of layer `il`, or `None` when it attends to the whole context.
     pub fn layer_window(&self, il: usize) -> Option<usize> {
         let w = self.sliding_window?;
-        if self.swa_period == 0 || (il + 1) % self.swa_period != 0 {
+        if self.swa_period == 0 || !(il + 1).is_multiple_of(self.swa_period) {
             Some(w)
         } else {
             None
