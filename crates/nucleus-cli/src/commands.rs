@@ -308,7 +308,7 @@ pub fn list() -> Result<()> {
 
 pub fn inspect(path: &str, all: bool) -> Result<()> {
     let path = resolve_existing(path)?;
-    let file = GgufFile::open(&path)?;
+    let file = GgufFile::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
     println!(
         "{}: GGUF v{}, {} bytes, alignment {}",
         path.display(),
@@ -364,7 +364,7 @@ fn resolve_existing(spec: &str) -> Result<PathBuf> {
 
 pub fn tokenize(model: &str, text: &str, add_special: bool, parse_special: bool) -> Result<()> {
     let path = resolve_existing(model)?;
-    let file = GgufFile::open(&path)?;
+    let file = GgufFile::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&file.metadata)?;
     let ids = tokenizer.encode(text, add_special, parse_special)?;
     println!("{}", serde_json::to_string(&ids)?);
