@@ -205,6 +205,13 @@ enum Command {
 }
 
 fn main() {
+    // Rust ignores SIGPIPE, which turns `nucleus inspect FILE | head` into a panic on the
+    // next print; behave like other command-line tools and end quietly instead.
+    #[cfg(unix)]
+    // SAFETY: called once at start-up, before any thread exists; SIG_DFL is a valid handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
