@@ -205,13 +205,6 @@ enum Command {
 }
 
 fn main() {
-    // Rust ignores SIGPIPE, which turns `nucleus inspect FILE | head` into a panic on the
-    // next print; behave like other command-line tools and end quietly instead.
-    #[cfg(unix)]
-    // SAFETY: called once at start-up, before any thread exists; SIG_DFL is a valid handler.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -230,6 +223,17 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Rust ignores SIGPIPE, which turns `nucleus inspect FILE | head` into a panic on the next
+    // print; the printing commands end quietly instead, like other command-line tools. The
+    // server keeps ignoring it: a client that disconnects must not end the process.
+    #[cfg(unix)]
+    if !matches!(cli.command, Command::Serve(_)) {
+        // SAFETY: called once at start-up, before any thread exists; SIG_DFL is a valid
+        // handler.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.command {
         Command::Run(args) => commands::run(args),
         Command::Chat {
