@@ -21,6 +21,13 @@ pub fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
     }
 }
 
+/// `out` row t = rmsnorm(`x` row t) · weight, for rows of `dim`.
+pub fn rmsnorm_rows(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32, dim: usize) {
+    for (o, r) in out.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
+        rmsnorm(o, r, weight, eps);
+    }
+}
+
 /// In-place RMS norm of each `dim`-sized chunk (per-head q/k norms, Gemma's post-norms).
 pub fn rmsnorm_chunks(x: &mut [f32], weight: &[f32], eps: f32, dim: usize) {
     for chunk in x.chunks_exact_mut(dim) {

@@ -210,14 +210,13 @@ impl Model {
 
         for (il, layer) in w.layers.iter().enumerate() {
             // Attention block.
-            for t in 0..n {
-                ops::rmsnorm(
-                    &mut st.xb[t * e..(t + 1) * e],
-                    &st.x[t * e..(t + 1) * e],
-                    &layer.attn_norm,
-                    hp.rms_eps,
-                );
-            }
+            ops::rmsnorm_rows(
+                &mut st.xb[..n * e],
+                &st.x[..n * e],
+                &layer.attn_norm,
+                hp.rms_eps,
+                e,
+            );
             st.acts.invalidate();
             self.project(&mut st.acts, &layer.wq, &st.xb, n, &mut st.q);
             self.project(&mut st.acts, &layer.wk, &st.xb, n, &mut st.k);
@@ -286,14 +285,13 @@ impl Model {
             ops::add_in_place(&mut st.x, &st.proj);
 
             // Feed-forward block.
-            for t in 0..n {
-                ops::rmsnorm(
-                    &mut st.xb[t * e..(t + 1) * e],
-                    &st.x[t * e..(t + 1) * e],
-                    &layer.ffn_norm,
-                    hp.rms_eps,
-                );
-            }
+            ops::rmsnorm_rows(
+                &mut st.xb[..n * e],
+                &st.x[..n * e],
+                &layer.ffn_norm,
+                hp.rms_eps,
+                e,
+            );
             st.acts.invalidate();
             self.project(&mut st.acts, &layer.w_gate, &st.xb, n, &mut st.gate);
             self.project(&mut st.acts, &layer.w_up, &st.xb, n, &mut st.up);
