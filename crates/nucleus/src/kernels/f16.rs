@@ -58,6 +58,38 @@ pub fn scale_f16(y: &mut [f16], v: f32) {
     }
 }
 
+/// One key's update of an f16 attention accumulator: rescale by `rescale` when the running
+/// maximum grew, then add the key's value vector times `weight`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AccStep {
+    pub rescale: Option<f32>,
+    pub weight: f32,
+}
+
+/// Applies several keys' steps to `acc` in one pass over it. Per element this performs exactly
+/// the operations of calling [`scale_f16`] and [`mad_f16`] once per step, in the same order
+/// (each rounded to f16), so the result is bit-identical; it only saves reloading and storing
+/// the accumulator between keys.
+pub fn acc_steps_f16(acc: &mut [f16], values: &[&[f16]], steps: &[AccStep]) {
+    assert_eq!(values.len(), steps.len());
+    assert!(values.iter().all(|v| v.len() == acc.len()));
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: as in `dot_f16`; every value row has `acc.len()` elements (asserted).
+        return unsafe { x86::acc_steps_f16(acc, values, steps) };
+    }
+    for (d, a) in acc.iter_mut().enumerate() {
+        let mut y = *a;
+        for (v, st) in values.iter().zip(steps) {
+            if let Some(ms) = st.rescale {
+                y = f16::from_f32(y.to_f32() * ms);
+            }
+            y = f16::from_f32(v[d].to_f32().mul_add(st.weight, y.to_f32()));
+        }
+        *a = y;
+    }
+}
+
 /// Scalar `dot_f16` with ggml's accumulation order.
 pub fn dot_f16_scalar(x: &[f16], y: &[f16]) -> f32 {
     let n32 = x.len() / 32 * 32;
@@ -130,6 +162,47 @@ mod x86 {
     }
 
     /// # Safety
+    /// Requires F16C, AVX2 and FMA; every row of `values` has `acc.len()` elements.
+    #[target_feature(enable = "f16c,avx2,fma")]
+    pub unsafe fn acc_steps_f16(acc: &mut [f16], values: &[&[f16]], steps: &[super::AccStep]) {
+        let n8 = acc.len() / 8 * 8;
+        let pa = acc.as_mut_ptr() as *mut __m128i;
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= n8 <= len of `acc` and of every value row: loads and the store
+            // stay inside them.
+            unsafe {
+                let mut a = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i / 8)));
+                for (v, st) in values.iter().zip(steps) {
+                    if let Some(ms) = st.rescale {
+                        // scale_f16: f16(y·ms)
+                        let r = _mm256_mul_ps(a, _mm256_set1_ps(ms));
+                        a = _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+                    }
+                    // mad_f16: f16(fma(x, v, y))
+                    let x =
+                        _mm256_cvtph_ps(_mm_loadu_si128((v.as_ptr() as *const __m128i).add(i / 8)));
+                    let r = _mm256_fmadd_ps(x, _mm256_set1_ps(st.weight), a);
+                    a = _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+                }
+                _mm_storeu_si128(pa.add(i / 8), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+            }
+            i += 8;
+        }
+        // Leftovers exactly as the per-step scalar tails of `scale_f16` and `mad_f16` here.
+        for d in n8..acc.len() {
+            let mut y = acc[d];
+            for (v, st) in values.iter().zip(steps) {
+                if let Some(ms) = st.rescale {
+                    y = f16::from_f32(y.to_f32() * ms);
+                }
+                y = f16::from_f32(y.to_f32() + v[d].to_f32() * st.weight);
+            }
+            acc[d] = y;
+        }
+    }
+
+    /// # Safety
     /// Requires F16C, AVX2 and FMA; `x.len() == y.len()`.
     #[target_feature(enable = "f16c,avx2,fma")]
     pub unsafe fn mad_f16(y: &mut [f16], x: &[f16], v: f32) {
@@ -165,6 +238,46 @@ mod tests {
             (0..n).map(|i| f(i, seed)).collect(),
             (0..n).map(|i| f(i, seed + 7)).collect(),
         )
+    }
+
+    #[test]
+    fn acc_steps_equal_per_key_scale_and_mad() {
+        for n in [8, 64, 256, 12, 3] {
+            let (a0, _) = vecs(n, 3);
+            let rows: Vec<Vec<f16>> = (0..4).map(|k| vecs(n, 10 + k).0).collect();
+            let steps = [
+                AccStep {
+                    rescale: None,
+                    weight: 0.73,
+                },
+                AccStep {
+                    rescale: Some(0.41),
+                    weight: 1.0,
+                },
+                AccStep {
+                    rescale: None,
+                    weight: 0.05,
+                },
+                AccStep {
+                    rescale: Some(0.999),
+                    weight: 1.0,
+                },
+            ];
+            for g in 1..=4 {
+                let mut want = a0.clone();
+                for k in 0..g {
+                    if let Some(ms) = steps[k].rescale {
+                        scale_f16(&mut want, ms);
+                    }
+                    mad_f16(&mut want, &rows[k], steps[k].weight);
+                }
+                let mut got = a0.clone();
+                let vals: Vec<&[f16]> = rows[..g].iter().map(|r| r.as_slice()).collect();
+                acc_steps_f16(&mut got, &vals, &steps[..g]);
+                let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "n={n} g={g}");
+            }
+        }
     }
 
     #[test]

@@ -48,23 +48,38 @@ pub fn attend_head(
     let mut acc = [f16::ZERO; 512];
     let acc = &mut acc[..dv];
     let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-    for pos in start..end {
-        let (block, slot) = (blocks[pos / bs], pos % bs);
-        let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
-        let s = f16k::dot_f16(q16, k) * scale;
-        // Per key: either the maximum grows (rescale what we have, weight 1 for this key) or
-        // this key gets weight exp(s - max).
-        let (ms, vs) = if s > max {
-            let ms = (max - s).exp();
-            max = s;
-            f16k::scale_f16(acc, ms);
-            (ms, 1.0)
-        } else {
-            (1.0, (s - max).exp())
-        };
-        let v = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
-        f16k::mad_f16(acc, v, vs);
-        sum = sum * ms + vs;
+    // Keys go four at a time: their scores, then the running maximum and sum key by key, then
+    // one pass over the accumulator applying the four keys' updates in order (bit-identical to
+    // updating it key by key, see `acc_steps_f16`).
+    const GROUP: usize = 4;
+    let mut pos = start;
+    while pos < end {
+        let g = GROUP.min(end - pos);
+        let mut steps = [f16k::AccStep {
+            rescale: None,
+            weight: 0.0,
+        }; GROUP];
+        let mut values: [&[f16]; GROUP] = [&[]; GROUP];
+        for i in 0..g {
+            let (block, slot) = (blocks[(pos + i) / bs], (pos + i) % bs);
+            let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
+            let s = f16k::dot_f16(q16, k) * scale;
+            // Per key: either the maximum grows (rescale what we have, weight 1 for this key)
+            // or this key gets weight exp(s - max).
+            let (ms, vs) = if s > max {
+                let ms = (max - s).exp();
+                max = s;
+                steps[i].rescale = Some(ms);
+                (ms, 1.0)
+            } else {
+                (1.0, (s - max).exp())
+            };
+            steps[i].weight = vs;
+            sum = sum * ms + vs;
+            values[i] = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
+        }
+        f16k::acc_steps_f16(acc, &values[..g], &steps[..g]);
+        pos += g;
     }
     let inv = 1.0 / sum;
     for (o, a) in out[..dv].iter_mut().zip(acc.iter()) {
