@@ -26,7 +26,7 @@
 
 mod common;
 
-use nucleus::engine::{argmax, GenerationConfig, Session};
+use nucleus::engine::{argmax, GenerateRequest, Session};
 use nucleus::model::Model;
 use nucleus::tokenizer::Tokenizer;
 use serde_json::Value;
@@ -190,14 +190,12 @@ fn check_model(golden_name: &str) {
 
         // 3. Free-running greedy continuation.
         let mut session = Session::new(&model, tokens.len() + FREE_RUN_TOKENS + 8);
-        let cfg = GenerationConfig {
-            max_tokens: FREE_RUN_TOKENS.min(greedy.len()),
-            ..Default::default()
-        };
-        let (ours, _, _) = session
-            .generate_greedy(&tokens, &cfg, |t| tok.is_eog(t), |_| {})
-            .unwrap();
-        for j in 0..cfg.max_tokens {
+        let max_tokens = FREE_RUN_TOKENS.min(greedy.len());
+        let ours = session
+            .generate(&tok, &tokens, &GenerateRequest::greedy(max_tokens), |_| {})
+            .unwrap()
+            .tokens;
+        for j in 0..max_tokens {
             let chooser = &steps[n_prompt - 1 + j];
             match ours.get(j) {
                 Some(&t) if t == greedy[j] => continue,

@@ -20,6 +20,4 @@ mod session;
 pub use crate::sampling::FinishReason;
 pub use beams::KvBeams;
 pub use sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob, TopLogprob};
-pub use session::{
-    argmax, EngineError, Generation, GenerationConfig, Session, Timings, BLOCK_SIZE,
-};
+pub use session::{argmax, EngineError, Generation, Session, Timings, BLOCK_SIZE};

@@ -30,26 +30,6 @@ impl From<BeamError<ModelError>> for EngineError {
     }
 }
 
-/// Settings of [`Session::generate_greedy`].
-#[derive(Clone, Debug)]
-pub struct GenerationConfig {
-    pub max_tokens: usize,
-    /// Keep going past end-of-generation tokens.
-    pub ignore_eos: bool,
-    /// Prompt tokens per forward during prefill.
-    pub prefill_chunk: usize,
-}
-
-impl Default for GenerationConfig {
-    fn default() -> Self {
-        GenerationConfig {
-            max_tokens: 256,
-            ignore_eos: false,
-            prefill_chunk: 512,
-        }
-    }
-}
-
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Timings {
     pub prompt_tokens: usize,
@@ -218,42 +198,6 @@ pub fn argmax(logits: &[f32]) -> TokenId {
         }
     }
     best as TokenId
-}
-
-impl Session<'_> {
-    /// Argmax decoding without a tokenizer, for conformance tests and benchmarks: `prompt` is
-    /// fed, then tokens are generated until `is_eog`, `cfg.max_tokens` or the context is full.
-    /// [`generate`](Self::generate) with temperature 0 picks the same tokens.
-    pub fn generate_greedy(
-        &mut self,
-        prompt: &[TokenId],
-        cfg: &GenerationConfig,
-        is_eog: impl Fn(TokenId) -> bool,
-        mut on_token: impl FnMut(TokenId),
-    ) -> Result<(Vec<TokenId>, FinishReason, Timings), ModelError> {
-        let t0 = Instant::now();
-        let mut logits = self.feed(prompt, cfg.prefill_chunk, false)?;
-        let prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let t1 = Instant::now();
-        let mut tokens = Vec::new();
-        let mut finish = FinishReason::Length;
-        while tokens.len() < cfg.max_tokens {
-            let tok = argmax(&logits);
-            if !cfg.ignore_eos && is_eog(tok) {
-                finish = FinishReason::Stop;
-                break;
-            }
-            tokens.push(tok);
-            on_token(tok);
-            if tokens.len() == cfg.max_tokens || self.len() >= self.n_ctx {
-                break;
-            }
-            logits = self.feed(&[tok], 1, false)?;
-        }
-        let generate_ms = t1.elapsed().as_secs_f64() * 1e3;
-        let timings = Timings::new(prompt.len(), prompt_ms, tokens.len(), generate_ms);
-        Ok((tokens, finish, timings))
-    }
 }
 
 impl Timings {
