@@ -107,6 +107,29 @@ fn add_finished(done: &mut Vec<(f64, Hypothesis)>, sc: f64, h: Hypothesis, cap: 
     }
 }
 
+/// Ends a beam: `parent` extended by `tok`, with total logprob `sum`, scored and filed among
+/// the finished hypotheses.
+fn finish_beam(
+    done: &mut Vec<(f64, Hypothesis)>,
+    parent: &[TokenId],
+    tok: TokenId,
+    sum: f64,
+    alpha: f32,
+    finish: FinishReason,
+    cap: usize,
+) {
+    let mut tokens = parent.to_vec();
+    tokens.push(tok);
+    let sc = score(sum, tokens.len(), alpha);
+    let h = Hypothesis {
+        tokens,
+        sum_logprob: sum as f32,
+        score: sc as f32,
+        finish,
+    };
+    add_finished(done, sc, h, cap);
+}
+
 /// Run beam search from `root`, a beam whose prompt the model has already evaluated, given the
 /// root's next-token logits. Takes ownership of `root`: every beam (root and forks) is dropped
 /// before returning `Ok`. Returns up to `n_best` hypotheses, best first.
@@ -172,16 +195,16 @@ pub fn beam_search<M: BeamModel>(
                 // Only EOS among the B best count, as in the usual formulation: a worse one
                 // would have lost its place to a live beam anyway.
                 if rank < width {
-                    let mut tokens = live[bi].tokens.clone();
-                    tokens.push(tok);
-                    let sc = score(sum, new_len, alpha);
-                    let h = Hypothesis {
-                        tokens,
-                        sum_logprob: sum as f32,
-                        score: sc as f32,
-                        finish: FinishReason::Stop,
-                    };
-                    add_finished(&mut done, sc, h, width);
+                    let parent = &live[bi].tokens;
+                    finish_beam(
+                        &mut done,
+                        parent,
+                        tok,
+                        sum,
+                        alpha,
+                        FinishReason::Stop,
+                        width,
+                    );
                 }
                 continue;
             }
@@ -194,16 +217,16 @@ pub fn beam_search<M: BeamModel>(
         // Out of length: the survivors end here, without another forward.
         if new_len >= max_len {
             for &(bi, tok, sum) in &next {
-                let mut tokens = live[bi].tokens.clone();
-                tokens.push(tok);
-                let sc = score(sum, new_len, alpha);
-                let h = Hypothesis {
-                    tokens,
-                    sum_logprob: sum as f32,
-                    score: sc as f32,
-                    finish: FinishReason::Length,
-                };
-                add_finished(&mut done, sc, h, width);
+                let parent = &live[bi].tokens;
+                finish_beam(
+                    &mut done,
+                    parent,
+                    tok,
+                    sum,
+                    alpha,
+                    FinishReason::Length,
+                    width,
+                );
             }
             next.clear();
         }
