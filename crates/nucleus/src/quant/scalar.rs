@@ -172,6 +172,18 @@ pub(crate) fn dot_q8_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
     sumf
 }
 
+/// The eight 6-bit scales and mins of a Q4_K/Q5_K block's 12 scale bytes.
+#[inline(always)]
+fn k4_scales_mins(sc: &[u8]) -> ([i32; 8], [i32; 8]) {
+    let (mut scales, mut mins) = ([0i32; 8], [0i32; 8]);
+    for j in 0..8 {
+        let (s, m) = scale_min_k4(j, sc);
+        scales[j] = s as i32;
+        mins[j] = m as i32;
+    }
+    (scales, mins)
+}
+
 /// Σ over the 8 sub-blocks of `min_j * (bsums[2j] + bsums[2j+1])` of a Q8_K block.
 #[inline(always)]
 fn k_mins_dot(mins: &[i32; 8], xb: &[u8]) -> i32 {
@@ -191,13 +203,7 @@ pub(crate) fn dot_q4_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
         let (wb, xb) = (&w[144 * i..144 * i + 144], &x[292 * i..292 * i + 292]);
         let sc = &wb[4..16];
         let qs = &wb[16..144];
-        let mut scales = [0i32; 8];
-        let mut mins = [0i32; 8];
-        for j in 0..8 {
-            let (s, m) = scale_min_k4(j, sc);
-            scales[j] = s as i32;
-            mins[j] = m as i32;
-        }
+        let (scales, mins) = k4_scales_mins(sc);
         let mut sumi = 0i32;
         for j in 0..4 {
             let (mut lo, mut hi) = (0i32, 0i32);
@@ -224,13 +230,7 @@ pub(crate) fn dot_q5_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
         let sc = &wb[4..16];
         let qh = &wb[16..48];
         let qs = &wb[48..176];
-        let mut scales = [0i32; 8];
-        let mut mins = [0i32; 8];
-        for j in 0..8 {
-            let (s, m) = scale_min_k4(j, sc);
-            scales[j] = s as i32;
-            mins[j] = m as i32;
-        }
+        let (scales, mins) = k4_scales_mins(sc);
         let mut sumi = 0i32;
         for j in 0..4 {
             let (mut lo, mut hi) = (0i32, 0i32);
