@@ -12,7 +12,7 @@ Each round starts C streaming /v1/completions requests at once (same short promp
       --threads 2 --llama-server /path/to/llama-server
 
 llama-server: --llama-server PATH or $LLAMA_SERVER; if neither exists, it is built from the
-`llama-cpp-python==0.3.36` sdist's vendored llama.cpp (pip download + cmake) under --build-dir.
+`llama-cpp-python==0.3.36` sdist's vendored llama.cpp by scripts/build_llama_cpp.sh (once).
 --skip-llama benchmarks nucleus alone.
 """
 
@@ -24,7 +24,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 import urllib.request
@@ -124,20 +123,11 @@ def bench(name, cmd, port, concs, gen, log_dir):
             proc.kill()
 
 
-def build_llama_server(build_dir):
-    os.makedirs(build_dir, exist_ok=True)
-    src = os.path.join(build_dir, "llama_cpp_python-0.3.36")
-    if not os.path.isdir(src):
-        subprocess.check_call([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                               "llama-cpp-python==0.3.36", "-d", build_dir])
-        with tarfile.open(os.path.join(build_dir, "llama_cpp_python-0.3.36.tar.gz")) as t:
-            t.extractall(build_dir)
-    vendored = os.path.join(src, "vendor", "llama.cpp")
-    out = os.path.join(vendored, "build")
-    subprocess.check_call(["cmake", "-S", vendored, "-B", out, "-DCMAKE_BUILD_TYPE=Release",
-                           "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON"])
-    subprocess.check_call(["cmake", "--build", out, "--target", "llama-server", "-j", str(os.cpu_count() or 2)])
-    return os.path.join(out, "bin", "llama-server")
+def build_llama_server():
+    """llama-server from scripts/build_llama_cpp.sh (built once, from the same vendored source)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_llama_cpp.sh")
+    src = subprocess.check_output([script], text=True).strip()
+    return os.path.join(src, "build", "bin", "llama-server")
 
 
 def main():
@@ -145,7 +135,6 @@ def main():
     ap.add_argument("--model", required=True, help="GGUF file (both servers load it)")
     ap.add_argument("--nucleus", default=os.environ.get("NUCLEUS_BIN", "target/release/nucleus"))
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"))
-    ap.add_argument("--build-dir", default="target/llama-build")
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--gen", type=int, default=64, help="tokens per stream")
@@ -166,7 +155,7 @@ def main():
     if not args.skip_llama:
         ls = args.llama_server
         if not ls or not os.path.exists(ls):
-            ls = shutil.which("llama-server") or build_llama_server(args.build_dir)
+            ls = shutil.which("llama-server") or build_llama_server()
         port = free_port()
         print(f"llama.cpp ({ls}), -np 16 -cb:", flush=True)
         results["llama.cpp"] = bench("llama", [ls, "-m", args.model, "--host", "127.0.0.1", "--port", str(port),

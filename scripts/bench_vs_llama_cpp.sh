@@ -7,11 +7,9 @@
 # Usage: scripts/bench_vs_llama_cpp.sh [LLAMA_BENCH] [MODEL.gguf ...]
 #
 # Environment:
-#   LLAMA_BENCH  path to llama-bench (or the first argument). When unset and absent from the
-#                cache, llama.cpp is built from the vendored source of the llama-cpp-python==0.3.36
-#                sdist (pip download --no-binary, cmake -DGGML_NATIVE=ON, Release) into
-#                $CACHE_DIR/llama.cpp-0.3.36.
-#   CACHE_DIR    build cache (default ~/.cache/nucleus/bench)
+#   LLAMA_BENCH  path to llama-bench (or the first argument). When unset, scripts/build_llama_cpp.sh
+#                builds it (once) from the vendored source of the llama-cpp-python==0.3.36 sdist,
+#                -DGGML_NATIVE=ON, Release, under $LLAMA_CPP_ROOT (default .bench/llama.cpp).
 #   NUCLEUS      path to the nucleus binary (default: built with cargo --release here)
 #   THREADS      threads for both engines (default 2)
 #   REPS         repetitions, best reported by nucleus and mean by llama-bench (default 3)
@@ -22,10 +20,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE_DIR="${CACHE_DIR:-$HOME/.cache/nucleus/bench}"
 THREADS="${THREADS:-2}"
 REPS="${REPS:-3}"
-LLAMA_VERSION=0.3.36
 
 if [[ $# -ge 1 && "$1" != *.gguf ]]; then
     LLAMA_BENCH="$1"
@@ -36,29 +32,8 @@ if [[ $# -ge 1 ]]; then
 fi
 MODELS="${MODELS:-$HOME/.cache/nucleus/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf $HOME/.cache/nucleus/models/gemma-3-270m-q4_k_m.gguf}"
 
-build_llama_bench() {
-    local dir="$CACHE_DIR/llama.cpp-$LLAMA_VERSION"
-    local bin="$dir/src/vendor/llama.cpp/build/bin/llama-bench"
-    if [[ -x "$bin" ]]; then
-        echo "$bin"
-        return
-    fi
-    echo "building llama-bench from llama-cpp-python==$LLAMA_VERSION into $dir" >&2
-    mkdir -p "$dir"
-    (
-        cd "$dir"
-        python3 -m pip download --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_VERSION" -d . >&2
-        rm -rf src && mkdir src
-        tar -xzf "llama_cpp_python-$LLAMA_VERSION.tar.gz" -C src --strip-components=1
-        cd src/vendor/llama.cpp
-        cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF >&2
-        cmake --build build -j"$(nproc)" --target llama-bench >&2
-    )
-    echo "$bin"
-}
-
 if [[ -z "${LLAMA_BENCH:-}" ]]; then
-    LLAMA_BENCH="$(build_llama_bench)"
+    LLAMA_BENCH="$("$ROOT/scripts/build_llama_cpp.sh")/build/bin/llama-bench"
 fi
 if [[ ! -x "$LLAMA_BENCH" ]]; then
     echo "llama-bench not found at $LLAMA_BENCH" >&2
