@@ -45,7 +45,10 @@ int main(int argc, char ** argv) {
         else { run(0, nt); }
         float worst = 0; int top1_bad = 0, top1_checked = 0;
         for (int i = 0; i < nt; i++) {
-            for (auto & p : ref[i]) worst = std::max(worst, std::fabs(logits[i][p.first] - p.second));
+            float here = 0;
+            for (auto & p : ref[i]) here = std::max(here, std::fabs(logits[i][p.first] - p.second));
+            worst = std::max(worst, here);
+            if (getenv("TRACE")) printf("trace %d %s %d %.4f\n", mode, i < np ? "prompt" : "greedy", i, here);
             if (ref[i][0].second - ref[i][1].second >= 0.1f) {
                 top1_checked++;
                 int best = 0; for (int v = 1; v < nv; v++) if (logits[i][v] > logits[i][best]) best = v;

@@ -617,10 +617,18 @@ impl<'a> Scheduler<'a> {
             let s = &self.running[i];
             let id = s.kv_seq.expect("running");
             let last = n == s.uncached();
+            // Prompt tokens (also when recomputed after preemption) get prompt arithmetic,
+            // generated ones decode arithmetic, whatever the chunking: see `Batch::push_prompt`.
+            let n_prompt = s.seq.prompt().len();
             for k in 0..n {
                 let pos = s.n_cached + k;
-                self.batch
-                    .push(s.tokens()[pos], pos, id, last && k + 1 == n);
+                let logits = last && k + 1 == n;
+                if pos < n_prompt {
+                    self.batch
+                        .push_prompt(s.tokens()[pos], pos, id, logits, n_prompt);
+                } else {
+                    self.batch.push(s.tokens()[pos], pos, id, logits);
+                }
             }
         }
         let c = &self.shared.counters;

@@ -137,7 +137,8 @@ impl<'m> Session<'m> {
 
     /// Appends `tokens`, `chunk` at a time; returns the logits after the last one. With
     /// `all_logits`, every position's logits are kept (for conformance tests) and returned
-    /// concatenated.
+    /// concatenated. The tokens of one call are one prompt (`Batch::push_prompt`), whatever
+    /// `chunk` is.
     pub fn feed(
         &mut self,
         tokens: &[TokenId],
@@ -176,7 +177,8 @@ impl<'m> Session<'m> {
             let start = self.kv.seq_len(self.seq)?;
             for (i, &tok) in part.iter().enumerate() {
                 let want = all_logits || (last_chunk && i + 1 == part.len());
-                self.batch.push(tok, start + i, self.seq, want);
+                self.batch
+                    .push_prompt(tok, start + i, self.seq, want, tokens.len());
             }
             self.model
                 .forward(&self.batch, &mut self.kv, &mut self.state)?;

@@ -2,9 +2,11 @@
 //! f16 accumulator, and scaling, with an F16C/AVX2/FMA path chosen at run time and a scalar
 //! path that computes the same thing.
 //!
-//! The reduction order of [`dot_f16`] follows ggml's `ggml_vec_dot_f16` (four 8-lane
-//! accumulators over steps of 32, reduced pairwise), so that attention scores agree bit for bit
-//! with llama.cpp's on x86.
+//! The reduction order of [`dot_f16`] is that of ggml's `ggml_vec_dot_f16` as built for AVX-512
+//! (four 16-lane accumulators over steps of 64, reduced pairwise, the tail summed in f64), on
+//! every CPU: the reference outputs we test against were made by such a build, and one fixed
+//! order makes attention scores the same bits on every machine. On AVX2 each 16-lane
+//! accumulator is two 8-lane registers; the cost is the same.
 
 use half::f16;
 use std::sync::OnceLock;
@@ -90,36 +92,58 @@ pub fn acc_steps_f16(acc: &mut [f16], values: &[&[f16]], steps: &[AccStep]) {
     }
 }
 
-/// Scalar `dot_f16` with ggml's accumulation order.
+/// Lanes per accumulator, accumulators, and elements per step of ggml's AVX-512 f16 dot.
+const LANES: usize = 16;
+const ACCS: usize = 4;
+const STEP: usize = LANES * ACCS;
+
+/// Scalar `dot_f16` with ggml's AVX-512 accumulation order.
 pub fn dot_f16_scalar(x: &[f16], y: &[f16]) -> f32 {
-    let n32 = x.len() / 32 * 32;
-    let mut acc = [[0f32; 8]; 4];
-    for i in (0..n32).step_by(32) {
+    let n_steps = x.len() / STEP * STEP;
+    let mut acc = [[0f32; LANES]; ACCS];
+    for i in (0..n_steps).step_by(STEP) {
         for (j, lanes) in acc.iter_mut().enumerate() {
             for (l, lane) in lanes.iter_mut().enumerate() {
-                let k = i + j * 8 + l;
+                let k = i + j * LANES + l;
                 *lane = x[k].to_f32().mul_add(y[k].to_f32(), *lane);
             }
         }
     }
     let mut sum = reduce(&acc) as f64;
-    for k in n32..x.len() {
+    for k in n_steps..x.len() {
         sum += (x[k].to_f32() * y[k].to_f32()) as f64;
     }
     sum as f32
 }
 
-/// ggml's GGML_F16_VEC_REDUCE on AVX: pairwise over the four accumulators, then across lanes.
-fn reduce(acc: &[[f32; 8]; 4]) -> f32 {
-    let mut a = [0f32; 8];
-    for l in 0..8 {
-        let s02 = acc[0][l] + acc[2][l];
-        let s13 = acc[1][l] + acc[3][l];
-        a[l] = s02 + s13;
+/// Σ x[i]·y[i] as llama.cpp's `tinyBLAS` (llamafile sgemm) computes it for f16 matrices in a
+/// batch of two or more rows on AVX-512: one 16-lane accumulator, then `_mm512_reduce_add_ps`.
+/// `x.len()` must be a multiple of 16.
+pub fn dot_f16_sgemm(x: &[f16], y: &[f16]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    assert_eq!(x.len() % LANES, 0);
+    let mut acc = [0f32; LANES];
+    for (xc, yc) in x.chunks_exact(LANES).zip(y.chunks_exact(LANES)) {
+        for l in 0..LANES {
+            acc[l] = xc[l].to_f32().mul_add(yc[l].to_f32(), acc[l]);
+        }
     }
-    let t = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
-    let h = [t[0] + t[1], t[2] + t[3]];
-    h[0] + h[1]
+    reduce8(&std::array::from_fn(|l| acc[8 + l] + acc[l]))
+}
+
+/// GGML_F32x16_REDUCE: the accumulators pairwise ((0+2) + (1+3)), then `_mm512_reduce_add_ps`
+/// as GCC defines it: upper 8 lanes + lower 8, upper 4 + lower 4, then (0+2) + (1+3).
+fn reduce(acc: &[[f32; LANES]; ACCS]) -> f32 {
+    let a: [f32; LANES] =
+        std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    let t8: [f32; 8] = std::array::from_fn(|l| a[8 + l] + a[l]);
+    reduce8(&t8)
+}
+
+/// The last steps of `_mm512_reduce_add_ps`, from 8 lanes.
+fn reduce8(t8: &[f32; 8]) -> f32 {
+    let t4: [f32; 4] = std::array::from_fn(|l| t8[4 + l] + t8[l]);
+    (t4[0] + t4[2]) + (t4[1] + t4[3])
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -131,31 +155,39 @@ mod x86 {
     /// Requires F16C, AVX2 and FMA; `x.len() == y.len()`.
     #[target_feature(enable = "f16c,avx2,fma")]
     pub unsafe fn dot_f16(x: &[f16], y: &[f16]) -> f32 {
-        let n32 = x.len() / 32 * 32;
+        use super::{ACCS, LANES, STEP};
+        let n_steps = x.len() / STEP * STEP;
         let (px, py) = (x.as_ptr() as *const __m128i, y.as_ptr() as *const __m128i);
-        let mut acc = [_mm256_setzero_ps(); 4];
+        // acc[2j] and acc[2j + 1] are the lower and upper halves of ggml's 16-lane accumulator j.
+        let mut acc = [_mm256_setzero_ps(); 2 * ACCS];
         let mut i = 0;
-        while i < n32 {
-            for (j, a) in acc.iter_mut().enumerate() {
-                // SAFETY: i + 8j + 8 <= n32 <= len, so both 8-element (16-byte) loads are in
-                // bounds; unaligned loads are used.
+        while i < n_steps {
+            for (h, a) in acc.iter_mut().enumerate() {
+                // SAFETY: i + 8h + 8 <= n_steps <= len, so both 8-element (16-byte) loads are
+                // in bounds; unaligned loads are used.
                 let (vx, vy) = unsafe {
                     (
-                        _mm256_cvtph_ps(_mm_loadu_si128(px.add((i + j * 8) / 8))),
-                        _mm256_cvtph_ps(_mm_loadu_si128(py.add((i + j * 8) / 8))),
+                        _mm256_cvtph_ps(_mm_loadu_si128(px.add((i + h * 8) / 8))),
+                        _mm256_cvtph_ps(_mm_loadu_si128(py.add((i + h * 8) / 8))),
                     )
                 };
                 *a = _mm256_fmadd_ps(vx, vy, *a);
             }
-            i += 32;
+            i += STEP;
         }
-        let s02 = _mm256_add_ps(acc[0], acc[2]);
-        let s13 = _mm256_add_ps(acc[1], acc[3]);
-        let s = _mm256_add_ps(s02, s13);
-        let t0 = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        let t1 = _mm_hadd_ps(t0, t0);
-        let mut sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1)) as f64;
-        for k in n32..x.len() {
+        debug_assert_eq!(LANES, 16);
+        let half = |h: usize| {
+            _mm256_add_ps(
+                _mm256_add_ps(acc[h], acc[4 + h]),
+                _mm256_add_ps(acc[2 + h], acc[6 + h]),
+            )
+        };
+        let t8 = _mm256_add_ps(half(1), half(0));
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), t8) };
+        let mut sum = super::reduce8(&lanes) as f64;
+        for k in n_steps..x.len() {
             sum += (x[k].to_f32() * y[k].to_f32()) as f64;
         }
         sum as f32
@@ -280,9 +312,21 @@ mod tests {
         }
     }
 
+    /// The emulated reduction orders against an exact sum: both are the f64 sum to f32 rounding
+    /// of a few partial sums, and differ from each other as ggml's kernels do.
+    #[test]
+    fn sgemm_order_is_a_close_sum() {
+        for n in [16, 64, 256, 320] {
+            let (x, y) = vecs(n, 3 + n as u32);
+            let want: f64 = x.iter().zip(&y).map(|(a, b)| a.to_f64() * b.to_f64()).sum();
+            let got = dot_f16_sgemm(&x, &y) as f64;
+            assert!((got - want).abs() < 1e-3 * (1.0 + want.abs()), "n={n}");
+        }
+    }
+
     #[test]
     fn simd_and_scalar_agree_exactly() {
-        for n in [32, 64, 256, 40, 7, 0] {
+        for n in [32, 64, 256, 40, 7, 0, 128, 100, 320] {
             let (x, y) = vecs(n, n as u32);
             assert_eq!(
                 dot_f16(&x, &y).to_bits(),

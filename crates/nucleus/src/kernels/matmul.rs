@@ -128,10 +128,30 @@ const UNPACK_MIN_TOKENS: usize = 8;
 const SERIAL_WORK: usize = 1 << 15;
 
 /// `y[t * w.rows + r] = dot(W[r], x[t])` for every token `t < x.n_tokens()` and row
-/// `r < w.rows`, with the rows split across the pool.
+/// `r < w.rows`, with the rows split across the pool; every token with decode arithmetic.
 ///
 /// Panics when `x.ty() != vec_dot_type(w.ty)` or the sizes do not match (programmer errors).
 pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) {
+    matmul_rows(pool, w, x, y, &[]);
+}
+
+/// [`matmul`], where activation row `t` belongs to a prompt of `prompt_lens[t]` tokens (0 or a
+/// missing entry: a generated token).
+///
+/// Kernels follow the arithmetic of llama.cpp's CPU backend, whose reference outputs we test
+/// against, so that sums round the same way: a token of a prompt llama.cpp takes as one batch
+/// goes through its batched kernels (Q6_K: the tiled kernel from 8 rows on; F16: sgemm from 2
+/// rows on), a generated token
+/// through its vector dot products. Which one a token gets is decided by the caller from the
+/// token's role (see `Batch::push_prompt`), never from what else is in the batch, so results
+/// do not depend on batching.
+pub fn matmul_rows(
+    pool: &ThreadPool,
+    w: &QMatrix,
+    x: &QuantizedActs,
+    y: &mut [f32],
+    prompt_lens: &[usize],
+) {
     let nt = x.n_tokens();
     assert_eq!(
         x.ty(),
@@ -168,7 +188,21 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
     }
     let xrb = x.row_bytes();
     let kernels = crate::quant::dispatch_kernels();
-    let dot = kernels.dot_fn(w.ty);
+    // llama.cpp repacks Q4_0 matrices whose row count is a multiple of 8 on x86 and computes
+    // them with its interleaved kernels (one FMA per block sum).
+    let q4_0_repacked = w.ty == GgmlType::Q4_0 && w.rows.is_multiple_of(8);
+    let dot = if q4_0_repacked {
+        kernels.q4_0_block_sums
+    } else {
+        kernels.dot_fn(w.ty)
+    };
+    // The batch size from which llama.cpp switches this weight type to a batched kernel.
+    let (prompt_dot, prompt_min) = match w.ty {
+        GgmlType::Q6_K => (kernels.q6_k_batched, 8),
+        GgmlType::F16 if w.cols.is_multiple_of(16) => (kernels.f16_sgemm, 2),
+        _ => (dot, usize::MAX),
+    };
+    let is_prompt = |t: usize| prompt_lens.get(t).copied().unwrap_or(0) >= prompt_min;
     let (rows, cols) = (w.rows, w.cols);
     let wp = w.data.as_ptr() as usize;
     let xp = x.buf.as_ptr() as usize;
@@ -188,7 +222,9 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
     // With many tokens, Q4_0/Q5_0 rows are unpacked once per row chunk into Q8_0 rows (same
     // scales and integers, so the Q8_0 kernel gives bit-identical results) instead of once per
     // four tokens.
-    let unpack = nt >= UNPACK_MIN_TOKENS && matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q5_0);
+    let unpack = nt >= UNPACK_MIN_TOKENS
+        && !q4_0_repacked
+        && matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q5_0);
     let (dot, krb) = if unpack {
         (
             kernels.dot_fn(GgmlType::Q8_0),
@@ -260,7 +296,13 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
                     };
                     let mut t = t0;
                     while t < t1 {
-                        let nx = (t1 - t).min(4);
+                        // Up to four rows that share their arithmetic.
+                        let prompt = is_prompt(t);
+                        let mut nx = 1;
+                        while nx < (t1 - t).min(4) && is_prompt(t + nx) == prompt {
+                            nx += 1;
+                        }
+                        let dot = if prompt { prompt_dot } else { dot };
                         let mut out = [0f32; 4];
                         // SAFETY: row `r < rows` lies inside `w.data` (length checked above), or
                         // its unpacked Q8_0 copy of `krb` bytes inside `unpacked`;

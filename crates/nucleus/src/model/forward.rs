@@ -5,7 +5,7 @@
 //! All tokens of a batch go through each matrix product together (prefill chunks and the
 //! decode steps of many sequences alike), so every weight row read serves the whole batch.
 
-use crate::kernels::matmul::{matmul, QuantizedActs};
+use crate::kernels::matmul::{matmul_rows, QuantizedActs};
 use crate::kernels::ops;
 use crate::kv_cache::{BlockId, KvCache, SeqId};
 use crate::quant::{dequantize_row, vec_dot_type, GgmlType};
@@ -23,6 +23,9 @@ pub struct Batch {
     pub positions: Vec<usize>,
     pub seqs: Vec<SeqId>,
     pub logits: Vec<bool>,
+    /// The length of the prompt the token belongs to, 0 for a generated token (see
+    /// [`Batch::push_prompt`]).
+    pub prompt_len: Vec<usize>,
 }
 
 impl Batch {
@@ -30,11 +33,40 @@ impl Batch {
         Batch::default()
     }
 
+    /// Adds a token computed as llama.cpp computes a generated token (one at a time).
     pub fn push(&mut self, token: TokenId, pos: usize, seq: SeqId, logits: bool) {
+        self.push_with(token, pos, seq, logits, 0);
+    }
+
+    /// Adds a token of a prompt of `prompt_len` tokens. llama.cpp takes a prompt as one batch
+    /// and, above a size that depends on the weight type, computes it with batched kernels
+    /// whose sums round differently from its one-token ones; a token pushed here gets the
+    /// arithmetic its prompt's length calls for, however the prompt is chunked or batched
+    /// here, so its results match the reference's and never depend on the batching.
+    pub fn push_prompt(
+        &mut self,
+        token: TokenId,
+        pos: usize,
+        seq: SeqId,
+        logits: bool,
+        prompt_len: usize,
+    ) {
+        self.push_with(token, pos, seq, logits, prompt_len);
+    }
+
+    fn push_with(
+        &mut self,
+        token: TokenId,
+        pos: usize,
+        seq: SeqId,
+        logits: bool,
+        prompt_len: usize,
+    ) {
         self.tokens.push(token);
         self.positions.push(pos);
         self.seqs.push(seq);
         self.logits.push(logits);
+        self.prompt_len.push(prompt_len);
     }
 
     pub fn len(&self) -> usize {
@@ -50,6 +82,7 @@ impl Batch {
         self.positions.clear();
         self.seqs.clear();
         self.logits.clear();
+        self.prompt_len.clear();
     }
 
     /// Number of tokens that want logits (rows of the output).
@@ -102,6 +135,7 @@ pub struct ForwardState {
     gate: Vec<f32>,
     up: Vec<f32>,
     out_in: Vec<f32>,
+    out_prompt: Vec<usize>,
     logits: Vec<f32>,
     slots: Vec<(BlockId, usize)>,
     cos_sin: Vec<(f32, f32)>,
@@ -152,6 +186,16 @@ impl SharedOut {
         assert!(start + len <= self.len);
         // SAFETY: in bounds (asserted) and, by the caller's contract, not aliased.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+/// Debugging aid: with `NUCLEUS_DUMP_DIR` set, intermediate tensors are written there as raw
+/// little-endian f32 (`NAME-LAYER.bin`, llama.cpp's callback names), to compare with llama.cpp's.
+fn dump(name: &str, il: usize, data: &[f32]) {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    if let Some(dir) = DIR.get_or_init(|| std::env::var_os("NUCLEUS_DUMP_DIR").map(Into::into)) {
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let _ = std::fs::write(dir.join(format!("{name}-{il}.bin")), bytes);
     }
 }
 
@@ -217,10 +261,29 @@ impl Model {
                 hp.rms_eps,
                 e,
             );
+            dump("attn_norm", il, &st.xb[..n * e]);
             st.acts.invalidate();
-            self.project(&mut st.acts, &layer.wq, &st.xb, n, &mut st.q);
-            self.project(&mut st.acts, &layer.wk, &st.xb, n, &mut st.k);
-            self.project(&mut st.acts, &layer.wv, &st.xb, n, &mut st.v);
+            self.project(
+                &mut st.acts,
+                &layer.wq,
+                (&st.xb, &batch.prompt_len),
+                n,
+                &mut st.q,
+            );
+            self.project(
+                &mut st.acts,
+                &layer.wk,
+                (&st.xb, &batch.prompt_len),
+                n,
+                &mut st.k,
+            );
+            self.project(
+                &mut st.acts,
+                &layer.wv,
+                (&st.xb, &batch.prompt_len),
+                n,
+                &mut st.v,
+            );
             for (buf, bias, dim) in [
                 (&mut st.q, &layer.bq, q_dim),
                 (&mut st.k, &layer.bk, k_dim),
@@ -276,13 +339,24 @@ impl Model {
                     &st.v[t * v_dim..(t + 1) * v_dim],
                 );
             }
+            dump("Qcur", il, &st.q[..n * q_dim]);
+            dump("Kcur", il, &st.k[..n * k_dim]);
+            dump("Vcur", il, &st.v[..n * v_dim]);
             self.attention(il, batch, kv, &st.q, &mut st.att)?;
+            dump("kqv_out", il, &st.att[..n * att_dim]);
             st.acts.invalidate();
-            self.project(&mut st.acts, &layer.wo, &st.att, n, &mut st.proj);
+            self.project(
+                &mut st.acts,
+                &layer.wo,
+                (&st.att, &batch.prompt_len),
+                n,
+                &mut st.proj,
+            );
             if let Some(pn) = &layer.post_attn_norm {
                 ops::rmsnorm_chunks(&mut st.proj[..n * e], pn, hp.rms_eps, e);
             }
             ops::add_in_place(&mut st.x, &st.proj);
+            dump("ffn_inp", il, &st.x[..n * e]);
 
             // Feed-forward block.
             ops::rmsnorm_rows(
@@ -293,18 +367,42 @@ impl Model {
                 e,
             );
             st.acts.invalidate();
-            self.project(&mut st.acts, &layer.w_gate, &st.xb, n, &mut st.gate);
-            self.project(&mut st.acts, &layer.w_up, &st.xb, n, &mut st.up);
+            self.project(
+                &mut st.acts,
+                &layer.w_gate,
+                (&st.xb, &batch.prompt_len),
+                n,
+                &mut st.gate,
+            );
+            self.project(
+                &mut st.acts,
+                &layer.w_up,
+                (&st.xb, &batch.prompt_len),
+                n,
+                &mut st.up,
+            );
+            dump("ffn_norm", il, &st.xb[..n * e]);
+            dump("ffn_gate", il, &st.gate[..n * hp.n_ff]);
+            dump("ffn_up", il, &st.up[..n * hp.n_ff]);
             match hp.activation {
                 Activation::Silu => ops::swiglu(&mut st.gate, &st.up),
                 Activation::Gelu => ops::geglu(&mut st.gate, &st.up),
             }
+            dump("ffn_act", il, &st.gate[..n * hp.n_ff]);
             st.acts.invalidate();
-            self.project(&mut st.acts, &layer.w_down, &st.gate, n, &mut st.proj);
+            self.project(
+                &mut st.acts,
+                &layer.w_down,
+                (&st.gate, &batch.prompt_len),
+                n,
+                &mut st.proj,
+            );
             if let Some(pn) = &layer.post_ffn_norm {
                 ops::rmsnorm_chunks(&mut st.proj[..n * e], pn, hp.rms_eps, e);
             }
+            dump("ffn_out", il, &st.proj[..n * e]);
             ops::add_in_place(&mut st.x, &st.proj);
+            dump("l_out", il, &st.x[..n * e]);
         }
 
         for &(seq, count) in &st.seq_counts {
@@ -325,15 +423,40 @@ impl Model {
         resize(&mut st.logits, n_out * hp.n_vocab);
         if n_out > 0 {
             st.acts.invalidate();
-            self.project(&mut st.acts, &w.output, &st.out_in, n_out, &mut st.logits);
+            st.out_prompt.clear();
+            st.out_prompt.extend(
+                (0..n)
+                    .filter(|&t| batch.logits[t])
+                    .map(|t| batch.prompt_len[t]),
+            );
+            self.project(
+                &mut st.acts,
+                &w.output,
+                (&st.out_in, &st.out_prompt),
+                n_out,
+                &mut st.logits,
+            );
         }
         Ok(())
     }
 
-    /// y = W·x for each of the `n` rows of x.
-    fn project(&self, acts: &mut ActsCache, w: &Matrix, x: &[f32], n: usize, y: &mut [f32]) {
+    /// y = W·x for each of the `n` rows of x; `prompt_lens[t]` picks row t's arithmetic.
+    fn project(
+        &self,
+        acts: &mut ActsCache,
+        w: &Matrix,
+        (x, prompt_lens): (&[f32], &[usize]),
+        n: usize,
+        y: &mut [f32],
+    ) {
         let q = acts.get(&x[..n * w.cols], n, w.cols, vec_dot_type(w.info.ty));
-        matmul(&self.pool, &w.q(&self.file), q, &mut y[..n * w.rows]);
+        matmul_rows(
+            &self.pool,
+            &w.q(&self.file),
+            q,
+            &mut y[..n * w.rows],
+            prompt_lens,
+        );
     }
 
     /// Attention for every (token, head) of the batch, spread over the thread pool.
@@ -384,7 +507,11 @@ impl Model {
         st: &mut ForwardState,
     ) -> Result<(), ModelError> {
         let n = batch.len();
-        if batch.positions.len() != n || batch.seqs.len() != n || batch.logits.len() != n {
+        if batch.positions.len() != n
+            || batch.seqs.len() != n
+            || batch.logits.len() != n
+            || batch.prompt_len.len() != n
+        {
             return Err(ModelError::BadBatch(
                 "tokens, positions, sequences and logits flags differ in length".into(),
             ));

@@ -31,6 +31,17 @@ pub(crate) struct Kernels {
     pub level: SimdLevel,
     /// Indexed by [`slot`].
     pub dots: [DotFn; 11],
+    /// Q6_K with the float arithmetic of ggml's tiled kernel, which llama.cpp uses for Q6_K
+    /// matrices once a batch has 8 or more rows (a prompt): each super-block's integer sum s,
+    /// then acc = acc + (s·d)·dy. The default Q6_K kernel follows `ggml_vec_dot_q6_K_q8_K`,
+    /// which it uses for fewer rows (decode).
+    pub q6_k_batched: DotFn,
+    /// Q4_0 with the arithmetic of ggml's repacked Q4_0 kernels, which llama.cpp uses on AVX2
+    /// and AVX-512 CPUs for every Q4_0 matrix whose row count is a multiple of 8: each block's
+    /// integer sum, then one FMA with dw·dx.
+    pub q4_0_block_sums: DotFn,
+    /// F16 as llama.cpp's sgemm computes batches of two or more rows (16-lane accumulator).
+    pub f16_sgemm: DotFn,
 }
 
 /// Index of a computable weight type in a kernel table.
@@ -106,6 +117,9 @@ impl Kernels {
 static SCALAR: Kernels = Kernels {
     level: SimdLevel::Scalar,
     dots: super::scalar::DOTS,
+    q6_k_batched: super::scalar::Q6_K_BATCHED,
+    q4_0_block_sums: super::scalar::Q4_0_BLOCK_SUMS,
+    f16_sgemm: super::scalar::F16_SGEMM,
 };
 
 fn detect() -> SimdLevel {

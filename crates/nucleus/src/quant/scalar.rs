@@ -65,13 +65,12 @@ pub(crate) fn dot_f32(_n: usize, w: &[u8], x: &[u8]) -> f32 {
 }
 
 pub(crate) fn dot_f16(_n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut s = 0f64;
-    for (a, b) in w.chunks_exact(2).zip(x.chunks_exact(2)) {
-        let a = f16_to_f32(u16::from_le_bytes([a[0], a[1]]));
-        let b = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-        s += (a * b) as f64;
-    }
-    s as f32
+    let row = |b: &[u8]| -> Vec<half::f16> {
+        b.chunks_exact(2)
+            .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+            .collect()
+    };
+    crate::kernels::f16::dot_f16_scalar(&row(w), &row(x))
 }
 
 pub(crate) fn dot_bf16(_n: usize, w: &[u8], x: &[u8]) -> f32 {
@@ -103,6 +102,25 @@ pub(crate) fn dot_q4_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
     }
     sumf
 }
+
+/// Q4_0 with the arithmetic of ggml's repacked Q4_0 kernels: acc = fma(sumi, dw·dx, acc).
+pub(crate) fn dot_q4_0_block_sums(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for i in 0..n / QK {
+        let (wb, xb) = (&w[18 * i..18 * i + 18], &x[34 * i..34 * i + 34]);
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let q = wb[2 + j];
+            sumi += ((q & 0xF) as i32 - 8) * q8(xb, 2 + j);
+            sumi += ((q >> 4) as i32 - 8) * q8(xb, 18 + j);
+        }
+        acc = (sumi as f32).mul_add(f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0)), acc);
+    }
+    acc
+}
+
+wrap!(k_q4_0_block_sums, dot_q4_0_block_sums, GgmlType::Q4_0);
+pub(crate) const Q4_0_BLOCK_SUMS: DotFn = k_q4_0_block_sums;
 
 pub(crate) fn dot_q4_1(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut sumf = 0f32;
@@ -253,6 +271,36 @@ pub(crate) fn dot_q5_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
 
 pub(crate) fn dot_q6_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut sumf = 0f32;
+    for_q6_k_blocks(n, w, x, |d, dy, sumi| sumf += d * dy * sumi as f32);
+    sumf
+}
+
+/// Q6_K with the arithmetic of ggml's tiled kernel: acc = acc + (sumi·d)·dy per super-block.
+pub(crate) fn dot_q6_k_batched(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for_q6_k_blocks(n, w, x, |d, dy, sumi| acc += (sumi as f32 * d) * dy);
+    acc
+}
+
+wrap!(k_q6_k_batched, dot_q6_k_batched, GgmlType::Q6_K);
+
+/// F16 as llama.cpp's sgemm computes it for two or more rows (see `kernels::f16`).
+pub(crate) fn dot_f16_sgemm(_n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let row = |b: &[u8]| -> Vec<half::f16> {
+        b.chunks_exact(2)
+            .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+            .collect()
+    };
+    crate::kernels::f16::dot_f16_sgemm(&row(w), &row(x))
+}
+
+wrap!(k_f16_sgemm, dot_f16_sgemm, GgmlType::F16);
+pub(crate) const F16_SGEMM: DotFn = k_f16_sgemm;
+pub(crate) const Q6_K_BATCHED: DotFn = k_q6_k_batched;
+
+/// Calls `f(d, dy, sumi)` for each super-block: the weight and activation scales and the
+/// exact integer dot product Σ scale·(q − 32)·q8.
+fn for_q6_k_blocks(n: usize, w: &[u8], x: &[u8], mut f: impl FnMut(f32, f32, i32)) {
     for i in 0..n / QK_K {
         let (wb, xb) = (&w[210 * i..210 * i + 210], &x[292 * i..292 * i + 292]);
         let mut sumi = 0i32;
@@ -277,9 +325,8 @@ pub(crate) fn dot_q6_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
                 sumi += sc[2 * m] as i8 as i32 * gm[0] + sc[2 * m + 1] as i8 as i32 * gm[1];
             }
         }
-        sumf += f16_to_f32(rd_u16(wb, 208)) * rd_f32(xb, 0) * sumi as f32;
+        f(f16_to_f32(rd_u16(wb, 208)), rd_f32(xb, 0), sumi);
     }
-    sumf
 }
 
 #[allow(dead_code)]

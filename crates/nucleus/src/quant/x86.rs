@@ -132,10 +132,15 @@ unsafe fn f16x4(p: *const u8, stride: usize) -> __m128 {
 /// Blocks go four at a time: the four weight scales and, per activation row, the four
 /// activation scales are converted with one instruction each and multiplied as vectors; each
 /// block then broadcasts its lane. The arithmetic per block is unchanged (`dw · dx` rounded to
-/// f32, then one FMA into the accumulator of the block's parity), so results are bit-identical
+/// f32, then one FMA into the row's accumulator), so results are bit-identical
 /// to converting the scales one block at a time.
 #[inline(always)]
-unsafe fn dot_signed_q8_0<const VNNI: bool, const NX: usize, const WB: usize>(
+unsafe fn dot_signed_q8_0<
+    const VNNI: bool,
+    const NX: usize,
+    const WB: usize,
+    const BLOCK_SUMS: bool,
+>(
     nb: usize,
     w: *const u8,
     x: *const u8,
@@ -144,8 +149,32 @@ unsafe fn dot_signed_q8_0<const VNNI: bool, const NX: usize, const WB: usize>(
     unpack: impl Fn(*const u8) -> __m256i,
 ) {
     unsafe {
-        // Two accumulator sets (even/odd blocks) to hide the FMA latency.
-        let mut acc = [[_mm256_setzero_ps(); NX]; 2];
+        // One accumulator per activation row, blocks added in order: ggml's
+        // `ggml_vec_dot_q8_0_q8_0` order, so sums are the same bits as the reference's.
+        let mut acc = [_mm256_setzero_ps(); NX];
+        if BLOCK_SUMS {
+            // ggml's repacked Q4_0 kernels: each block's integer sum, then one FMA.
+            let mut acc = [0f32; NX];
+            for i in 0..nb {
+                let wb = w.add(i * WB);
+                let dw = f16(wb);
+                let qw = unpack(wb);
+                let ax = _mm256_sign_epi8(qw, qw);
+                for (k, a) in acc.iter_mut().enumerate() {
+                    let xb = x.add(k * stride + i * 34);
+                    let p = mul_sum_us8::<VNNI>(ax, _mm256_sign_epi8(load256(xb.add(2)), qw));
+                    let s = hsum_epi32_128(_mm_add_epi32(
+                        _mm256_castsi256_si128(p),
+                        _mm256_extracti128_si256::<1>(p),
+                    ));
+                    *a = (s as f32).mul_add(dw * f16(xb), *a);
+                }
+            }
+            for (k, a) in acc.iter().enumerate() {
+                *out.add(k) = *a;
+            }
+            return;
+        }
         macro_rules! block {
             ($i:expr, $acc:expr) => {{
                 let i = $i;
@@ -185,22 +214,18 @@ unsafe fn dot_signed_q8_0<const VNNI: bool, const NX: usize, const WB: usize>(
                 let d4 = _mm_mul_ps(dw, f16x4(x.add(k * stride + i * 34), 34));
                 d[k] = _mm256_set_m128(d4, d4);
             }
-            block_of4!(i, 0, d, acc[0]);
-            block_of4!(i, 1, d, acc[1]);
-            block_of4!(i, 2, d, acc[0]);
-            block_of4!(i, 3, d, acc[1]);
+            block_of4!(i, 0, d, acc);
+            block_of4!(i, 1, d, acc);
+            block_of4!(i, 2, d, acc);
+            block_of4!(i, 3, d, acc);
             i += 4;
         }
-        while i + 2 <= nb {
-            block!(i, acc[0]);
-            block!(i + 1, acc[1]);
-            i += 2;
-        }
-        if i < nb {
-            block!(i, acc[0]);
+        while i < nb {
+            block!(i, acc);
+            i += 1;
         }
         for k in 0..NX {
-            *out.add(k) = hsum_ps(_mm256_add_ps(acc[0][k], acc[1][k]));
+            *out.add(k) = hsum_ps(acc[k]);
         }
     }
 }
@@ -246,8 +271,31 @@ unsafe fn q4_0<const VNNI: bool, const NX: usize>(
     s: usize,
     out: *mut f32,
 ) {
+    unsafe { q4_0_impl::<VNNI, NX, false>(n, w, x, s, out) }
+}
+
+/// Q4_0 with the arithmetic of ggml's repacked (8×8 interleaved) Q4_0 kernels.
+#[inline(always)]
+unsafe fn q4_0_block_sums<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe { q4_0_impl::<VNNI, NX, true>(n, w, x, s, out) }
+}
+
+#[inline(always)]
+unsafe fn q4_0_impl<const VNNI: bool, const NX: usize, const BLOCK_SUMS: bool>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
     unsafe {
-        dot_signed_q8_0::<VNNI, NX, 18>(
+        dot_signed_q8_0::<VNNI, NX, 18, BLOCK_SUMS>(
             n / 32,
             w,
             x,
@@ -268,7 +316,7 @@ unsafe fn q5_0<const VNNI: bool, const NX: usize>(
     out: *mut f32,
 ) {
     unsafe {
-        dot_signed_q8_0::<VNNI, NX, 22>(
+        dot_signed_q8_0::<VNNI, NX, 22, false>(
             n / 32,
             w,
             x,
@@ -294,7 +342,7 @@ unsafe fn q8_0<const VNNI: bool, const NX: usize>(
     out: *mut f32,
 ) {
     unsafe {
-        dot_signed_q8_0::<VNNI, NX, 34>(
+        dot_signed_q8_0::<VNNI, NX, 34, false>(
             n / 32,
             w,
             x,
@@ -392,7 +440,9 @@ unsafe fn q8_0_xs<const NX: usize>(
     out: *mut f32,
 ) {
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); NX]; 2];
+        // One accumulator per activation row, blocks added in order: ggml's
+        // `ggml_vec_dot_q8_0_q8_0` order, so sums are the same bits as the reference's.
+        let mut acc = [_mm256_setzero_ps(); NX];
         macro_rules! block {
             ($i:expr, $acc:expr) => {{
                 let i = $i;
@@ -429,22 +479,18 @@ unsafe fn q8_0_xs<const NX: usize>(
                 let d4 = _mm_mul_ps(dw, _mm_loadu_ps(xs.add(k * xs_stride + i)));
                 d[k] = _mm256_set_m128(d4, d4);
             }
-            block_of4!(i, 0, d, acc[0]);
-            block_of4!(i, 1, d, acc[1]);
-            block_of4!(i, 2, d, acc[0]);
-            block_of4!(i, 3, d, acc[1]);
+            block_of4!(i, 0, d, acc);
+            block_of4!(i, 1, d, acc);
+            block_of4!(i, 2, d, acc);
+            block_of4!(i, 3, d, acc);
             i += 4;
         }
-        while i + 2 <= nb {
-            block!(i, acc[0]);
-            block!(i + 1, acc[1]);
-            i += 2;
-        }
-        if i < nb {
-            block!(i, acc[0]);
+        while i < nb {
+            block!(i, acc);
+            i += 1;
         }
         for k in 0..NX {
-            *out.add(k) = hsum_ps(_mm256_add_ps(acc[0][k], acc[1][k]));
+            *out.add(k) = hsum_ps(acc[k]);
         }
     }
 }
@@ -696,11 +742,38 @@ unsafe fn q6_k<const VNNI: bool, const NX: usize>(
     stride: usize,
     out: *mut f32,
 ) {
+    unsafe { q6_k_impl::<NX, false>(n, w, x, stride, out) }
+}
+
+/// Q6_K with the arithmetic of ggml's tiled kernel (see [`super::dispatch::Kernels::q6_k_batched`]).
+#[inline(always)]
+unsafe fn q6_k_batched<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    out: *mut f32,
+) {
+    unsafe { q6_k_impl::<NX, true>(n, w, x, stride, out) }
+}
+
+/// `BATCHED = false`: `ggml_vec_dot_q6_K_q8_K` (8 integer lanes per super-block, each scaled
+/// by d·dy into an 8-lane float accumulator). `BATCHED = true`: the super-block's whole
+/// integer sum s, then acc = acc + (s·d)·dy, one rounding per operation.
+#[inline(always)]
+unsafe fn q6_k_impl<const NX: usize, const BATCHED: bool>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    out: *mut f32,
+) {
     unsafe {
         let nb = n / 256;
         let m4 = _mm256_set1_epi8(0xF);
         let m3 = _mm256_set1_epi8(3);
         let mut acc = [_mm256_setzero_ps(); NX];
+        let mut acc_batched = [0f32; NX];
         for i in 0..nb {
             let wb = w.add(i * 210);
             for l in (0..210).step_by(64) {
@@ -752,12 +825,27 @@ unsafe fn q6_k<const VNNI: bool, const NX: usize>(
             }
             for k in 0..NX {
                 let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
-                acc[k] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+                if BATCHED {
+                    let s = hsum_epi32_128(_mm_add_epi32(
+                        _mm256_castsi256_si128(sumi[k]),
+                        _mm256_extracti128_si256::<1>(sumi[k]),
+                    ));
+                    acc_batched[k] += (s as f32 * d) * dy;
+                } else {
+                    acc[k] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(d * dy),
+                        _mm256_cvtepi32_ps(sumi[k]),
+                        acc[k],
+                    );
+                }
             }
         }
         for k in 0..NX {
-            *out.add(k) = hsum_ps(acc[k]);
+            *out.add(k) = if BATCHED {
+                acc_batched[k]
+            } else {
+                hsum_ps(acc[k])
+            };
         }
     }
 }
@@ -836,18 +924,13 @@ unsafe fn f16_<const VNNI: bool, const NX: usize>(
     s: usize,
     out: *mut f32,
 ) {
+    // ggml's `ggml_vec_dot_f16`, in the summation order of its AVX-512 build.
     unsafe {
-        float_dot::<NX, 2>(
-            n,
-            w,
-            x,
-            s,
-            out,
-            #[inline(always)]
-            |p| _mm256_cvtph_ps(load128(p)),
-            #[inline(always)]
-            |p| f16(p),
-        )
+        let wr = std::slice::from_raw_parts(w as *const half::f16, n);
+        for k in 0..NX {
+            let xr = std::slice::from_raw_parts(x.add(k * s) as *const half::f16, n);
+            *out.add(k) = crate::kernels::f16::dot_f16(wr, xr);
+        }
     }
 }
 
@@ -919,6 +1002,8 @@ macro_rules! level {
             entry!(k_q4_k, q4_k);
             entry!(k_q5_k, q5_k);
             entry!(k_q6_k, q6_k);
+            entry!(k_q6_k_batched, q6_k_batched);
+            entry!(k_q4_0_block_sums, q4_0_block_sums);
 
             pub(super) const DOTS: [DotFn; 11] = [
                 k_f32 as DotFn,
@@ -938,6 +1023,9 @@ macro_rules! level {
         pub(crate) static $table: Kernels = Kernels {
             level: $level,
             dots: $modname::DOTS,
+            q6_k_batched: $modname::k_q6_k_batched,
+            q4_0_block_sums: $modname::k_q4_0_block_sums,
+            f16_sgemm: super::scalar::F16_SGEMM,
         };
     };
 }
