@@ -65,12 +65,14 @@ pub(crate) fn dot_f32(_n: usize, w: &[u8], x: &[u8]) -> f32 {
 }
 
 pub(crate) fn dot_f16(_n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let row = |b: &[u8]| -> Vec<half::f16> {
-        b.chunks_exact(2)
-            .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])))
-            .collect()
-    };
-    crate::kernels::f16::dot_f16_scalar(&row(w), &row(x))
+    crate::kernels::f16::dot_f16_scalar(&f16_row(w), &f16_row(x))
+}
+
+/// A row of little-endian f16 values.
+fn f16_row(b: &[u8]) -> Vec<half::f16> {
+    b.chunks_exact(2)
+        .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+        .collect()
 }
 
 pub(crate) fn dot_bf16(_n: usize, w: &[u8], x: &[u8]) -> f32 {
@@ -90,22 +92,20 @@ fn q8(b: &[u8], at: usize) -> i32 {
 
 pub(crate) fn dot_q4_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut sumf = 0f32;
-    for i in 0..n / QK {
-        let (wb, xb) = (&w[18 * i..18 * i + 18], &x[34 * i..34 * i + 34]);
-        let mut sumi = 0i32;
-        for j in 0..16 {
-            let q = wb[2 + j];
-            sumi += ((q & 0xF) as i32 - 8) * q8(xb, 2 + j);
-            sumi += ((q >> 4) as i32 - 8) * q8(xb, 18 + j);
-        }
-        sumf += sumi as f32 * (f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0)));
-    }
+    for_q4_0_blocks(n, w, x, |d, sumi| sumf += sumi as f32 * d);
     sumf
 }
 
 /// Q4_0 with the arithmetic of ggml's repacked Q4_0 kernels: acc = fma(sumi, dw·dx, acc).
 pub(crate) fn dot_q4_0_block_sums(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut acc = 0f32;
+    for_q4_0_blocks(n, w, x, |d, sumi| acc = (sumi as f32).mul_add(d, acc));
+    acc
+}
+
+/// Calls `f(dw·dx, sumi)` for each block: the product of the scales and the exact integer dot
+/// product Σ (q − 8)·q8.
+fn for_q4_0_blocks(n: usize, w: &[u8], x: &[u8], mut f: impl FnMut(f32, i32)) {
     for i in 0..n / QK {
         let (wb, xb) = (&w[18 * i..18 * i + 18], &x[34 * i..34 * i + 34]);
         let mut sumi = 0i32;
@@ -114,9 +114,8 @@ pub(crate) fn dot_q4_0_block_sums(n: usize, w: &[u8], x: &[u8]) -> f32 {
             sumi += ((q & 0xF) as i32 - 8) * q8(xb, 2 + j);
             sumi += ((q >> 4) as i32 - 8) * q8(xb, 18 + j);
         }
-        acc = (sumi as f32).mul_add(f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0)), acc);
+        f(f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0)), sumi);
     }
-    acc
 }
 
 wrap!(k_q4_0_block_sums, dot_q4_0_block_sums, GgmlType::Q4_0);
@@ -286,12 +285,7 @@ wrap!(k_q6_k_batched, dot_q6_k_batched, GgmlType::Q6_K);
 
 /// F16 as llama.cpp's sgemm computes it for two or more rows (see `kernels::f16`).
 pub(crate) fn dot_f16_sgemm(_n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let row = |b: &[u8]| -> Vec<half::f16> {
-        b.chunks_exact(2)
-            .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])))
-            .collect()
-    };
-    crate::kernels::f16::dot_f16_sgemm(&row(w), &row(x))
+    crate::kernels::f16::dot_f16_sgemm(&f16_row(w), &f16_row(x))
 }
 
 wrap!(k_f16_sgemm, dot_f16_sgemm, GgmlType::F16);
