@@ -200,6 +200,7 @@ pub fn matmul_rows(
     let (prompt_dot, prompt_min) = match w.ty {
         GgmlType::Q6_K => (kernels.q6_k_batched, 8),
         GgmlType::F16 if w.cols.is_multiple_of(16) => (kernels.f16_sgemm, 2),
+        GgmlType::BF16 if w.cols.is_multiple_of(32) => (kernels.bf16_sgemm, 2),
         _ => (dot, usize::MAX),
     };
     let is_prompt = |t: usize| prompt_lens.get(t).copied().unwrap_or(0) >= prompt_min;

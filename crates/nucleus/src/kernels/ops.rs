@@ -76,8 +76,8 @@ pub fn rope(
                 RopeStyle::Neox => (i, i + half),
             };
             let (x0, x1) = (head[a], head[b]);
-            head[a] = x0 * c - x1 * s;
-            head[b] = x0 * s + x1 * c;
+            head[a] = x0.mul_add(c, -(x1 * s));
+            head[b] = x0.mul_add(s, x1 * c);
         }
     }
 }

@@ -75,7 +75,7 @@ pub fn attend_head(
                 (1.0, (s - max).exp())
             };
             steps[i].weight = vs;
-            sum = sum * ms + vs;
+            sum = sum.mul_add(ms, vs);
             values[i] = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
         }
         f16k::acc_steps_f16(acc, &values[..g], &steps[..g]);

@@ -42,6 +42,8 @@ pub(crate) struct Kernels {
     pub q4_0_block_sums: DotFn,
     /// F16 as llama.cpp's sgemm computes batches of two or more rows (16-lane accumulator).
     pub f16_sgemm: DotFn,
+    /// BF16 as llama.cpp's sgemm computes batches of two or more rows.
+    pub bf16_sgemm: DotFn,
 }
 
 /// Index of a computable weight type in a kernel table.
@@ -120,6 +122,7 @@ static SCALAR: Kernels = Kernels {
     q6_k_batched: super::scalar::Q6_K_BATCHED,
     q4_0_block_sums: super::scalar::Q4_0_BLOCK_SUMS,
     f16_sgemm: super::scalar::F16_SGEMM,
+    bf16_sgemm: super::scalar::BF16_SGEMM,
 };
 
 fn detect() -> SimdLevel {

@@ -75,14 +75,66 @@ fn f16_row(b: &[u8]) -> Vec<half::f16> {
         .collect()
 }
 
+/// BF16 as ggml's `ggml_vec_dot_bf16` computes it on a CPU with AVX512-BF16: two 16-lane
+/// `vdpbf16ps` accumulators over steps of 64 elements, each reduced by `_mm512_reduce_add_ps`
+/// and summed in f64 with the tail.
 pub(crate) fn dot_bf16(_n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut s = 0f64;
-    for (a, b) in w.chunks_exact(2).zip(x.chunks_exact(2)) {
-        let a = bf16_to_f32(u16::from_le_bytes([a[0], a[1]]));
-        let b = bf16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-        s += (a * b) as f64;
+    let (w, x) = (bf16_row(w), bf16_row(x));
+    let n_steps = w.len() / 64 * 64;
+    let mut sum = 0f64;
+    let mut acc = [[0f32; 16]; 2];
+    for i in (0..n_steps).step_by(64) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            let at = i + 32 * j;
+            dpbf16(lanes, &w[at..at + 32], &x[at..at + 32]);
+        }
     }
-    s as f32
+    for lanes in &acc {
+        sum += reduce_add_16(lanes) as f64;
+    }
+    for k in n_steps..w.len() {
+        sum += (bf16_to_f32(w[k]) * bf16_to_f32(x[k])) as f64;
+    }
+    sum as f32
+}
+
+/// BF16 as llama.cpp's sgemm (tinyBLAS) computes batches of two or more rows on a CPU with
+/// AVX512-BF16: one `vdpbf16ps` accumulator over steps of 32, then `_mm512_reduce_add_ps`.
+/// `n` must be a multiple of 32.
+pub(crate) fn dot_bf16_sgemm(_n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let (w, x) = (bf16_row(w), bf16_row(x));
+    let mut acc = [0f32; 16];
+    for (wc, xc) in w.chunks_exact(32).zip(x.chunks_exact(32)) {
+        dpbf16(&mut acc, wc, xc);
+    }
+    reduce_add_16(&acc)
+}
+
+/// One `vdpbf16ps` over 32 bf16 pairs: lane j adds the product of elements 2j+1, then that of
+/// elements 2j, rounding each sum to f32 (the products of two bf16 values are exact), with
+/// denormal inputs and results flushed to zero as the instruction does.
+fn dpbf16(acc: &mut [f32; 16], w: &[u16], x: &[u16]) {
+    let daz = |b: u16| if b & 0x7f80 == 0 { 0.0 } else { bf16_to_f32(b) };
+    let ftz = |v: f32| if v.is_subnormal() { 0.0f32.copysign(v) } else { v };
+    for (j, lane) in acc.iter_mut().enumerate() {
+        let odd = daz(w[2 * j + 1]) * daz(x[2 * j + 1]);
+        *lane = ftz(*lane + ftz(odd));
+        let even = daz(w[2 * j]) * daz(x[2 * j]);
+        *lane = ftz(*lane + ftz(even));
+    }
+}
+
+/// `_mm512_reduce_add_ps` as GCC defines it: upper 8 lanes + lower 8, upper 4 + lower 4,
+/// then (0+2) + (1+3).
+fn reduce_add_16(a: &[f32; 16]) -> f32 {
+    let t8: [f32; 8] = std::array::from_fn(|l| a[8 + l] + a[l]);
+    let t4: [f32; 4] = std::array::from_fn(|l| t8[4 + l] + t8[l]);
+    (t4[0] + t4[2]) + (t4[1] + t4[3])
+}
+
+/// A row of little-endian bf16 values, as bits.
+fn bf16_row(b: &[u8]) -> Vec<u16> {
+    b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
 }
 
 #[inline(always)]
@@ -290,6 +342,8 @@ pub(crate) fn dot_f16_sgemm(_n: usize, w: &[u8], x: &[u8]) -> f32 {
 
 wrap!(k_f16_sgemm, dot_f16_sgemm, GgmlType::F16);
 pub(crate) const F16_SGEMM: DotFn = k_f16_sgemm;
+wrap!(k_bf16_sgemm, dot_bf16_sgemm, GgmlType::BF16);
+pub(crate) const BF16_SGEMM: DotFn = k_bf16_sgemm;
 pub(crate) const Q6_K_BATCHED: DotFn = k_q6_k_batched;
 
 /// Calls `f(d, dy, sumi)` for each super-block: the weight and activation scales and the

@@ -1008,7 +1008,7 @@ macro_rules! level {
             pub(super) const DOTS: [DotFn; 11] = [
                 k_f32 as DotFn,
                 k_f16,
-                k_bf16,
+                super::super::scalar::DOTS[2],
                 k_q4_0,
                 k_q4_1,
                 k_q5_0,
@@ -1026,6 +1026,7 @@ macro_rules! level {
             q6_k_batched: $modname::k_q6_k_batched,
             q4_0_block_sums: $modname::k_q4_0_block_sums,
             f16_sgemm: super::scalar::F16_SGEMM,
+            bf16_sgemm: super::scalar::BF16_SGEMM,
         };
     };
 }
