@@ -32,6 +32,7 @@ use std::thread::JoinHandle;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use super::sequence::{GenerateRequest, Sequence};
+use crate::kernels::PromptSlot;
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::{Batch, ForwardState, Model};
 use crate::sampling::{FinishReason, Sampler, SamplingError, SamplingParams};
@@ -624,8 +625,12 @@ impl<'a> Scheduler<'a> {
                 let pos = s.n_cached + k;
                 let logits = last && k + 1 == n;
                 if pos < n_prompt {
+                    let slot = PromptSlot {
+                        len: n_prompt,
+                        index: pos,
+                    };
                     self.batch
-                        .push_prompt(s.tokens()[pos], pos, id, logits, n_prompt);
+                        .push_prompt(s.tokens()[pos], pos, id, logits, slot);
                 } else {
                     self.batch.push(s.tokens()[pos], pos, id, logits);
                 }

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::beams::KvBeams;
 use super::sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob};
+use crate::kernels::PromptSlot;
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::{Batch, ForwardState, Model, ModelError};
 use crate::sampling::{beam_search, BeamError, BeamId, BeamParams, FinishReason, SamplingError};
@@ -177,8 +178,11 @@ impl<'m> Session<'m> {
             let start = self.kv.seq_len(self.seq)?;
             for (i, &tok) in part.iter().enumerate() {
                 let want = all_logits || (last_chunk && i + 1 == part.len());
-                self.batch
-                    .push_prompt(tok, start + i, self.seq, want, tokens.len());
+                let slot = PromptSlot {
+                    len: tokens.len(),
+                    index: ci * chunk.max(1) + i,
+                };
+                self.batch.push_prompt(tok, start + i, self.seq, want, slot);
             }
             self.model
                 .forward(&self.batch, &mut self.kv, &mut self.state)?;

@@ -135,22 +135,48 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
     matmul_rows(pool, w, x, y, &[]);
 }
 
-/// [`matmul`], where activation row `t` belongs to a prompt of `prompt_lens[t]` tokens (0 or a
-/// missing entry: a generated token).
+/// Where an activation row sits among the rows llama.cpp would compute it with: the length of
+/// its prompt (0 for a generated token, which llama.cpp computes on its own) and its index in
+/// that prompt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PromptSlot {
+    pub len: usize,
+    pub index: usize,
+}
+
+/// llama.cpp's default micro-batch: it computes a longer prompt 512 tokens at a time.
+const LLAMA_UBATCH: usize = 512;
+
+impl PromptSlot {
+    /// A generated token.
+    pub const GENERATED: PromptSlot = PromptSlot { len: 0, index: 0 };
+
+    /// The size of the llama.cpp micro-batch the row falls in, and its index there.
+    fn ubatch(self) -> (usize, usize) {
+        let start = self.index / LLAMA_UBATCH * LLAMA_UBATCH;
+        (
+            self.len.saturating_sub(start).min(LLAMA_UBATCH),
+            self.index - start,
+        )
+    }
+}
+
+/// [`matmul`], where activation row `t` sits at `slots[t]` (a missing entry: a generated token).
 ///
 /// Kernels follow the arithmetic of llama.cpp's CPU backend, whose reference outputs we test
-/// against, so that sums round the same way: a token of a prompt llama.cpp takes as one batch
-/// goes through its batched kernels (Q6_K: the tiled kernel from 8 rows on; F16: sgemm from 2
-/// rows on), a generated token
-/// through its vector dot products. Which one a token gets is decided by the caller from the
-/// token's role (see `Batch::push_prompt`), never from what else is in the batch, so results
-/// do not depend on batching.
+/// against, so that sums round the same way. A prompt's rows go through its batched kernels
+/// where it has them: Q6_K through the tiled kernel from 8 rows on, F16 and BF16 through sgemm
+/// from 2, and Q4_K matrices with a multiple of 8 rows, which it repacks, through the gemm for
+/// the rows in whole groups of four. Other rows, and generated tokens, go through its one-row
+/// kernels. Which one a row gets is decided by the caller from the token's role (see
+/// `Batch::push_prompt`), never from what else is in the batch, so results do not depend on
+/// batching.
 pub fn matmul_rows(
     pool: &ThreadPool,
     w: &QMatrix,
     x: &QuantizedActs,
     y: &mut [f32],
-    prompt_lens: &[usize],
+    slots: &[PromptSlot],
 ) {
     let nt = x.n_tokens();
     assert_eq!(
@@ -196,14 +222,24 @@ pub fn matmul_rows(
     } else {
         kernels.dot_fn(w.ty)
     };
-    // The batch size from which llama.cpp switches this weight type to a batched kernel.
-    let (prompt_dot, prompt_min) = match w.ty {
-        GgmlType::Q6_K => (kernels.q6_k_batched, 8),
-        GgmlType::F16 if w.cols.is_multiple_of(16) => (kernels.f16_sgemm, 2),
-        GgmlType::BF16 if w.cols.is_multiple_of(32) => (kernels.bf16_sgemm, 2),
-        _ => (dot, usize::MAX),
+    // The batched kernel llama.cpp has for this weight type, and which rows it takes.
+    let q4_k_repacked = w.ty == GgmlType::Q4_K && w.rows.is_multiple_of(8);
+    let prompt_dot = match w.ty {
+        GgmlType::Q6_K => kernels.q6_k_batched,
+        GgmlType::F16 if w.cols.is_multiple_of(16) => kernels.f16_sgemm,
+        GgmlType::BF16 if w.cols.is_multiple_of(32) => kernels.bf16_sgemm,
+        GgmlType::Q4_K if q4_k_repacked => kernels.q4_k_gemm,
+        _ => dot,
     };
-    let is_prompt = |t: usize| prompt_lens.get(t).copied().unwrap_or(0) >= prompt_min;
+    let is_prompt = |t: usize| {
+        let (len, index) = slots.get(t).copied().unwrap_or_default().ubatch();
+        match w.ty {
+            GgmlType::Q6_K => len >= 8,
+            GgmlType::F16 | GgmlType::BF16 => len >= 2,
+            GgmlType::Q4_K => index < len - len % 4,
+            _ => false,
+        }
+    };
     let (rows, cols) = (w.rows, w.cols);
     let wp = w.data.as_ptr() as usize;
     let xp = x.buf.as_ptr() as usize;

@@ -6,5 +6,5 @@ pub mod matmul;
 pub mod ops;
 pub mod pool;
 
-pub use matmul::{matmul, matmul_f32, QMatrix, QuantizedActs};
+pub use matmul::{matmul, matmul_f32, PromptSlot, QMatrix, QuantizedActs};
 pub use pool::ThreadPool;

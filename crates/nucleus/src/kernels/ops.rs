@@ -243,10 +243,11 @@ mod x86 {
     }
 }
 
-/// GELU with the tanh approximation, in f32.
+/// GELU with the tanh approximation, in f32, rounded as ggml's `ggml_gelu_f32` is when GCC
+/// contracts `1 + a·x·x` into one FMA.
 pub fn gelu(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (0.044715 * x).mul_add(x, 1.0)).tanh())
 }
 
 /// GELU as ggml computes it on the CPU: through a table indexed by the input rounded to f16,

@@ -5,7 +5,7 @@
 //! All tokens of a batch go through each matrix product together (prefill chunks and the
 //! decode steps of many sequences alike), so every weight row read serves the whole batch.
 
-use crate::kernels::matmul::{matmul_rows, QuantizedActs};
+use crate::kernels::matmul::{matmul_rows, PromptSlot, QuantizedActs};
 use crate::kernels::ops;
 use crate::kv_cache::{BlockId, KvCache, SeqId};
 use crate::quant::{dequantize_row, vec_dot_type, GgmlType};
@@ -23,9 +23,9 @@ pub struct Batch {
     pub positions: Vec<usize>,
     pub seqs: Vec<SeqId>,
     pub logits: Vec<bool>,
-    /// The length of the prompt the token belongs to, 0 for a generated token (see
-    /// [`Batch::push_prompt`]).
-    pub prompt_len: Vec<usize>,
+    /// Where the token sits in its prompt; [`PromptSlot::GENERATED`] for a generated token
+    /// (see [`Batch::push_prompt`]).
+    pub prompt: Vec<PromptSlot>,
 }
 
 impl Batch {
@@ -35,23 +35,24 @@ impl Batch {
 
     /// Adds a token computed as llama.cpp computes a generated token (one at a time).
     pub fn push(&mut self, token: TokenId, pos: usize, seq: SeqId, logits: bool) {
-        self.push_with(token, pos, seq, logits, 0);
+        self.push_with(token, pos, seq, logits, PromptSlot::GENERATED);
     }
 
-    /// Adds a token of a prompt of `prompt_len` tokens. llama.cpp takes a prompt as one batch
-    /// and, above a size that depends on the weight type, computes it with batched kernels
-    /// whose sums round differently from its one-token ones; a token pushed here gets the
-    /// arithmetic its prompt's length calls for, however the prompt is chunked or batched
-    /// here, so its results match the reference's and never depend on the batching.
+    /// Adds token `slot.index` of a prompt of `slot.len` tokens. llama.cpp takes a prompt as one
+    /// batch and computes it with batched kernels whose sums round differently from its
+    /// one-token ones, chosen by the batch's size (and for some by the row's place in it); a
+    /// token pushed here gets the arithmetic its place in its prompt calls for, however the
+    /// prompt is chunked or batched here, so its results match the reference's and never
+    /// depend on the batching.
     pub fn push_prompt(
         &mut self,
         token: TokenId,
         pos: usize,
         seq: SeqId,
         logits: bool,
-        prompt_len: usize,
+        slot: PromptSlot,
     ) {
-        self.push_with(token, pos, seq, logits, prompt_len);
+        self.push_with(token, pos, seq, logits, slot);
     }
 
     fn push_with(
@@ -60,13 +61,13 @@ impl Batch {
         pos: usize,
         seq: SeqId,
         logits: bool,
-        prompt_len: usize,
+        slot: PromptSlot,
     ) {
         self.tokens.push(token);
         self.positions.push(pos);
         self.seqs.push(seq);
         self.logits.push(logits);
-        self.prompt_len.push(prompt_len);
+        self.prompt.push(slot);
     }
 
     pub fn len(&self) -> usize {
@@ -82,7 +83,7 @@ impl Batch {
         self.positions.clear();
         self.seqs.clear();
         self.logits.clear();
-        self.prompt_len.clear();
+        self.prompt.clear();
     }
 
     /// Number of tokens that want logits (rows of the output).
@@ -135,7 +136,7 @@ pub struct ForwardState {
     gate: Vec<f32>,
     up: Vec<f32>,
     out_in: Vec<f32>,
-    out_prompt: Vec<usize>,
+    out_prompt: Vec<PromptSlot>,
     logits: Vec<f32>,
     slots: Vec<(BlockId, usize)>,
     cos_sin: Vec<(f32, f32)>,
@@ -266,21 +267,21 @@ impl Model {
             self.project(
                 &mut st.acts,
                 &layer.wq,
-                (&st.xb, &batch.prompt_len),
+                (&st.xb, &batch.prompt),
                 n,
                 &mut st.q,
             );
             self.project(
                 &mut st.acts,
                 &layer.wk,
-                (&st.xb, &batch.prompt_len),
+                (&st.xb, &batch.prompt),
                 n,
                 &mut st.k,
             );
             self.project(
                 &mut st.acts,
                 &layer.wv,
-                (&st.xb, &batch.prompt_len),
+                (&st.xb, &batch.prompt),
                 n,
                 &mut st.v,
             );
@@ -348,7 +349,7 @@ impl Model {
             self.project(
                 &mut st.acts,
                 &layer.wo,
-                (&st.att, &batch.prompt_len),
+                (&st.att, &batch.prompt),
                 n,
                 &mut st.proj,
             );
@@ -370,14 +371,14 @@ impl Model {
             self.project(
                 &mut st.acts,
                 &layer.w_gate,
-                (&st.xb, &batch.prompt_len),
+                (&st.xb, &batch.prompt),
                 n,
                 &mut st.gate,
             );
             self.project(
                 &mut st.acts,
                 &layer.w_up,
-                (&st.xb, &batch.prompt_len),
+                (&st.xb, &batch.prompt),
                 n,
                 &mut st.up,
             );
@@ -393,7 +394,7 @@ impl Model {
             self.project(
                 &mut st.acts,
                 &layer.w_down,
-                (&st.gate, &batch.prompt_len),
+                (&st.gate, &batch.prompt),
                 n,
                 &mut st.proj,
             );
@@ -427,7 +428,7 @@ impl Model {
             st.out_prompt.extend(
                 (0..n)
                     .filter(|&t| batch.logits[t])
-                    .map(|t| batch.prompt_len[t]),
+                    .map(|t| batch.prompt[t]),
             );
             self.project(
                 &mut st.acts,
@@ -440,12 +441,12 @@ impl Model {
         Ok(())
     }
 
-    /// y = W·x for each of the `n` rows of x; `prompt_lens[t]` picks row t's arithmetic.
+    /// y = W·x for each of the `n` rows of x; `slots[t]` picks row t's arithmetic.
     fn project(
         &self,
         acts: &mut ActsCache,
         w: &Matrix,
-        (x, prompt_lens): (&[f32], &[usize]),
+        (x, slots): (&[f32], &[PromptSlot]),
         n: usize,
         y: &mut [f32],
     ) {
@@ -455,7 +456,7 @@ impl Model {
             &w.q(&self.file),
             q,
             &mut y[..n * w.rows],
-            prompt_lens,
+            slots,
         );
     }
 
@@ -510,7 +511,7 @@ impl Model {
         if batch.positions.len() != n
             || batch.seqs.len() != n
             || batch.logits.len() != n
-            || batch.prompt_len.len() != n
+            || batch.prompt.len() != n
         {
             return Err(ModelError::BadBatch(
                 "tokens, positions, sequences and logits flags differ in length".into(),

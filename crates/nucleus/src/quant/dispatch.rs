@@ -40,6 +40,10 @@ pub(crate) struct Kernels {
     /// and AVX-512 CPUs for every Q4_0 matrix whose row count is a multiple of 8: each block's
     /// integer sum, then one FMA with dw·dx.
     pub q4_0_block_sums: DotFn,
+    /// Q4_K with the arithmetic of ggml's repacked Q4_K gemm, which llama.cpp uses for a
+    /// prompt's rows in groups of four (the rest, and decode, go through the gemv, which is the
+    /// default Q4_K kernel here): one FMA per pair of sub-blocks.
+    pub q4_k_gemm: DotFn,
     /// F16 as llama.cpp's sgemm computes batches of two or more rows (16-lane accumulator).
     pub f16_sgemm: DotFn,
     /// BF16 as llama.cpp's sgemm computes batches of two or more rows.
@@ -121,6 +125,7 @@ static SCALAR: Kernels = Kernels {
     dots: super::scalar::DOTS,
     q6_k_batched: super::scalar::Q6_K_BATCHED,
     q4_0_block_sums: super::scalar::Q4_0_BLOCK_SUMS,
+    q4_k_gemm: super::scalar::Q4_K_GEMM,
     f16_sgemm: super::scalar::F16_SGEMM,
     bf16_sgemm: super::scalar::BF16_SGEMM,
 };

@@ -570,15 +570,23 @@ unsafe fn hsum_epi32_128(v: __m128i) -> i32 {
     _mm_cvtsi128_si32(v)
 }
 
+/// How a K-quant dot folds its integer sums into floats (see [`dot_k4_like`]).
+const LANES: u8 = 0;
+const BLOCK_SUMS: u8 = 1;
+const PAIR_SUMS: u8 = 2;
+
 /// Shared by Q4_K and Q5_K: `qbits(j)` gives the unsigned low/high 32-element vectors of
-/// sub-block pair `j` (0..4).
-///
-/// With `BLOCK_SUMS` (Q4_K) the float arithmetic is that of llama.cpp's repacked Q4_K kernels,
-/// which it uses for every Q4_K matrix on AVX2 machines: each block's integer sums are reduced
-/// to one integer, then `acc += isum·(d·dy)` and `acc_min += imin·(dmin·dy)` with one FMA each,
-/// and the result is `acc − acc_min`. Without it (Q5_K), ggml's `vec_dot_q5_K_q8_K` order.
+/// sub-block pair `j` (0..4). `MODE` picks the float arithmetic:
+/// - `LANES` (Q5_K): ggml's `vec_dot_q5_K_q8_K` order, 8 integer lanes per block each scaled into
+///   an 8-lane accumulator, the mins into a 4-lane one.
+/// - `BLOCK_SUMS` (Q4_K, one row): llama.cpp's repacked Q4_K gemv, which it uses for every Q4_K
+///   matrix with a multiple of 8 rows on AVX2 machines: each block's integer sums reduced to one
+///   integer, then `acc += isum·(d·dy)` and `acc_min += imin·(dmin·dy)` with one FMA each, and
+///   the result is `acc − acc_min`.
+/// - `PAIR_SUMS` (Q4_K, a prompt's rows in groups of four): the repacked gemm, the same but with
+///   one FMA per sub-block pair.
 #[inline(always)]
-unsafe fn dot_k4_like<const NX: usize, const WB: usize, const BLOCK_SUMS: bool>(
+unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
     nb: usize,
     w: *const u8,
     x: *const u8,
@@ -589,8 +597,8 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const BLOCK_SUMS: bool>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); NX];
         let mut acc_m = [_mm_setzero_ps(); NX];
-        let mut acc_s = [_mm_setzero_ps(); NX];
-        let mut acc_ms = [_mm_setzero_ps(); NX];
+        let mut acc_s = [0f32; NX];
+        let mut acc_ms = [0f32; NX];
         for i in 0..nb {
             let wb = w.add(i * WB);
             for l in (0..WB).step_by(64) {
@@ -608,6 +616,8 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const BLOCK_SUMS: bool>(
             let mins = _mm256_extracti128_si256(ms, 1);
             let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
             let mut sumi = [_mm256_setzero_si256(); NX];
+            // PAIR_SUMS: each sub-block pair's min sum, folded in with its integer sum below.
+            let mut pair_mins = [[0i32; 4]; NX];
             for k in 0..NX {
                 let xb = x.add(k * stride + i * 292);
                 let bs = load256(xb.add(260));
@@ -615,12 +625,15 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const BLOCK_SUMS: bool>(
                     _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
                 let prod = _mm_madd_epi16(mins, q8s);
                 let dy = (xb as *const f32).read_unaligned();
-                if BLOCK_SUMS {
-                    let imin = _mm_cvtsi32_ss(_mm_setzero_ps(), hsum_epi32_128(prod));
-                    acc_ms[k] = _mm_fmadd_ss(imin, _mm_set_ss(dmin * dy), acc_ms[k]);
-                } else {
-                    acc_m[k] =
-                        _mm_fmadd_ps(_mm_set1_ps(-dmin * dy), _mm_cvtepi32_ps(prod), acc_m[k]);
+                match MODE {
+                    LANES => {
+                        acc_m[k] =
+                            _mm_fmadd_ps(_mm_set1_ps(-dmin * dy), _mm_cvtepi32_ps(prod), acc_m[k])
+                    }
+                    BLOCK_SUMS => {
+                        acc_ms[k] = (hsum_epi32_128(prod) as f32).mul_add(dmin * dy, acc_ms[k])
+                    }
+                    _ => _mm_storeu_si128(pair_mins[k].as_mut_ptr() as *mut __m128i, prod),
                 }
             }
             for j in 0..4 {
@@ -631,32 +644,46 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const BLOCK_SUMS: bool>(
                     let xq = x.add(k * stride + i * 292 + 4 + 64 * j);
                     let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, load256(xq)));
                     let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, load256(xq.add(32))));
-                    sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(pl, ph));
+                    let p = _mm256_add_epi32(pl, ph);
+                    if MODE == PAIR_SUMS {
+                        let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
+                        let isum = hsum_epi32_128(_mm_add_epi32(
+                            _mm256_castsi256_si128(p),
+                            _mm256_extracti128_si256(p, 1),
+                        ));
+                        acc_s[k] = (isum as f32).mul_add(d * dy, acc_s[k]);
+                        acc_ms[k] = (pair_mins[k][j] as f32).mul_add(dmin * dy, acc_ms[k]);
+                    } else {
+                        sumi[k] = _mm256_add_epi32(sumi[k], p);
+                    }
                 }
             }
             for k in 0..NX {
                 let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
-                if BLOCK_SUMS {
-                    let lanes = _mm_add_epi32(
-                        _mm256_castsi256_si128(sumi[k]),
-                        _mm256_extracti128_si256(sumi[k], 1),
-                    );
-                    let isum = _mm_cvtsi32_ss(_mm_setzero_ps(), hsum_epi32_128(lanes));
-                    acc_s[k] = _mm_fmadd_ss(isum, _mm_set_ss(d * dy), acc_s[k]);
-                } else {
-                    acc[k] = _mm256_fmadd_ps(
-                        _mm256_set1_ps(d * dy),
-                        _mm256_cvtepi32_ps(sumi[k]),
-                        acc[k],
-                    );
+                match MODE {
+                    LANES => {
+                        acc[k] = _mm256_fmadd_ps(
+                            _mm256_set1_ps(d * dy),
+                            _mm256_cvtepi32_ps(sumi[k]),
+                            acc[k],
+                        )
+                    }
+                    BLOCK_SUMS => {
+                        let lanes = _mm_add_epi32(
+                            _mm256_castsi256_si128(sumi[k]),
+                            _mm256_extracti128_si256(sumi[k], 1),
+                        );
+                        acc_s[k] = (hsum_epi32_128(lanes) as f32).mul_add(d * dy, acc_s[k]);
+                    }
+                    _ => {}
                 }
             }
         }
         for k in 0..NX {
-            *out.add(k) = if BLOCK_SUMS {
-                _mm_cvtss_f32(acc_s[k]) - _mm_cvtss_f32(acc_ms[k])
-            } else {
+            *out.add(k) = if MODE == LANES {
                 hsum_ps(acc[k]) + hsum_ps128(acc_m[k])
+            } else {
+                acc_s[k] - acc_ms[k]
             };
         }
     }
@@ -670,8 +697,31 @@ unsafe fn q4_k<const VNNI: bool, const NX: usize>(
     s: usize,
     out: *mut f32,
 ) {
+    unsafe { q4_k_impl::<NX, BLOCK_SUMS>(n, w, x, s, out) }
+}
+
+/// Q4_K as llama.cpp's repacked gemm computes a prompt's rows (see [`dot_k4_like`]).
+#[inline(always)]
+unsafe fn q4_k_gemm<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe { q4_k_impl::<NX, PAIR_SUMS>(n, w, x, s, out) }
+}
+
+#[inline(always)]
+unsafe fn q4_k_impl<const NX: usize, const MODE: u8>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
     unsafe {
-        dot_k4_like::<NX, 144, true>(
+        dot_k4_like::<NX, 144, MODE>(
             n / 256,
             w,
             x,
@@ -699,7 +749,7 @@ unsafe fn q5_k<const VNNI: bool, const NX: usize>(
     out: *mut f32,
 ) {
     unsafe {
-        dot_k4_like::<NX, 176, false>(
+        dot_k4_like::<NX, 176, LANES>(
             n / 256,
             w,
             x,
@@ -1004,6 +1054,7 @@ macro_rules! level {
             entry!(k_q6_k, q6_k);
             entry!(k_q6_k_batched, q6_k_batched);
             entry!(k_q4_0_block_sums, q4_0_block_sums);
+            entry!(k_q4_k_gemm, q4_k_gemm);
 
             pub(super) const DOTS: [DotFn; 11] = [
                 k_f32 as DotFn,
@@ -1025,6 +1076,7 @@ macro_rules! level {
             dots: $modname::DOTS,
             q6_k_batched: $modname::k_q6_k_batched,
             q4_0_block_sums: $modname::k_q4_0_block_sums,
+            q4_k_gemm: $modname::k_q4_k_gemm,
             f16_sgemm: super::scalar::F16_SGEMM,
             bf16_sgemm: super::scalar::BF16_SGEMM,
         };
