@@ -362,7 +362,7 @@ pub(crate) fn dot_q6_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
 /// Q6_K with the arithmetic of ggml's tiled kernel: acc = acc + (sumi·d)·dy per super-block.
 pub(crate) fn dot_q6_k_batched(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut acc = 0f32;
-    for_q6_k_blocks(n, w, x, |d, dy, sumi| acc += (sumi as f32 * d) * dy);
+    for_q6_k_blocks(n, w, x, |d, dy, sumi| acc = (sumi as f32 * d).mul_add(dy, acc));
     acc
 }
 

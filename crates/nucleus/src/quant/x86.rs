@@ -880,7 +880,7 @@ unsafe fn q6_k_impl<const NX: usize, const BATCHED: bool>(
                         _mm256_castsi256_si128(sumi[k]),
                         _mm256_extracti128_si256::<1>(sumi[k]),
                     ));
-                    acc_batched[k] += (s as f32 * d) * dy;
+                    acc_batched[k] = (s as f32 * d).mul_add(dy, acc_batched[k]);
                 } else {
                     acc[k] = _mm256_fmadd_ps(
                         _mm256_set1_ps(d * dy),
