@@ -343,6 +343,9 @@ impl Model {
             dump("Qcur", il, &st.q[..n * q_dim]);
             dump("Kcur", il, &st.k[..n * k_dim]);
             dump("Vcur", il, &st.v[..n * v_dim]);
+            if hp.scale_queries {
+                st.q[..n * q_dim].iter_mut().for_each(|v| *v *= hp.attn_scale);
+            }
             self.attention(il, batch, kv, &st.q, &mut st.att)?;
             dump("kqv_out", il, &st.att[..n * att_dim]);
             st.acts.invalidate();
@@ -493,7 +496,8 @@ impl Model {
                 // SAFETY: task (t, h) is the only one writing row t's head h.
                 let o = unsafe { out.rows((t * hp.n_head + h) * hdv, hdv) };
                 let range = visible_range(batch.positions[t], window);
-                attend_head(kv_ref, il, blocks, h / group, qh, range, hp.attn_scale, o);
+                let scale = if hp.scale_queries { 1.0 } else { hp.attn_scale };
+                attend_head(kv_ref, il, blocks, h / group, qh, range, scale, o);
             }
         });
         Ok(())

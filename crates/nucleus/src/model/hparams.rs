@@ -82,6 +82,9 @@ pub struct HParams {
     pub embd_scale: f32,
     /// Multiplies q·k.
     pub attn_scale: f32,
+    /// Whether `attn_scale` multiplies the queries before attention (Gemma 3, as llama.cpp
+    /// computes it: the scaled queries are then rounded to f16) rather than the scores.
+    pub scale_queries: bool,
     /// Sliding-window size of the local layers, if any.
     pub sliding_window: Option<usize>,
     /// With a sliding window: layer `il` is local unless `(il + 1) % swa_period == 0`.
@@ -174,6 +177,7 @@ impl HParams {
             activation: Activation::Silu,
             embd_scale: 1.0,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            scale_queries: false,
             sliding_window: None,
             swa_period: 0,
             qk_norm: false,
@@ -199,6 +203,7 @@ impl HParams {
                 hp.rope_base_swa = meta.get_f32(&key("rope.freq_base_swa")).unwrap_or(10_000.0);
                 // query_pre_attn_scalar is the head dimension for every size but 27B.
                 hp.attn_scale = 1.0 / (head_dim as f32).sqrt();
+                hp.scale_queries = true;
             }
         }
         Ok(hp)
