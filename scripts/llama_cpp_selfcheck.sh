@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How closely llama.cpp itself, on this CPU, reproduces its own golden files. The golden files
 # were made on an AVX-512 machine; on other CPUs ggml's kernels sum in another order and the
-# logits drift. tests/golden_models.rs takes its bounds for CPUs without AVX-512 from this.
+# logits drift (nucleus reproduces the AVX-512 build's arithmetic on every CPU, so it does not).
 # Usage: scripts/llama_cpp_selfcheck.sh [MODE]   (MODE 0 = as the golden files were made)
 set -euo pipefail
 cd "$(dirname "$0")/.."
