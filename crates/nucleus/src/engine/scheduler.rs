@@ -628,6 +628,7 @@ impl<'a> Scheduler<'a> {
                     let slot = PromptSlot {
                         len: n_prompt,
                         index: pos,
+                        all_logits: false,
                     };
                     self.batch
                         .push_prompt(s.tokens()[pos], pos, id, logits, slot);

@@ -181,6 +181,7 @@ impl<'m> Session<'m> {
                 let slot = PromptSlot {
                     len: tokens.len(),
                     index: ci * chunk.max(1) + i,
+                    all_logits,
                 };
                 self.batch.push_prompt(tok, start + i, self.seq, want, slot);
             }

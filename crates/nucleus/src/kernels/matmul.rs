@@ -142,6 +142,10 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QuantizedActs, y: &mut [f32]) 
 pub struct PromptSlot {
     pub len: usize,
     pub index: usize,
+    /// Whether every token of the prompt wants its logits. Otherwise llama.cpp computes the
+    /// last layer after attention, and the output projection, only for the tokens that want
+    /// logits (the last one): as a row of its own.
+    pub all_logits: bool,
 }
 
 /// llama.cpp's default micro-batch: it computes a longer prompt 512 tokens at a time.
@@ -149,7 +153,21 @@ const LLAMA_UBATCH: usize = 512;
 
 impl PromptSlot {
     /// A generated token.
-    pub const GENERATED: PromptSlot = PromptSlot { len: 0, index: 0 };
+    pub const GENERATED: PromptSlot = PromptSlot {
+        len: 0,
+        index: 0,
+        all_logits: true,
+    };
+
+    /// The slot of the row in llama.cpp's last layer after attention and in the output
+    /// projection, which it computes for the tokens that want logits only.
+    pub fn for_outputs(self) -> PromptSlot {
+        if self.all_logits {
+            self
+        } else {
+            PromptSlot::GENERATED
+        }
+    }
 
     /// The size of the llama.cpp micro-batch the row falls in, and its index there.
     fn ubatch(self) -> (usize, usize) {

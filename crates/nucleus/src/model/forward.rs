@@ -253,6 +253,15 @@ impl Model {
             st.slots.push(kv.slot(batch.seqs[t], batch.positions[t])?);
         }
 
+        // The rows that want logits, and their slots in llama.cpp's last layer.
+        let n_out = batch.n_outputs();
+        st.out_prompt.clear();
+        st.out_prompt.extend(
+            (0..n)
+                .filter(|&t| batch.logits[t])
+                .map(|t| batch.prompt[t].for_outputs()),
+        );
+
         for (il, layer) in w.layers.iter().enumerate() {
             // Attention block.
             ops::rmsnorm_rows(
@@ -359,80 +368,68 @@ impl Model {
             if let Some(pn) = &layer.post_attn_norm {
                 ops::rmsnorm_chunks(&mut st.proj[..n * e], pn, hp.rms_eps, e);
             }
-            ops::add_in_place(&mut st.x, &st.proj);
+            ops::add_in_place(&mut st.x[..n * e], &st.proj[..n * e]);
             dump("ffn_inp", il, &st.x[..n * e]);
+
+            // As llama.cpp does, the last layer goes on with the rows that want logits only,
+            // computed as llama.cpp computes them there (`PromptSlot::for_outputs`).
+            let last = il + 1 == w.layers.len();
+            let m = if last { n_out } else { n };
+            if last {
+                for (r, t) in (0..n).filter(|&t| batch.logits[t]).enumerate() {
+                    if r != t {
+                        st.x.copy_within(t * e..(t + 1) * e, r * e);
+                    }
+                }
+            }
+            let slots = if last { &st.out_prompt } else { &batch.prompt };
 
             // Feed-forward block.
             ops::rmsnorm_rows(
-                &mut st.xb[..n * e],
-                &st.x[..n * e],
+                &mut st.xb[..m * e],
+                &st.x[..m * e],
                 &layer.ffn_norm,
                 hp.rms_eps,
                 e,
             );
             st.acts.invalidate();
-            self.project(
-                &mut st.acts,
-                &layer.w_gate,
-                (&st.xb, &batch.prompt),
-                n,
-                &mut st.gate,
-            );
-            self.project(
-                &mut st.acts,
-                &layer.w_up,
-                (&st.xb, &batch.prompt),
-                n,
-                &mut st.up,
-            );
-            dump("ffn_norm", il, &st.xb[..n * e]);
-            dump("ffn_gate", il, &st.gate[..n * hp.n_ff]);
-            dump("ffn_up", il, &st.up[..n * hp.n_ff]);
+            self.project(&mut st.acts, &layer.w_gate, (&st.xb, slots), m, &mut st.gate);
+            self.project(&mut st.acts, &layer.w_up, (&st.xb, slots), m, &mut st.up);
+            dump("ffn_norm", il, &st.xb[..m * e]);
+            dump("ffn_gate", il, &st.gate[..m * hp.n_ff]);
+            dump("ffn_up", il, &st.up[..m * hp.n_ff]);
+            let (gate, up) = (&mut st.gate[..m * hp.n_ff], &st.up[..m * hp.n_ff]);
             match hp.activation {
-                Activation::Silu => ops::swiglu(&mut st.gate, &st.up),
-                Activation::Gelu => ops::geglu(&mut st.gate, &st.up),
+                Activation::Silu => ops::swiglu(gate, up),
+                Activation::Gelu => ops::geglu(gate, up),
             }
-            dump("ffn_act", il, &st.gate[..n * hp.n_ff]);
+            dump("ffn_act", il, &st.gate[..m * hp.n_ff]);
             st.acts.invalidate();
-            self.project(
-                &mut st.acts,
-                &layer.w_down,
-                (&st.gate, &batch.prompt),
-                n,
-                &mut st.proj,
-            );
+            self.project(&mut st.acts, &layer.w_down, (&st.gate, slots), m, &mut st.proj);
             if let Some(pn) = &layer.post_ffn_norm {
-                ops::rmsnorm_chunks(&mut st.proj[..n * e], pn, hp.rms_eps, e);
+                ops::rmsnorm_chunks(&mut st.proj[..m * e], pn, hp.rms_eps, e);
             }
-            dump("ffn_out", il, &st.proj[..n * e]);
-            ops::add_in_place(&mut st.x, &st.proj);
-            dump("l_out", il, &st.x[..n * e]);
+            dump("ffn_out", il, &st.proj[..m * e]);
+            ops::add_in_place(&mut st.x[..m * e], &st.proj[..m * e]);
+            dump("l_out", il, &st.x[..m * e]);
         }
 
         for &(seq, count) in &st.seq_counts {
             kv.commit(seq, count)?;
         }
 
-        // Final norm and output projection, only for the rows that want logits.
-        let n_out = batch.n_outputs();
+        // Final norm and output projection: the last layer left the rows that want logits.
         resize(&mut st.out_in, n_out * e);
-        for (r, t) in (0..n).filter(|&t| batch.logits[t]).enumerate() {
-            ops::rmsnorm(
-                &mut st.out_in[r * e..(r + 1) * e],
-                &st.x[t * e..(t + 1) * e],
-                &w.output_norm,
-                hp.rms_eps,
-            );
-        }
+        ops::rmsnorm_rows(
+            &mut st.out_in[..n_out * e],
+            &st.x[..n_out * e],
+            &w.output_norm,
+            hp.rms_eps,
+            e,
+        );
         resize(&mut st.logits, n_out * hp.n_vocab);
         if n_out > 0 {
             st.acts.invalidate();
-            st.out_prompt.clear();
-            st.out_prompt.extend(
-                (0..n)
-                    .filter(|&t| batch.logits[t])
-                    .map(|t| batch.prompt[t]),
-            );
             self.project(
                 &mut st.acts,
                 &w.output,
