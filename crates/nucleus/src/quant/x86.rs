@@ -984,6 +984,9 @@ unsafe fn f16_<const VNNI: bool, const NX: usize>(
     }
 }
 
+/// BF16 as ggml computes it on a CPU with AVX512-BF16 (see `scalar::dot_bf16`): two 16-lane
+/// `vdpbf16ps` accumulators over steps of 64, each reduced as `_mm512_reduce_add_ps`, summed in
+/// f64 with the tail. Each 16-lane accumulator is two 8-lane registers here.
 #[inline(always)]
 unsafe fn bf16_<const VNNI: bool, const NX: usize>(
     n: usize,
@@ -993,17 +996,99 @@ unsafe fn bf16_<const VNNI: bool, const NX: usize>(
     out: *mut f32,
 ) {
     unsafe {
-        float_dot::<NX, 2>(
-            n,
-            w,
-            x,
-            s,
-            out,
-            #[inline(always)]
-            |p| _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16)),
-            #[inline(always)]
-            |p| f32::from_bits((rd16(p) as u32) << 16),
-        )
+        let steps = n / 64 * 64;
+        for k in 0..NX {
+            let xr = x.add(k * s);
+            let mut acc = [[_mm256_setzero_ps(); 2]; 2];
+            for i in (0..steps).step_by(64) {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    let at = 2 * (i + 32 * j);
+                    dpbf16_32(a, w.add(at), xr.add(at));
+                }
+            }
+            let mut sum = 0f64;
+            for a in &acc {
+                sum += reduce_add_16(a) as f64;
+            }
+            for e in steps..n {
+                let wv = f32::from_bits((rd16(w.add(2 * e)) as u32) << 16);
+                let xv = f32::from_bits((rd16(xr.add(2 * e)) as u32) << 16);
+                sum += (wv * xv) as f64;
+            }
+            *out.add(k) = sum as f32;
+        }
+    }
+}
+
+/// BF16 as llama.cpp's sgemm computes batches of two or more rows on a CPU with AVX512-BF16:
+/// one 16-lane `vdpbf16ps` accumulator over steps of 32, then `_mm512_reduce_add_ps`.
+/// `n` is a multiple of 32.
+#[inline(always)]
+unsafe fn bf16_sgemm<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        for k in 0..NX {
+            let xr = x.add(k * s);
+            let mut acc = [_mm256_setzero_ps(); 2];
+            for i in (0..n / 32 * 32).step_by(32) {
+                dpbf16_32(&mut acc, w.add(2 * i), xr.add(2 * i));
+            }
+            *out.add(k) = reduce_add_16(&acc);
+        }
+    }
+}
+
+/// One `vdpbf16ps` on 16 lanes (two registers) over 32 bf16 values at `w` and `x`: lane j gets
+/// fma(w[2j+1], x[2j+1]) and then fma(w[2j], x[2j]) added, denormal inputs and results flushed
+/// to zero.
+#[inline(always)]
+unsafe fn dpbf16_32(acc: &mut [__m256; 2], w: *const u8, x: *const u8) {
+    unsafe {
+        let hi = _mm256_set1_epi32(0xffff_0000u32 as i32);
+        for (h, a) in acc.iter_mut().enumerate() {
+            let wd = load256(w.add(32 * h));
+            let xd = load256(x.add(32 * h));
+            let odd = |d| _mm256_castsi256_ps(_mm256_and_si256(d, hi));
+            let even = |d| _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+            *a = flush_denormals(_mm256_fmadd_ps(
+                flush_denormals(odd(wd)),
+                flush_denormals(odd(xd)),
+                *a,
+            ));
+            *a = flush_denormals(_mm256_fmadd_ps(
+                flush_denormals(even(wd)),
+                flush_denormals(even(xd)),
+                *a,
+            ));
+        }
+    }
+}
+
+/// Denormals to zero of the same sign.
+#[inline(always)]
+unsafe fn flush_denormals(v: __m256) -> __m256 {
+    unsafe {
+        let exp = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7f80_0000)));
+        let denormal = _mm256_cmp_ps::<_CMP_EQ_OQ>(exp, _mm256_setzero_ps());
+        _mm256_blendv_ps(v, _mm256_and_ps(v, _mm256_set1_ps(-0.0)), denormal)
+    }
+}
+
+/// `_mm512_reduce_add_ps` as GCC defines it, for 16 lanes held as two registers: upper 8 lanes
+/// + lower 8, upper 4 + lower 4, then (0+2) + (1+3).
+#[inline(always)]
+unsafe fn reduce_add_16(acc: &[__m256; 2]) -> f32 {
+    unsafe {
+        let t8 = _mm256_add_ps(acc[1], acc[0]);
+        let t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
+        let mut l = [0f32; 4];
+        _mm_storeu_ps(l.as_mut_ptr(), t4);
+        (l[0] + l[2]) + (l[1] + l[3])
     }
 }
 
@@ -1055,11 +1140,12 @@ macro_rules! level {
             entry!(k_q6_k_batched, q6_k_batched);
             entry!(k_q4_0_block_sums, q4_0_block_sums);
             entry!(k_q4_k_gemm, q4_k_gemm);
+            entry!(k_bf16_sgemm, bf16_sgemm);
 
             pub(super) const DOTS: [DotFn; 11] = [
                 k_f32 as DotFn,
                 k_f16,
-                super::super::scalar::DOTS[2],
+                k_bf16,
                 k_q4_0,
                 k_q4_1,
                 k_q5_0,
@@ -1078,7 +1164,7 @@ macro_rules! level {
             q4_0_block_sums: $modname::k_q4_0_block_sums,
             q4_k_gemm: $modname::k_q4_k_gemm,
             f16_sgemm: super::scalar::F16_SGEMM,
-            bf16_sgemm: super::scalar::BF16_SGEMM,
+            bf16_sgemm: $modname::k_bf16_sgemm,
         };
     };
 }
