@@ -9,24 +9,18 @@
 //! accumulator is two 8-lane registers; the cost is the same.
 
 use half::f16;
-use std::sync::OnceLock;
 
+/// Whether the F16C/AVX2/FMA paths run: at every SIMD level above scalar (each has those
+/// features), so `NUCLEUS_SIMD=scalar` selects the scalar paths here as for the dot kernels.
 fn has_f16c() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let forced_scalar = std::env::var("NUCLEUS_SIMD").is_ok_and(|v| v == "scalar");
-            !forced_scalar
-                && is_x86_feature_detected!("f16c")
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Σ x[i]·y[i] for f16 vectors.
@@ -48,6 +42,12 @@ pub fn mad_f16(y: &mut [f16], x: &[f16], v: f32) {
         // SAFETY: as in `dot_f16`.
         return unsafe { x86::mad_f16(y, x, v) };
     }
+    mad_f16_scalar(y, x, v)
+}
+
+/// Scalar [`mad_f16`]: per element the one rounding of the FMA, then the one to f16 (GCC
+/// contracts ggml's leftover loop `y + x*v` into an FMA too).
+fn mad_f16_scalar(y: &mut [f16], x: &[f16], v: f32) {
     for (a, b) in y.iter_mut().zip(x) {
         *a = f16::from_f32(b.to_f32().mul_add(v, a.to_f32()));
     }
@@ -80,6 +80,11 @@ pub fn acc_steps_f16(acc: &mut [f16], values: &[&[f16]], steps: &[AccStep]) {
         // SAFETY: as in `dot_f16`; every value row has `acc.len()` elements (asserted).
         return unsafe { x86::acc_steps_f16(acc, values, steps) };
     }
+    acc_steps_f16_scalar(acc, values, steps)
+}
+
+/// Scalar [`acc_steps_f16`].
+fn acc_steps_f16_scalar(acc: &mut [f16], values: &[&[f16]], steps: &[AccStep]) {
     for (d, a) in acc.iter_mut().enumerate() {
         let mut y = *a;
         for (v, st) in values.iter().zip(steps) {
@@ -221,16 +226,10 @@ mod x86 {
             }
             i += 8;
         }
-        // Leftovers exactly as the per-step scalar tails of `scale_f16` and `mad_f16` here.
-        for d in n8..acc.len() {
-            let mut y = acc[d];
-            for (v, st) in values.iter().zip(steps) {
-                if let Some(ms) = st.rescale {
-                    y = f16::from_f32(y.to_f32() * ms);
-                }
-                y = f16::from_f32(y.to_f32() + v[d].to_f32() * st.weight);
-            }
-            acc[d] = y;
+        // Leftovers as the scalar path computes them (the same operations per element).
+        if n8 < acc.len() {
+            let tails: Vec<&[f16]> = values.iter().map(|v| &v[n8..]).collect();
+            super::acc_steps_f16_scalar(&mut acc[n8..], &tails, steps);
         }
     }
 
@@ -252,9 +251,8 @@ mod x86 {
             }
             i += 8;
         }
-        for k in n8..x.len() {
-            y[k] = f16::from_f32(y[k].to_f32() + x[k].to_f32() * v);
-        }
+        // Leftovers as the scalar path computes them (one FMA, as the vector lanes).
+        super::mad_f16_scalar(&mut y[n8..], &x[n8..], v);
     }
 }
 
@@ -321,6 +319,42 @@ mod tests {
             let want: f64 = x.iter().zip(&y).map(|(a, b)| a.to_f64() * b.to_f64()).sum();
             let got = dot_f16_sgemm(&x, &y) as f64;
             assert!((got - want).abs() < 1e-3 * (1.0 + want.abs()), "n={n}");
+        }
+    }
+
+    /// The dispatched (SIMD where the CPU has it) multiply-adds give the scalar paths' bits,
+    /// tails included.
+    #[test]
+    fn mad_and_acc_steps_simd_equal_scalar() {
+        let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let steps = [
+            AccStep {
+                rescale: Some(0.83),
+                weight: 0.61,
+            },
+            AccStep {
+                rescale: None,
+                weight: -1.7,
+            },
+            AccStep {
+                rescale: Some(0.37),
+                weight: 0.0123,
+            },
+        ];
+        for n in [1, 3, 7, 8, 9, 15, 16, 31, 64, 67, 128, 259] {
+            let (x, y) = vecs(n, 11 + n as u32);
+            for v in [0.37f32, -2.9, 1e-3, 123.4] {
+                let (mut got, mut want) = (y.clone(), y.clone());
+                mad_f16(&mut got, &x, v);
+                mad_f16_scalar(&mut want, &x, v);
+                assert_eq!(bits(&got), bits(&want), "mad_f16 n={n} v={v}");
+            }
+            let rows: Vec<Vec<f16>> = (0..3).map(|k| vecs(n, 40 + k).0).collect();
+            let vals: Vec<&[f16]> = rows.iter().map(|r| r.as_slice()).collect();
+            let (mut got, mut want) = (y.clone(), y.clone());
+            acc_steps_f16(&mut got, &vals, &steps);
+            acc_steps_f16_scalar(&mut want, &vals, &steps);
+            assert_eq!(bits(&got), bits(&want), "acc_steps_f16 n={n}");
         }
     }
 

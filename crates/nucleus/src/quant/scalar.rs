@@ -1,7 +1,27 @@
-//! Portable scalar dot products (ggml's `ggml_vec_dot_*_generic`): integer sums per block,
-//! scaled in f32. These are the reference the SIMD kernels are tested against.
+//! Portable scalar dot products: the reference the SIMD kernels are tested against, and what
+//! runs under `NUCLEUS_SIMD=scalar`.
+//!
+//! They are not ggml's generic C kernels (`ggml_vec_dot_*_generic`): each one computes, for
+//! every input, the same f32 bits as the x86 kernel in the same dispatch slot (`x86.rs`), and
+//! so follows ggml's order as llama.cpp builds it for AVX-512 with GCC (`-O3 -march=native`: the
+//! AVX2 paths of `arch/x86/quants.c`, the AVX-512 ones of `vec.cpp`, and scalar `a*b + c`
+//! contracted into one FMA). The vector arithmetic is written out lane by lane:
+//! - Integer products are exact, so they may be summed in any order; what matters is which
+//!   integer sums reach the float arithmetic. For a 32-byte block, `vpmaddubsw` + `vpmaddwd`
+//!   (or `vpdpbusd`) give 8 i32 lanes, lane `l` summing the products of bytes `4l..4l+4`
+//!   ([`lanes_32`]).
+//! - `_mm256_fmadd_ps` and `mul_add` are [`f32::mul_add`]; a product and a sum written apart
+//!   stay two roundings.
+//! - Horizontal sums use the trees of ggml's `hsum_float_8` ([`hsum_float_8`]) and GCC's
+//!   `_mm512_reduce_add_ps` ([`reduce_add_16`]).
+//!
+//! Where `x86.rs` departs from ggml's AVX-512 build (F32, the Q4_1/Q5_1 min term, the Q5_K mins),
+//! these follow `x86.rs`; the kernels' comments say how. `quant::tests::simd_matches_scalar`
+//! checks bit equality with every SIMD level the CPU has.
 
 #![allow(clippy::needless_range_loop)]
+
+use std::array::from_fn;
 
 use super::blocks::{bf16_to_f32, f16_to_f32, rd_f32, rd_u16, rd_u32, scale_min_k4, QK, QK_K};
 use super::dispatch::DotFn;
@@ -54,18 +74,99 @@ pub(crate) const DOTS: [DotFn; 11] = [
     k_f32, k_f16, k_bf16, k_q4_0, k_q4_1, k_q5_0, k_q5_1, k_q8_0, k_q4_k, k_q5_k, k_q6_k,
 ];
 
-pub(crate) fn dot_f32(_n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut s = 0f64;
-    for (a, b) in w.chunks_exact(4).zip(x.chunks_exact(4)) {
-        let a = f32::from_le_bytes([a[0], a[1], a[2], a[3]]);
-        let b = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        s += (a * b) as f64;
-    }
-    s as f32
+wrap!(k_q6_k_batched, dot_q6_k_batched, GgmlType::Q6_K);
+wrap!(k_q4_0_block_sums, dot_q4_0_block_sums, GgmlType::Q4_0);
+wrap!(k_q4_k_gemm, dot_q4_k_gemm, GgmlType::Q4_K);
+wrap!(k_f16_sgemm, dot_f16_sgemm, GgmlType::F16);
+wrap!(k_bf16_sgemm, dot_bf16_sgemm, GgmlType::BF16);
+
+pub(crate) const Q6_K_BATCHED: DotFn = k_q6_k_batched;
+pub(crate) const Q4_0_BLOCK_SUMS: DotFn = k_q4_0_block_sums;
+pub(crate) const Q4_K_GEMM: DotFn = k_q4_k_gemm;
+pub(crate) const F16_SGEMM: DotFn = k_f16_sgemm;
+pub(crate) const BF16_SGEMM: DotFn = k_bf16_sgemm;
+
+// ---------------------------------------------------------------------------------------------
+// The vector arithmetic, per lane.
+
+/// ggml's `hsum_float_8` (`hsum_ps` in `x86.rs`): the upper four lanes added to the lower four,
+/// then [`hsum_float_4`].
+fn hsum_float_8(v: &[f32; 8]) -> f32 {
+    hsum_float_4(&from_fn(|l| v[4 + l] + v[l]))
 }
 
+/// The last steps of `hsum_float_8` (`hsum_ps128` in `x86.rs`): (0+2) + (1+3).
+fn hsum_float_4(v: &[f32; 4]) -> f32 {
+    (v[0] + v[2]) + (v[1] + v[3])
+}
+
+/// `_mm512_reduce_add_ps` as GCC defines it: upper 8 lanes + lower 8, then as
+/// [`hsum_float_8`].
+fn reduce_add_16(a: &[f32; 16]) -> f32 {
+    hsum_float_8(&from_fn(|l| a[8 + l] + a[l]))
+}
+
+/// `acc = _mm256_fmadd_ps(set1(d), cvtepi32_ps(lanes), acc)`, for any number of lanes.
+#[inline(always)]
+fn fma_lanes<const L: usize>(acc: &mut [f32; L], d: f32, lanes: &[i32; L]) {
+    for (a, &s) in acc.iter_mut().zip(lanes) {
+        *a = d.mul_add(s as f32, *a);
+    }
+}
+
+/// The 8 i32 lanes of `vpmaddubsw` + `vpmaddwd` (or `vpdpbusd`) over 32 values against 32
+/// int8 activations: lane `l` is Σ of the products of elements `4l..4l+4`. (The byte pair sums
+/// never saturate for the value ranges of the formats here.)
+#[inline(always)]
+fn lanes_32(q: &[i32], xq: &[u8]) -> [i32; 8] {
+    let (q, xq) = (&q[..32], &xq[..32]);
+    let mut lanes = [0i32; 8];
+    for e in 0..32 {
+        lanes[e / 4] += q[e] * xq[e] as i8 as i32;
+    }
+    lanes
+}
+
+/// Lane-wise sum of several groups of lanes.
+#[inline(always)]
+fn add_lanes(groups: &[[i32; 8]]) -> [i32; 8] {
+    from_fn(|l| groups.iter().map(|g| g[l]).sum())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float types.
+
+/// F32 as `x86.rs`'s `float_dot` computes it: 8-element chunks FMA'd alternately into two
+/// 8-lane accumulators (a last odd chunk into the first), the two added lane-wise and reduced
+/// by [`hsum_float_8`], then the last `n mod 8` products added one by one, unfused.
+///
+/// ggml's AVX-512 `ggml_vec_dot_f32` differs: four 16-lane accumulators over steps of 64,
+/// reduced (0+2) + (1+3) then by `_mm512_reduce_add_ps`, and the last `n mod 64` products
+/// folded in with (contracted) FMAs.
+pub(crate) fn dot_f32(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let v = |b: &[u8], k: usize| rd_f32(b, 4 * k);
+    let mut acc = [[0f32; 8]; 2];
+    for c in 0..n / 8 {
+        for (l, a) in acc[c % 2].iter_mut().enumerate() {
+            let k = 8 * c + l;
+            *a = v(w, k).mul_add(v(x, k), *a);
+        }
+    }
+    let mut s = hsum_float_8(&from_fn(|l| acc[0][l] + acc[1][l]));
+    for k in n / 8 * 8..n {
+        s += v(w, k) * v(x, k);
+    }
+    s
+}
+
+/// F16 as ggml's AVX-512 `ggml_vec_dot_f16` (see `kernels::f16`, which the x86 kernel calls).
 pub(crate) fn dot_f16(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     crate::kernels::f16::dot_f16_scalar(&f16_row(w), &f16_row(x))
+}
+
+/// F16 as llama.cpp's sgemm computes it for two or more rows (see `kernels::f16`).
+pub(crate) fn dot_f16_sgemm(_n: usize, w: &[u8], x: &[u8]) -> f32 {
+    crate::kernels::f16::dot_f16_sgemm(&f16_row(w), &f16_row(x))
 }
 
 /// A row of little-endian f16 values.
@@ -110,136 +211,165 @@ pub(crate) fn dot_bf16_sgemm(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     reduce_add_16(&acc)
 }
 
-/// One `vdpbf16ps` over 32 bf16 pairs: lane j adds the product of elements 2j+1, then that of
-/// elements 2j, rounding each sum to f32 (the products of two bf16 values are exact), with
-/// denormal inputs and results flushed to zero as the instruction does.
+/// One `vdpbf16ps` over 32 bf16 pairs, as `x86.rs` emulates it: lane j adds the product of
+/// elements 2j+1, then that of elements 2j, each with one FMA, with denormal inputs and
+/// results flushed to zero (keeping the sign) as the instruction does.
 fn dpbf16(acc: &mut [f32; 16], w: &[u16], x: &[u16]) {
-    let daz = |b: u16| if b & 0x7f80 == 0 { 0.0 } else { bf16_to_f32(b) };
-    let ftz = |v: f32| if v.is_subnormal() { 0.0f32.copysign(v) } else { v };
+    let ftz = |v: f32| {
+        if v.is_subnormal() {
+            0.0f32.copysign(v)
+        } else {
+            v
+        }
+    };
+    let daz = |b: u16| ftz(bf16_to_f32(b));
     for (j, lane) in acc.iter_mut().enumerate() {
-        let odd = daz(w[2 * j + 1]) * daz(x[2 * j + 1]);
-        *lane = ftz(*lane + ftz(odd));
-        let even = daz(w[2 * j]) * daz(x[2 * j]);
-        *lane = ftz(*lane + ftz(even));
+        *lane = ftz(daz(w[2 * j + 1]).mul_add(daz(x[2 * j + 1]), *lane));
+        *lane = ftz(daz(w[2 * j]).mul_add(daz(x[2 * j]), *lane));
     }
-}
-
-/// `_mm512_reduce_add_ps` as GCC defines it: upper 8 lanes + lower 8, upper 4 + lower 4,
-/// then (0+2) + (1+3).
-fn reduce_add_16(a: &[f32; 16]) -> f32 {
-    let t8: [f32; 8] = std::array::from_fn(|l| a[8 + l] + a[l]);
-    let t4: [f32; 4] = std::array::from_fn(|l| t8[4 + l] + t8[l]);
-    (t4[0] + t4[2]) + (t4[1] + t4[3])
 }
 
 /// A row of little-endian bf16 values, as bits.
 fn bf16_row(b: &[u8]) -> Vec<u16> {
-    b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
+    b.chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect()
 }
 
+// ---------------------------------------------------------------------------------------------
+// 32-element formats against Q8_0 / Q8_1. Their values come in ggml's element order: byte j of
+// `qs` holds element j (low nibble) and j + 16 (high nibble), bit j of `qh` element j's fifth.
+
+/// The 32 nibbles of 16 bytes, low nibbles first.
 #[inline(always)]
-fn q8(b: &[u8], at: usize) -> i32 {
-    b[at] as i8 as i32
+fn nibbles(qs: &[u8]) -> [i32; 32] {
+    let mut q = [0i32; 32];
+    for j in 0..16 {
+        q[j] = (qs[j] & 0xF) as i32;
+        q[j + 16] = (qs[j] >> 4) as i32;
+    }
+    q
+}
+
+/// The 32 five-bit values of 16 nibble bytes and their 32 high bits.
+#[inline(always)]
+fn nibbles_5(qs: &[u8], qh: u32) -> [i32; 32] {
+    let mut q = nibbles(qs);
+    for (e, v) in q.iter_mut().enumerate() {
+        *v |= (((qh >> e) & 1) << 4) as i32;
+    }
+    q
+}
+
+fn q4_0_values(b: &[u8]) -> [i32; 32] {
+    nibbles(&b[2..18]).map(|q| q - 8)
+}
+
+fn q5_0_values(b: &[u8]) -> [i32; 32] {
+    nibbles_5(&b[6..22], rd_u32(b, 2)).map(|q| q - 16)
+}
+
+fn q8_0_values(b: &[u8]) -> [i32; 32] {
+    from_fn(|e| b[2 + e] as i8 as i32)
+}
+
+fn q4_1_values(b: &[u8]) -> [i32; 32] {
+    nibbles(&b[4..20])
+}
+
+fn q5_1_values(b: &[u8]) -> [i32; 32] {
+    nibbles_5(&b[8..24], rd_u32(b, 4))
+}
+
+/// Calls `f(dw·dx, lanes)` for each block of a signed format (`bytes` per block, `values`
+/// unpacking one) against Q8_0: the product of the two f16 scales and the block's
+/// [`lanes_32`].
+fn for_q8_0_blocks(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    bytes: usize,
+    values: fn(&[u8]) -> [i32; 32],
+    mut f: impl FnMut(f32, [i32; 8]),
+) {
+    for i in 0..n / QK {
+        let (wb, xb) = (&w[bytes * i..bytes * (i + 1)], &x[34 * i..34 * i + 34]);
+        let d = f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0));
+        f(d, lanes_32(&values(wb), &xb[2..]));
+    }
+}
+
+/// `ggml_vec_dot_q{4,5,8}_0_q8_0` (AVX2): each block's lanes FMA'd with dw·dx into 8 float
+/// lanes, [`hsum_float_8`] at the end.
+fn dot_signed_q8_0(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    bytes: usize,
+    values: fn(&[u8]) -> [i32; 32],
+) -> f32 {
+    let mut acc = [0f32; 8];
+    for_q8_0_blocks(n, w, x, bytes, values, |d, lanes| {
+        fma_lanes(&mut acc, d, &lanes)
+    });
+    hsum_float_8(&acc)
 }
 
 pub(crate) fn dot_q4_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut sumf = 0f32;
-    for_q4_0_blocks(n, w, x, |d, sumi| sumf += sumi as f32 * d);
-    sumf
-}
-
-/// Q4_0 with the arithmetic of ggml's repacked Q4_0 kernels: acc = fma(sumi, dw·dx, acc).
-pub(crate) fn dot_q4_0_block_sums(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut acc = 0f32;
-    for_q4_0_blocks(n, w, x, |d, sumi| acc = (sumi as f32).mul_add(d, acc));
-    acc
-}
-
-/// Calls `f(dw·dx, sumi)` for each block: the product of the scales and the exact integer dot
-/// product Σ (q − 8)·q8.
-fn for_q4_0_blocks(n: usize, w: &[u8], x: &[u8], mut f: impl FnMut(f32, i32)) {
-    for i in 0..n / QK {
-        let (wb, xb) = (&w[18 * i..18 * i + 18], &x[34 * i..34 * i + 34]);
-        let mut sumi = 0i32;
-        for j in 0..16 {
-            let q = wb[2 + j];
-            sumi += ((q & 0xF) as i32 - 8) * q8(xb, 2 + j);
-            sumi += ((q >> 4) as i32 - 8) * q8(xb, 18 + j);
-        }
-        f(f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0)), sumi);
-    }
-}
-
-wrap!(k_q4_0_block_sums, dot_q4_0_block_sums, GgmlType::Q4_0);
-pub(crate) const Q4_0_BLOCK_SUMS: DotFn = k_q4_0_block_sums;
-
-pub(crate) fn dot_q4_1(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut sumf = 0f32;
-    for i in 0..n / QK {
-        let (wb, xb) = (&w[20 * i..20 * i + 20], &x[36 * i..36 * i + 36]);
-        let mut sumi = 0i32;
-        for j in 0..16 {
-            let q = wb[4 + j];
-            sumi += (q & 0xF) as i32 * q8(xb, 4 + j);
-            sumi += (q >> 4) as i32 * q8(xb, 20 + j);
-        }
-        let (dw, mw) = (f16_to_f32(rd_u16(wb, 0)), f16_to_f32(rd_u16(wb, 2)));
-        let (dx, sx) = (f16_to_f32(rd_u16(xb, 0)), f16_to_f32(rd_u16(xb, 2)));
-        sumf += sumi as f32 * (dw * dx) + mw * sx;
-    }
-    sumf
+    dot_signed_q8_0(n, w, x, 18, q4_0_values)
 }
 
 pub(crate) fn dot_q5_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut sumf = 0f32;
-    for i in 0..n / QK {
-        let (wb, xb) = (&w[22 * i..22 * i + 22], &x[34 * i..34 * i + 34]);
-        let qh = rd_u32(wb, 2);
-        let mut sumi = 0i32;
-        for j in 0..16 {
-            let q = wb[6 + j] as u32;
-            let h0 = ((qh >> j) << 4) & 0x10;
-            let h1 = (qh >> (j + 12)) & 0x10;
-            sumi += (((q & 0xF) | h0) as i32 - 16) * q8(xb, 2 + j);
-            sumi += (((q >> 4) | h1) as i32 - 16) * q8(xb, 18 + j);
-        }
-        sumf += sumi as f32 * (f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0)));
-    }
-    sumf
-}
-
-pub(crate) fn dot_q5_1(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut sumf = 0f32;
-    for i in 0..n / QK {
-        let (wb, xb) = (&w[24 * i..24 * i + 24], &x[36 * i..36 * i + 36]);
-        let qh = rd_u32(wb, 4);
-        let mut sumi = 0i32;
-        for j in 0..16 {
-            let q = wb[8 + j] as u32;
-            let h0 = ((qh >> j) << 4) & 0x10;
-            let h1 = (qh >> (j + 12)) & 0x10;
-            sumi += ((q & 0xF) | h0) as i32 * q8(xb, 4 + j);
-            sumi += ((q >> 4) | h1) as i32 * q8(xb, 20 + j);
-        }
-        let (dw, mw) = (f16_to_f32(rd_u16(wb, 0)), f16_to_f32(rd_u16(wb, 2)));
-        let (dx, sx) = (f16_to_f32(rd_u16(xb, 0)), f16_to_f32(rd_u16(xb, 2)));
-        sumf += sumi as f32 * (dw * dx) + mw * sx;
-    }
-    sumf
+    dot_signed_q8_0(n, w, x, 22, q5_0_values)
 }
 
 pub(crate) fn dot_q8_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut sumf = 0f32;
-    for i in 0..n / QK {
-        let (wb, xb) = (&w[34 * i..34 * i + 34], &x[34 * i..34 * i + 34]);
-        let mut sumi = 0i32;
-        for j in 0..QK {
-            sumi += q8(wb, 2 + j) * q8(xb, 2 + j);
-        }
-        sumf += sumi as f32 * (f16_to_f32(rd_u16(wb, 0)) * f16_to_f32(rd_u16(xb, 0)));
-    }
-    sumf
+    dot_signed_q8_0(n, w, x, 34, q8_0_values)
 }
+
+/// Q4_0 with the arithmetic of ggml's repacked Q4_0 kernels: acc = fma(sumi, dw·dx, acc), with
+/// sumi the block's whole integer dot product.
+pub(crate) fn dot_q4_0_block_sums(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for_q8_0_blocks(n, w, x, 18, q4_0_values, |d, lanes| {
+        acc = (lanes.iter().sum::<i32>() as f32).mul_add(d, acc)
+    });
+    acc
+}
+
+/// `ggml_vec_dot_q{4,5}_1_q8_1` (AVX2) as `x86.rs` computes it: each block's lanes FMA'd with
+/// dw·dx into 8 float lanes; the min terms summed apart as `summs += mw·sx`, a rounded product
+/// and a rounded sum, and added after [`hsum_float_8`]. (GCC contracts ggml's
+/// `summs += m * s` into one FMA.)
+fn dot_unsigned_q8_1(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    bytes: usize,
+    values: fn(&[u8]) -> [i32; 32],
+) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for i in 0..n / QK {
+        let (wb, xb) = (&w[bytes * i..bytes * (i + 1)], &x[36 * i..36 * i + 36]);
+        let (dw, mw) = (f16_to_f32(rd_u16(wb, 0)), f16_to_f32(rd_u16(wb, 2)));
+        let (dx, sx) = (f16_to_f32(rd_u16(xb, 0)), f16_to_f32(rd_u16(xb, 2)));
+        fma_lanes(&mut acc, dw * dx, &lanes_32(&values(wb), &xb[4..]));
+        summs += mw * sx;
+    }
+    hsum_float_8(&acc) + summs
+}
+
+pub(crate) fn dot_q4_1(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_unsigned_q8_1(n, w, x, 20, q4_1_values)
+}
+
+pub(crate) fn dot_q5_1(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_unsigned_q8_1(n, w, x, 24, q5_1_values)
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants against Q8_K (d f32 at 0, qs at 4, bsums at 260).
 
 /// The eight 6-bit scales and mins of a Q4_K/Q5_K block's 12 scale bytes.
 #[inline(always)]
@@ -253,161 +383,180 @@ fn k4_scales_mins(sc: &[u8]) -> ([i32; 8], [i32; 8]) {
     (scales, mins)
 }
 
-/// Σ over the 8 sub-blocks of `min_j * (bsums[2j] + bsums[2j+1])` of a Q8_K block.
+/// Sum `g` (0..16) of a Q8_K block's 16-element sums.
 #[inline(always)]
-fn k_mins_dot(mins: &[i32; 8], xb: &[u8]) -> i32 {
-    let mut s = 0i32;
-    for j in 0..16 {
-        s += mins[j / 2] * rd_u16(xb, 260 + 2 * j) as i16 as i32;
-    }
-    s
+fn bsum(xb: &[u8], g: usize) -> i32 {
+    rd_u16(xb, 260 + 2 * g) as i16 as i32
 }
 
-/// Q4_K with the float arithmetic of llama.cpp's repacked Q4_K kernels (see `x86::dot_k4_like`):
-/// per block one integer sum and one integer min-sum, each folded in with one FMA, and the
-/// two accumulators subtracted at the end.
+/// The 256 unsigned values of a Q4_K block: sub-block pair j (64 values) is the low nibbles of
+/// `qs[32j..32j+32]`, then their high nibbles.
+fn q4_k_values(b: &[u8]) -> [i32; QK_K] {
+    let mut q = [0i32; QK_K];
+    for (j, qs) in b[16..144].chunks_exact(32).enumerate() {
+        for l in 0..32 {
+            q[64 * j + l] = (qs[l] & 0xF) as i32;
+            q[64 * j + 32 + l] = (qs[l] >> 4) as i32;
+        }
+    }
+    q
+}
+
+/// The 256 unsigned values of a Q5_K block: the nibbles as Q4_K's (`qs` 32 bytes later, after
+/// `qh`), with bit `e / 32` of `qh[e % 32]` as the fifth bit of element e.
+fn q5_k_values(b: &[u8]) -> [i32; QK_K] {
+    let qh = &b[16..48];
+    let mut q = q4_k_values(&b[32..]);
+    for e in 0..QK_K {
+        q[e] |= (((qh[e % 32] >> (e / 32)) & 1) << 4) as i32;
+    }
+    q
+}
+
+/// One Q4_K/Q5_K super-block against a Q8_K block, in the integers the x86 kernels form.
+struct K4Block {
+    /// The weight's d and dmin, each times the activation scale dy.
+    d: f32,
+    dmin: f32,
+    /// Per sub-block pair j (64 values), 8 lanes: scale[2j] times the [`lanes_32`] of its first
+    /// 32 values plus scale[2j+1] times those of the second 32.
+    pairs: [[i32; 8]; 4],
+    /// Per pair j: min[2j]·(bsums[4j] + bsums[4j+1]) + min[2j+1]·(bsums[4j+2] + bsums[4j+3])
+    /// (the lanes of `_mm_madd_epi16(mins, _mm_hadd_epi16(bsums))`).
+    mins: [i32; 4],
+}
+
+/// Calls `f` with each super-block of a Q4_K/Q5_K row (`bytes` per block, `values` unpacking
+/// one).
+fn for_k4_blocks(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    bytes: usize,
+    values: fn(&[u8]) -> [i32; QK_K],
+    mut f: impl FnMut(&K4Block),
+) {
+    for i in 0..n / QK_K {
+        let (wb, xb) = (&w[bytes * i..bytes * (i + 1)], &x[292 * i..292 * i + 292]);
+        let (scales, mins) = k4_scales_mins(&wb[4..16]);
+        let q = values(wb);
+        let xq = &xb[4..260];
+        let dy = rd_f32(xb, 0);
+        f(&K4Block {
+            d: f16_to_f32(rd_u16(wb, 0)) * dy,
+            dmin: f16_to_f32(rd_u16(wb, 2)) * dy,
+            pairs: from_fn(|j| {
+                let lo = lanes_32(&q[64 * j..], &xq[64 * j..]);
+                let hi = lanes_32(&q[64 * j + 32..], &xq[64 * j + 32..]);
+                from_fn(|l| scales[2 * j] * lo[l] + scales[2 * j + 1] * hi[l])
+            }),
+            mins: from_fn(|j| {
+                mins[2 * j] * (bsum(xb, 4 * j) + bsum(xb, 4 * j + 1))
+                    + mins[2 * j + 1] * (bsum(xb, 4 * j + 2) + bsum(xb, 4 * j + 3))
+            }),
+        });
+    }
+}
+
+/// Q4_K with the float arithmetic of llama.cpp's repacked Q4_K gemv (`x86.rs`'s `BLOCK_SUMS`,
+/// the default Q4_K kernel): per block one integer sum and one integer min-sum, each folded in
+/// with one FMA, and the two accumulators subtracted at the end.
 pub(crate) fn dot_q4_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let (mut acc, mut acc_min) = (0f32, 0f32);
-    for i in 0..n / QK_K {
-        let (wb, xb) = (&w[144 * i..144 * i + 144], &x[292 * i..292 * i + 292]);
-        let sc = &wb[4..16];
-        let qs = &wb[16..144];
-        let (scales, mins) = k4_scales_mins(sc);
-        let mut sumi = 0i32;
-        for j in 0..4 {
-            let (mut lo, mut hi) = (0i32, 0i32);
-            for l in 0..32 {
-                let q = qs[32 * j + l];
-                lo += (q & 0xF) as i32 * q8(xb, 4 + 64 * j + l);
-                hi += (q >> 4) as i32 * q8(xb, 4 + 64 * j + 32 + l);
-            }
-            sumi += scales[2 * j] * lo + scales[2 * j + 1] * hi;
-        }
-        let dy = rd_f32(xb, 0);
-        let d = f16_to_f32(rd_u16(wb, 0)) * dy;
-        let dmin = f16_to_f32(rd_u16(wb, 2)) * dy;
-        acc = (sumi as f32).mul_add(d, acc);
-        acc_min = (k_mins_dot(&mins, xb) as f32).mul_add(dmin, acc_min);
-    }
+    for_k4_blocks(n, w, x, 144, q4_k_values, |b| {
+        let sumi: i32 = b.pairs.iter().flatten().sum();
+        acc = (sumi as f32).mul_add(b.d, acc);
+        acc_min = (b.mins.iter().sum::<i32>() as f32).mul_add(b.dmin, acc_min);
+    });
     acc - acc_min
 }
 
 /// Q4_K with the float arithmetic of llama.cpp's repacked Q4_K gemm, which takes a prompt's
-/// activation rows four at a time: the same integer sums as [`dot_q4_k`], but folded in with one
-/// FMA per pair of sub-blocks (64 values) instead of one per block.
+/// activation rows four at a time: as [`dot_q4_k`], but one FMA per pair of sub-blocks
+/// (64 values) instead of one per block.
 pub(crate) fn dot_q4_k_gemm(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let (mut acc, mut acc_min) = (0f32, 0f32);
-    for i in 0..n / QK_K {
-        let (wb, xb) = (&w[144 * i..144 * i + 144], &x[292 * i..292 * i + 292]);
-        let (scales, mins) = k4_scales_mins(&wb[4..16]);
-        let qs = &wb[16..144];
-        let dy = rd_f32(xb, 0);
-        let d = f16_to_f32(rd_u16(wb, 0)) * dy;
-        let dmin = f16_to_f32(rd_u16(wb, 2)) * dy;
-        let bsum = |j: usize| rd_u16(xb, 260 + 2 * j) as i16 as i32;
-        for j in 0..4 {
-            let (mut lo, mut hi) = (0i32, 0i32);
-            for l in 0..32 {
-                let q = qs[32 * j + l];
-                lo += (q & 0xF) as i32 * q8(xb, 4 + 64 * j + l);
-                hi += (q >> 4) as i32 * q8(xb, 4 + 64 * j + 32 + l);
-            }
-            let sumi = scales[2 * j] * lo + scales[2 * j + 1] * hi;
-            let min_sum = mins[2 * j] * (bsum(4 * j) + bsum(4 * j + 1))
-                + mins[2 * j + 1] * (bsum(4 * j + 2) + bsum(4 * j + 3));
-            acc = (sumi as f32).mul_add(d, acc);
-            acc_min = (min_sum as f32).mul_add(dmin, acc_min);
+    for_k4_blocks(n, w, x, 144, q4_k_values, |b| {
+        for (pair, &min) in b.pairs.iter().zip(&b.mins) {
+            acc = (pair.iter().sum::<i32>() as f32).mul_add(b.d, acc);
+            acc_min = (min as f32).mul_add(b.dmin, acc_min);
         }
-    }
+    });
     acc - acc_min
 }
 
-wrap!(k_q4_k_gemm, dot_q4_k_gemm, GgmlType::Q4_K);
-pub(crate) const Q4_K_GEMM: DotFn = k_q4_k_gemm;
-
+/// Q5_K as `x86.rs` computes it (`LANES`): per block the pairs' lanes summed lane-wise and
+/// FMA'd with d·dy into 8 float lanes, the four min lanes FMA'd with −dmin·dy into 4 float
+/// lanes; at the end [`hsum_float_8`] + [`hsum_float_4`].
+///
+/// ggml's AVX2 `ggml_vec_dot_q5_K_q8_K` handles the mins differently: each block's whole min
+/// sum goes into a scalar, `summs += dmin * sum` (−dmin·dy, contracted into an FMA by GCC), added
+/// after `hsum_float_8` (the 4-lane accumulator is its Q4_K kernel's).
 pub(crate) fn dot_q5_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut sumf = 0f32;
-    for i in 0..n / QK_K {
-        let (wb, xb) = (&w[176 * i..176 * i + 176], &x[292 * i..292 * i + 292]);
-        let sc = &wb[4..16];
-        let qh = &wb[16..48];
-        let qs = &wb[48..176];
-        let (scales, mins) = k4_scales_mins(sc);
-        let mut sumi = 0i32;
-        for j in 0..4 {
-            let (mut lo, mut hi) = (0i32, 0i32);
+    let (mut acc, mut acc_m) = ([0f32; 8], [0f32; 4]);
+    for_k4_blocks(n, w, x, 176, q5_k_values, |b| {
+        fma_lanes(&mut acc_m, -b.dmin, &b.mins);
+        fma_lanes(&mut acc, b.d, &add_lanes(&b.pairs));
+    });
+    hsum_float_8(&acc) + hsum_float_4(&acc_m)
+}
+
+/// The 256 unsigned 6-bit values of a Q6_K block (ql at 0, qh at 128). Half h (128 values) is
+/// four groups of 32: group m takes the low (m < 2) or high (m ≥ 2) nibbles of
+/// `ql[64h + 32(m % 2)..][..32]` and bits 2m, 2m+1 of `qh[32h..][..32]`.
+fn q6_k_values(b: &[u8]) -> [i32; QK_K] {
+    let mut q = [0i32; QK_K];
+    for h in 0..2 {
+        let (ql, qh) = (&b[64 * h..64 * h + 64], &b[128 + 32 * h..128 + 32 * h + 32]);
+        for m in 0..4 {
             for l in 0..32 {
-                let q = qs[32 * j + l];
-                let h0 = ((qh[l] >> (2 * j)) & 1) << 4;
-                let h1 = ((qh[l] >> (2 * j + 1)) & 1) << 4;
-                lo += ((q & 0xF) | h0) as i32 * q8(xb, 4 + 64 * j + l);
-                hi += ((q >> 4) | h1) as i32 * q8(xb, 4 + 64 * j + 32 + l);
+                let lo = (ql[32 * (m % 2) + l] >> (4 * (m / 2))) & 0xF;
+                let hi = (qh[l] >> (2 * m)) & 3;
+                q[128 * h + 32 * m + l] = (lo | (hi << 4)) as i32;
             }
-            sumi += scales[2 * j] * lo + scales[2 * j + 1] * hi;
         }
-        let dy = rd_f32(xb, 0);
-        let d = f16_to_f32(rd_u16(wb, 0)) * dy;
-        let dmin = f16_to_f32(rd_u16(wb, 2)) * dy;
-        sumf += d * sumi as f32 - dmin * k_mins_dot(&mins, xb) as f32;
     }
-    sumf
+    q
 }
 
-pub(crate) fn dot_q6_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut sumf = 0f32;
-    for_q6_k_blocks(n, w, x, |d, dy, sumi| sumf += d * dy * sumi as f32);
-    sumf
-}
-
-/// Q6_K with the arithmetic of ggml's tiled kernel: acc = acc + (sumi·d)·dy per super-block.
-pub(crate) fn dot_q6_k_batched(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut acc = 0f32;
-    for_q6_k_blocks(n, w, x, |d, dy, sumi| acc = (sumi as f32 * d).mul_add(dy, acc));
-    acc
-}
-
-wrap!(k_q6_k_batched, dot_q6_k_batched, GgmlType::Q6_K);
-
-/// F16 as llama.cpp's sgemm computes it for two or more rows (see `kernels::f16`).
-pub(crate) fn dot_f16_sgemm(_n: usize, w: &[u8], x: &[u8]) -> f32 {
-    crate::kernels::f16::dot_f16_sgemm(&f16_row(w), &f16_row(x))
-}
-
-wrap!(k_f16_sgemm, dot_f16_sgemm, GgmlType::F16);
-pub(crate) const F16_SGEMM: DotFn = k_f16_sgemm;
-wrap!(k_bf16_sgemm, dot_bf16_sgemm, GgmlType::BF16);
-pub(crate) const BF16_SGEMM: DotFn = k_bf16_sgemm;
-pub(crate) const Q6_K_BATCHED: DotFn = k_q6_k_batched;
-
-/// Calls `f(d, dy, sumi)` for each super-block: the weight and activation scales and the
-/// exact integer dot product Σ scale·(q − 32)·q8.
-fn for_q6_k_blocks(n: usize, w: &[u8], x: &[u8], mut f: impl FnMut(f32, f32, i32)) {
+/// Calls `f(d, dy, lanes)` for each super-block: the weight and activation scales and the 8
+/// i32 lanes of ggml's AVX2 `ggml_vec_dot_q6_K_q8_K`. For each 32-value group g, lane l adds
+/// scale[2g + l/4] times the group's [`lanes_32`] (values 0..64, without the −32 offset); the
+/// offset is taken out through the bsums, lane l subtracting
+/// 32·(scale[2l]·bsums[2l] + scale[2l+1]·bsums[2l+1]). Σ lanes is Σ scale·(q − 32)·q8.
+fn for_q6_k_blocks(n: usize, w: &[u8], x: &[u8], mut f: impl FnMut(f32, f32, [i32; 8])) {
     for i in 0..n / QK_K {
         let (wb, xb) = (&w[210 * i..210 * i + 210], &x[292 * i..292 * i + 292]);
-        let mut sumi = 0i32;
-        for h in 0..2 {
-            let ql = &wb[64 * h..64 * h + 64];
-            let qh = &wb[128 + 32 * h..128 + 32 * h + 32];
-            let sc = &wb[192 + 8 * h..192 + 8 * h + 8];
-            let xq = 4 + 128 * h;
-            // Four groups of 32 elements; each group has two 16-element scales.
-            let mut g = [[0i32; 2]; 4];
-            for l in 0..32 {
-                let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
-                let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
-                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
-                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-                g[0][l / 16] += q1 * q8(xb, xq + l);
-                g[1][l / 16] += q2 * q8(xb, xq + 32 + l);
-                g[2][l / 16] += q3 * q8(xb, xq + 64 + l);
-                g[3][l / 16] += q4 * q8(xb, xq + 96 + l);
-            }
-            for (m, gm) in g.iter().enumerate() {
-                sumi += sc[2 * m] as i8 as i32 * gm[0] + sc[2 * m + 1] as i8 as i32 * gm[1];
+        let q = q6_k_values(wb);
+        let sc = |s: usize| wb[192 + s] as i8 as i32;
+        let mut lanes: [i32; 8] =
+            from_fn(|l| -32 * (sc(2 * l) * bsum(xb, 2 * l) + sc(2 * l + 1) * bsum(xb, 2 * l + 1)));
+        for g in 0..8 {
+            let p = lanes_32(&q[32 * g..], &xb[4 + 32 * g..]);
+            for l in 0..8 {
+                lanes[l] += sc(2 * g + l / 4) * p[l];
             }
         }
-        f(f16_to_f32(rd_u16(wb, 208)), rd_f32(xb, 0), sumi);
+        f(f16_to_f32(rd_u16(wb, 208)), rd_f32(xb, 0), lanes);
     }
+}
+
+/// `ggml_vec_dot_q6_K_q8_K` (AVX2): each block's lanes FMA'd with d·dy into 8 float lanes,
+/// [`hsum_float_8`] at the end.
+pub(crate) fn dot_q6_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for_q6_k_blocks(n, w, x, |d, dy, lanes| fma_lanes(&mut acc, d * dy, &lanes));
+    hsum_float_8(&acc)
+}
+
+/// Q6_K with the arithmetic of ggml's tiled kernel: acc = fma(sumi·d, dy, acc) per
+/// super-block, sumi its whole integer sum.
+pub(crate) fn dot_q6_k_batched(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for_q6_k_blocks(n, w, x, |d, dy, lanes| {
+        acc = (lanes.iter().sum::<i32>() as f32 * d).mul_add(dy, acc)
+    });
+    acc
 }
 
 #[allow(dead_code)]

@@ -1,5 +1,6 @@
 #![allow(clippy::needless_range_loop)]
 use super::blocks::{f32_to_f16, nearest_int};
+use super::dispatch::{kernels_for, DotFn, Kernels};
 use super::*;
 use GgmlType::*;
 
@@ -393,55 +394,155 @@ fn act_quantizer_rounds_ties_to_even_ref_away() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SIMD kernels against the scalar reference.
+// SIMD kernels against the scalar reference: the same bits.
+
+/// Picks one kernel from a table.
+type Pick<'a> = &'a dyn Fn(&Kernels) -> DotFn;
+
+/// Runs `kernel`, a kernel for weight type `ty`, on `out.len()` activation rows `stride` bytes
+/// apart, after checking the lengths its [`DotFn`] contract asks for.
+fn run_kernel(
+    kernel: DotFn,
+    ty: GgmlType,
+    w: &[u8],
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    let nx = out.len();
+    let xb = vec_dot_type(ty).row_bytes(n).unwrap();
+    assert!((1..=4).contains(&nx));
+    assert_eq!(w.len(), ty.row_bytes(n).unwrap());
+    assert!(stride >= xb && acts.len() >= (nx - 1) * stride + xb);
+    // SAFETY: the lengths were checked just above, and `kernels_for` only hands out tables
+    // whose CPU features were detected.
+    unsafe { kernel(n, w.as_ptr(), acts.as_ptr(), stride, nx, out.as_mut_ptr()) }
+}
+
+/// Checks that the kernel `pick` takes from a table computes the scalar table's bits at every
+/// level this CPU has, for 1..=4 activation rows, on the weight row `w` (type `ty`, `n`
+/// elements) and four random activation rows.
+fn check_exact(name: &str, ty: GgmlType, pick: Pick, w: &[u8], n: usize) {
+    let mut rng = Rng::new(n as u64 ^ ((w.len() as u64) << 32));
+    let vt = vec_dot_type(ty);
+    let xb = vt.row_bytes(n).unwrap();
+    let stride = xb + 5; // odd stride: rows are not aligned
+    let mut acts = vec![0u8; stride * 4];
+    for k in 0..4 {
+        let a = random_acts(&mut rng, vt, n);
+        acts[k * stride..k * stride + xb].copy_from_slice(&a);
+    }
+    check_exact_acts(name, ty, pick, w, &acts, stride, n);
+}
+
+/// [`check_exact`] with given activation rows.
+fn check_exact_acts(
+    name: &str,
+    ty: GgmlType,
+    pick: Pick,
+    w: &[u8],
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+) {
+    let scalar = pick(kernels_for(SimdLevel::Scalar).unwrap());
+    let mut want = [0f32; 4];
+    run_kernel(scalar, ty, w, acts, stride, n, &mut want);
+    for level in available_levels() {
+        let kernel = pick(kernels_for(level).unwrap());
+        for nx in 1..=4 {
+            let mut got = [0f32; 4];
+            run_kernel(kernel, ty, w, acts, stride, n, &mut got[..nx]);
+            for k in 0..nx {
+                assert_eq!(
+                    got[k].to_bits(),
+                    want[k].to_bits(),
+                    "{name} ({ty}) n={n} {level:?} nx={nx} k={k}: {} vs scalar {}",
+                    got[k],
+                    want[k]
+                );
+            }
+        }
+    }
+}
+
+/// Row lengths to test for weight type `ty` whose length must be a multiple of `multiple`.
+fn test_sizes(ty: GgmlType, multiple: usize) -> Vec<usize> {
+    let bs = ty
+        .block_size()
+        .max(vec_dot_type(ty).block_size())
+        .max(multiple);
+    if bs == 1 {
+        vec![1, 7, 8, 15, 16, 24, 33, 64, 100, 896, 4864]
+    } else {
+        [1, 2, 3, 4, 5, 7, 12, 19].map(|b| b * bs).to_vec()
+    }
+}
 
 #[test]
 fn simd_matches_scalar() {
     let mut rng = Rng::new(3);
-    let levels = available_levels();
-    eprintln!("testing levels {levels:?}");
+    eprintln!("testing levels {:?}", available_levels());
     for &ty in &COMPUTABLE {
-        let vt = vec_dot_type(ty);
-        let bs = ty.block_size().max(vt.block_size());
-        for nblocks in [1usize, 2, 3, 7, 12] {
-            let n = if bs == 1 {
-                [1, 7, 8, 16, 33, 100, 896][nblocks.min(6)]
-            } else {
-                bs * nblocks
-            };
-            let n = if bs == 1 && nblocks == 12 { 4864 } else { n };
+        for n in test_sizes(ty, 1) {
             let w = random_row(&mut rng, ty, n);
-            let xb = vt.row_bytes(n).unwrap();
-            let stride = xb + 5; // odd stride: rows are not aligned
-            let mut acts = vec![0u8; stride * 4];
-            for k in 0..4 {
-                let a = random_acts(&mut rng, vt, n);
-                acts[k * stride..k * stride + xb].copy_from_slice(&a);
-            }
-            // Scale of the terms, for the tolerance: Σ|w_i x_i| on dequantized values.
-            let wd = deq(ty, &w, n);
-            let mut mags = [0f64; 4];
-            for (k, m) in mags.iter_mut().enumerate() {
-                let xd = deq(vt, &acts[k * stride..k * stride + xb], n);
-                *m = wd.iter().zip(&xd).map(|(a, b)| (a * b).abs() as f64).sum();
-            }
-            let mut want = [0f32; 4];
-            vec_dot_nx_at(SimdLevel::Scalar, ty, &w, &acts, stride, n, &mut want).unwrap();
-            for &level in &levels {
-                for nx in 1..=4 {
-                    let mut got = [0f32; 4];
-                    vec_dot_nx_at(level, ty, &w, &acts, stride, n, &mut got[..nx]).unwrap();
-                    for k in 0..nx {
-                        let tol = 2e-5 * mags[k] + 1e-6;
-                        assert!(
-                            ((got[k] - want[k]) as f64).abs() <= tol,
-                            "{ty} n={n} {level:?} nx={nx} k={k}: {} vs scalar {}",
-                            got[k],
-                            want[k]
-                        );
-                    }
-                }
-            }
+            check_exact("dot", ty, &|k| k.dot_fn(ty), &w, n);
+        }
+    }
+}
+
+/// The kernels for a prompt's rows (not reachable through `vec_dot_nx`) give the same bits at
+/// every level too.
+#[test]
+fn simd_matches_scalar_batched_kernels() {
+    let mut rng = Rng::new(4);
+    let cases: [(&str, GgmlType, usize, Pick); 5] = [
+        ("q6_k_batched", Q6_K, 1, &|k| k.q6_k_batched),
+        ("q4_0_block_sums", Q4_0, 1, &|k| k.q4_0_block_sums),
+        ("q4_k_gemm", Q4_K, 1, &|k| k.q4_k_gemm),
+        ("f16_sgemm", F16, 16, &|k| k.f16_sgemm),
+        ("bf16_sgemm", BF16, 32, &|k| k.bf16_sgemm),
+    ];
+    for (name, ty, multiple, pick) in cases {
+        for n in test_sizes(ty, multiple) {
+            let w = random_row(&mut rng, ty, n);
+            check_exact(name, ty, pick, &w, n);
+        }
+    }
+}
+
+/// BF16 dots over tiny values: denormal inputs, products and sums, which `vdpbf16ps` flushes
+/// to zero, and which the scalar emulation must flush at the same places as the SIMD one.
+#[test]
+fn simd_matches_scalar_bf16_denormals() {
+    let mut rng = Rng::new(6);
+    // Random signs and mantissas, exponents 0..=80 (values below 2^-46, products from normal
+    // down to far below the denormals), every few values a denormal or a zero.
+    let mut row = |n: usize| -> Vec<u8> {
+        (0..n)
+            .flat_map(|_| {
+                let r = rng.next_u64();
+                let exp = if r.is_multiple_of(5) {
+                    0
+                } else {
+                    (r >> 8) % 81
+                } as u16;
+                let bits = ((r >> 32) as u16 & 0x807f) | (exp << 7);
+                bits.to_le_bytes()
+            })
+            .collect()
+    };
+    for n in [32, 64, 96, 100, 128, 200, 320, 4864] {
+        let w = row(n);
+        let stride = 2 * n + 3;
+        let mut acts = vec![0u8; 4 * stride];
+        for k in 0..4 {
+            acts[k * stride..k * stride + 2 * n].copy_from_slice(&row(n));
+        }
+        check_exact_acts("dot", BF16, &|k| k.dot_fn(BF16), &w, &acts, stride, n);
+        if n.is_multiple_of(32) {
+            check_exact_acts("bf16_sgemm", BF16, &|k| k.bf16_sgemm, &w, &acts, stride, n);
         }
     }
 }
