@@ -183,8 +183,8 @@ impl PromptSlot {
 ///
 /// Kernels follow the arithmetic of llama.cpp's CPU backend, whose reference outputs we test
 /// against, so that sums round the same way. A prompt's rows go through its batched kernels
-/// where it has them: Q6_K through the tiled kernel from 8 rows on, F16 and BF16 through sgemm
-/// from 2, and Q4_K matrices with a multiple of 8 rows, which it repacks, through the gemm for
+/// where it has them: Q6_K through the tiled kernel from 8 rows on, F32, F16 and BF16 through
+/// sgemm from 2, and Q4_K matrices with a multiple of 8 rows, which it repacks, through the gemm for
 /// the rows in whole groups of four. Other rows, and generated tokens, go through its one-row
 /// kernels. Which one a row gets is decided by the caller from the token's role (see
 /// `Batch::push_prompt`), never from what else is in the batch, so results do not depend on
@@ -246,6 +246,7 @@ pub fn matmul_rows(
         GgmlType::Q6_K => kernels.q6_k_batched,
         GgmlType::F16 if w.cols.is_multiple_of(16) => kernels.f16_sgemm,
         GgmlType::BF16 if w.cols.is_multiple_of(32) => kernels.bf16_sgemm,
+        GgmlType::F32 if w.cols.is_multiple_of(16) => kernels.f32_sgemm,
         GgmlType::Q4_K if q4_k_repacked => kernels.q4_k_gemm,
         _ => dot,
     };
@@ -253,7 +254,7 @@ pub fn matmul_rows(
         let (len, index) = slots.get(t).copied().unwrap_or_default().ubatch();
         match w.ty {
             GgmlType::Q6_K => len >= 8,
-            GgmlType::F16 | GgmlType::BF16 => len >= 2,
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => len >= 2,
             GgmlType::Q4_K => index < len - len % 4,
             _ => false,
         }

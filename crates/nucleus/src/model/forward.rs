@@ -353,7 +353,9 @@ impl Model {
             dump("Kcur", il, &st.k[..n * k_dim]);
             dump("Vcur", il, &st.v[..n * v_dim]);
             if hp.scale_queries {
-                st.q[..n * q_dim].iter_mut().for_each(|v| *v *= hp.attn_scale);
+                st.q[..n * q_dim]
+                    .iter_mut()
+                    .for_each(|v| *v *= hp.attn_scale);
             }
             self.attention(il, batch, kv, &st.q, &mut st.att)?;
             dump("kqv_out", il, &st.att[..n * att_dim]);
@@ -393,7 +395,13 @@ impl Model {
                 e,
             );
             st.acts.invalidate();
-            self.project(&mut st.acts, &layer.w_gate, (&st.xb, slots), m, &mut st.gate);
+            self.project(
+                &mut st.acts,
+                &layer.w_gate,
+                (&st.xb, slots),
+                m,
+                &mut st.gate,
+            );
             self.project(&mut st.acts, &layer.w_up, (&st.xb, slots), m, &mut st.up);
             dump("ffn_norm", il, &st.xb[..m * e]);
             dump("ffn_gate", il, &st.gate[..m * hp.n_ff]);
@@ -405,7 +413,13 @@ impl Model {
             }
             dump("ffn_act", il, &st.gate[..m * hp.n_ff]);
             st.acts.invalidate();
-            self.project(&mut st.acts, &layer.w_down, (&st.gate, slots), m, &mut st.proj);
+            self.project(
+                &mut st.acts,
+                &layer.w_down,
+                (&st.gate, slots),
+                m,
+                &mut st.proj,
+            );
             if let Some(pn) = &layer.post_ffn_norm {
                 ops::rmsnorm_chunks(&mut st.proj[..m * e], pn, hp.rms_eps, e);
             }
@@ -451,13 +465,7 @@ impl Model {
         y: &mut [f32],
     ) {
         let q = acts.get(&x[..n * w.cols], n, w.cols, vec_dot_type(w.info.ty));
-        matmul_rows(
-            &self.pool,
-            &w.q(&self.file),
-            q,
-            &mut y[..n * w.rows],
-            slots,
-        );
+        matmul_rows(&self.pool, &w.q(&self.file), q, &mut y[..n * w.rows], slots);
     }
 
     /// Attention for every (token, head) of the batch, spread over the thread pool.

@@ -48,6 +48,8 @@ pub(crate) struct Kernels {
     pub f16_sgemm: DotFn,
     /// BF16 as llama.cpp's sgemm computes batches of two or more rows.
     pub bf16_sgemm: DotFn,
+    /// F32 as llama.cpp's sgemm computes batches of two or more rows (16-lane accumulator).
+    pub f32_sgemm: DotFn,
 }
 
 /// Index of a computable weight type in a kernel table.
@@ -128,6 +130,7 @@ static SCALAR: Kernels = Kernels {
     q4_k_gemm: super::scalar::Q4_K_GEMM,
     f16_sgemm: super::scalar::F16_SGEMM,
     bf16_sgemm: super::scalar::BF16_SGEMM,
+    f32_sgemm: super::scalar::F32_SGEMM,
 };
 
 fn detect() -> SimdLevel {

@@ -79,12 +79,14 @@ wrap!(k_q4_0_block_sums, dot_q4_0_block_sums, GgmlType::Q4_0);
 wrap!(k_q4_k_gemm, dot_q4_k_gemm, GgmlType::Q4_K);
 wrap!(k_f16_sgemm, dot_f16_sgemm, GgmlType::F16);
 wrap!(k_bf16_sgemm, dot_bf16_sgemm, GgmlType::BF16);
+wrap!(k_f32_sgemm, dot_f32_sgemm, GgmlType::F32);
 
 pub(crate) const Q6_K_BATCHED: DotFn = k_q6_k_batched;
 pub(crate) const Q4_0_BLOCK_SUMS: DotFn = k_q4_0_block_sums;
 pub(crate) const Q4_K_GEMM: DotFn = k_q4_k_gemm;
 pub(crate) const F16_SGEMM: DotFn = k_f16_sgemm;
 pub(crate) const BF16_SGEMM: DotFn = k_bf16_sgemm;
+pub(crate) const F32_SGEMM: DotFn = k_f32_sgemm;
 
 // ---------------------------------------------------------------------------------------------
 // The vector arithmetic, per lane.
@@ -136,27 +138,39 @@ fn add_lanes(groups: &[[i32; 8]]) -> [i32; 8] {
 // ---------------------------------------------------------------------------------------------
 // Float types.
 
-/// F32 as `x86.rs`'s `float_dot` computes it: 8-element chunks FMA'd alternately into two
-/// 8-lane accumulators (a last odd chunk into the first), the two added lane-wise and reduced
-/// by [`hsum_float_8`], then the last `n mod 8` products added one by one, unfused.
-///
-/// ggml's AVX-512 `ggml_vec_dot_f32` differs: four 16-lane accumulators over steps of 64,
-/// reduced (0+2) + (1+3) then by `_mm512_reduce_add_ps`, and the last `n mod 64` products
-/// folded in with (contracted) FMAs.
+/// F32 as ggml's AVX-512 `ggml_vec_dot_f32`: four 16-lane FMA accumulators over steps of 64,
+/// reduced (0+2) + (1+3) and then by `_mm512_reduce_add_ps`, the last `n mod 64` products
+/// folded in with FMAs (GCC contracts `sumf += x[i]*y[i]`).
 pub(crate) fn dot_f32(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let v = |b: &[u8], k: usize| rd_f32(b, 4 * k);
-    let mut acc = [[0f32; 8]; 2];
-    for c in 0..n / 8 {
-        for (l, a) in acc[c % 2].iter_mut().enumerate() {
-            let k = 8 * c + l;
-            *a = v(w, k).mul_add(v(x, k), *a);
+    let steps = n / 64 * 64;
+    let mut acc = [[0f32; 16]; 4];
+    for i in (0..steps).step_by(64) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            for (l, a) in lanes.iter_mut().enumerate() {
+                let k = i + 16 * j + l;
+                *a = v(w, k).mul_add(v(x, k), *a);
+            }
         }
     }
-    let mut s = hsum_float_8(&from_fn(|l| acc[0][l] + acc[1][l]));
-    for k in n / 8 * 8..n {
-        s += v(w, k) * v(x, k);
+    let total: [f32; 16] = from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    let mut sum = reduce_add_16(&total);
+    for k in steps..n {
+        sum = v(w, k).mul_add(v(x, k), sum);
     }
-    s
+    sum
+}
+
+/// F32 as llama.cpp's sgemm computes batches of two or more rows on AVX-512: one 16-lane FMA
+/// accumulator over steps of 16, then `_mm512_reduce_add_ps`. `n` is a multiple of 16.
+pub(crate) fn dot_f32_sgemm(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = [0f32; 16];
+    for i in (0..n / 16 * 16).step_by(16) {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a = rd_f32(w, 4 * (i + l)).mul_add(rd_f32(x, 4 * (i + l)), *a);
+        }
+    }
+    reduce_add_16(&acc)
 }
 
 /// F16 as ggml's AVX-512 `ggml_vec_dot_f16` (see `kernels::f16`, which the x86 kernel calls).
@@ -338,9 +352,8 @@ pub(crate) fn dot_q4_0_block_sums(n: usize, w: &[u8], x: &[u8]) -> f32 {
 }
 
 /// `ggml_vec_dot_q{4,5}_1_q8_1` (AVX2) as `x86.rs` computes it: each block's lanes FMA'd with
-/// dw·dx into 8 float lanes; the min terms summed apart as `summs += mw·sx`, a rounded product
-/// and a rounded sum, and added after [`hsum_float_8`]. (GCC contracts ggml's
-/// `summs += m * s` into one FMA.)
+/// dw·dx into 8 float lanes; the min terms summed apart as `summs += mw·sx`, one FMA (as GCC
+/// contracts ggml's line), and added after [`hsum_float_8`].
 fn dot_unsigned_q8_1(
     n: usize,
     w: &[u8],
@@ -355,7 +368,7 @@ fn dot_unsigned_q8_1(
         let (dw, mw) = (f16_to_f32(rd_u16(wb, 0)), f16_to_f32(rd_u16(wb, 2)));
         let (dx, sx) = (f16_to_f32(rd_u16(xb, 0)), f16_to_f32(rd_u16(xb, 2)));
         fma_lanes(&mut acc, dw * dx, &lanes_32(&values(wb), &xb[4..]));
-        summs += mw * sx;
+        summs = mw.mul_add(sx, summs);
     }
     hsum_float_8(&acc) + summs
 }
@@ -485,20 +498,17 @@ pub(crate) fn dot_q4_k_gemm(n: usize, w: &[u8], x: &[u8]) -> f32 {
     acc - acc_min
 }
 
-/// Q5_K as `x86.rs` computes it (`LANES`): per block the pairs' lanes summed lane-wise and
-/// FMA'd with d·dy into 8 float lanes, the four min lanes FMA'd with −dmin·dy into 4 float
-/// lanes; at the end [`hsum_float_8`] + [`hsum_float_4`].
-///
-/// ggml's AVX2 `ggml_vec_dot_q5_K_q8_K` handles the mins differently: each block's whole min
-/// sum goes into a scalar, `summs += dmin * sum` (−dmin·dy, contracted into an FMA by GCC), added
-/// after `hsum_float_8` (the 4-lane accumulator is its Q4_K kernel's).
+/// Q5_K as ggml's AVX2 `ggml_vec_dot_q5_K_q8_K` (`x86.rs`'s `LANES`): per block the pairs' lanes
+/// summed lane-wise and FMA'd with d·dy into 8 float lanes, and the block's whole min sum folded
+/// into a scalar, `summs += (−dmin·dy)·Σ` (one FMA, as GCC contracts it); at the end
+/// [`hsum_float_8`] + `summs`.
 pub(crate) fn dot_q5_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let (mut acc, mut acc_m) = ([0f32; 8], [0f32; 4]);
+    let (mut acc, mut summs) = ([0f32; 8], 0f32);
     for_k4_blocks(n, w, x, 176, q5_k_values, |b| {
-        fma_lanes(&mut acc_m, -b.dmin, &b.mins);
+        summs = (-b.dmin).mul_add(b.mins.iter().sum::<i32>() as f32, summs);
         fma_lanes(&mut acc, b.d, &add_lanes(&b.pairs));
     });
-    hsum_float_8(&acc) + hsum_float_4(&acc_m)
+    hsum_float_8(&acc) + summs
 }
 
 /// The 256 unsigned 6-bit values of a Q6_K block (ql at 0, qh at 128). Half h (128 values) is

@@ -497,12 +497,13 @@ fn simd_matches_scalar() {
 #[test]
 fn simd_matches_scalar_batched_kernels() {
     let mut rng = Rng::new(4);
-    let cases: [(&str, GgmlType, usize, Pick); 5] = [
+    let cases: [(&str, GgmlType, usize, Pick); 6] = [
         ("q6_k_batched", Q6_K, 1, &|k| k.q6_k_batched),
         ("q4_0_block_sums", Q4_0, 1, &|k| k.q4_0_block_sums),
         ("q4_k_gemm", Q4_K, 1, &|k| k.q4_k_gemm),
         ("f16_sgemm", F16, 16, &|k| k.f16_sgemm),
         ("bf16_sgemm", BF16, 32, &|k| k.bf16_sgemm),
+        ("f32_sgemm", F32, 16, &|k| k.f32_sgemm),
     ];
     for (name, ty, multiple, pick) in cases {
         for n in test_sizes(ty, multiple) {

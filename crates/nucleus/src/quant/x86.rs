@@ -61,14 +61,6 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
     }
 }
 
-#[inline(always)]
-unsafe fn hsum_ps128(r: __m128) -> f32 {
-    unsafe {
-        let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-        _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
-    }
-}
-
 /// Σ pairs of u8 × i8 products → 8 × i32 (u ≤ 127 or the pair sums stay below 2^15).
 #[inline(always)]
 unsafe fn mul_sum_us8<const VNNI: bool>(u: __m256i, s: __m256i) -> __m256i {
@@ -254,7 +246,8 @@ unsafe fn dot_unsigned_q8_1<const VNNI: bool, const NX: usize, const WB: usize>(
                 let p = mul_sum_us8::<VNNI>(qw, qx);
                 let d = _mm256_set1_ps(dw * f16(xb));
                 acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[k]);
-                summs[k] += mw * f16(xb.add(2));
+                // GCC contracts ggml's `summs += m * s` into an FMA.
+                summs[k] = mw.mul_add(f16(xb.add(2)), summs[k]);
             }
         }
         for k in 0..NX {
@@ -578,7 +571,7 @@ const PAIR_SUMS: u8 = 2;
 /// Shared by Q4_K and Q5_K: `qbits(j)` gives the unsigned low/high 32-element vectors of
 /// sub-block pair `j` (0..4). `MODE` picks the float arithmetic:
 /// - `LANES` (Q5_K): ggml's `vec_dot_q5_K_q8_K` order, 8 integer lanes per block each scaled into
-///   an 8-lane accumulator, the mins into a 4-lane one.
+///   an 8-lane accumulator, each block's min sum into a scalar one (`summs`).
 /// - `BLOCK_SUMS` (Q4_K, one row): llama.cpp's repacked Q4_K gemv, which it uses for every Q4_K
 ///   matrix with a multiple of 8 rows on AVX2 machines: each block's integer sums reduced to one
 ///   integer, then `acc += isum·(d·dy)` and `acc_min += imin·(dmin·dy)` with one FMA each, and
@@ -596,7 +589,6 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
 ) {
     unsafe {
         let mut acc = [_mm256_setzero_ps(); NX];
-        let mut acc_m = [_mm_setzero_ps(); NX];
         let mut acc_s = [0f32; NX];
         let mut acc_ms = [0f32; NX];
         for i in 0..nb {
@@ -627,8 +619,9 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
                 let dy = (xb as *const f32).read_unaligned();
                 match MODE {
                     LANES => {
-                        acc_m[k] =
-                            _mm_fmadd_ps(_mm_set1_ps(-dmin * dy), _mm_cvtepi32_ps(prod), acc_m[k])
+                        // ggml: summs += (−dmin·dy)·Σmins, contracted into an FMA by GCC.
+                        let imin = hsum_epi32_128(prod) as f32;
+                        acc_ms[k] = (-(dmin * dy)).mul_add(imin, acc_ms[k])
                     }
                     BLOCK_SUMS => {
                         acc_ms[k] = (hsum_epi32_128(prod) as f32).mul_add(dmin * dy, acc_ms[k])
@@ -681,7 +674,7 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
         }
         for k in 0..NX {
             *out.add(k) = if MODE == LANES {
-                hsum_ps(acc[k]) + hsum_ps128(acc_m[k])
+                hsum_ps(acc[k]) + acc_ms[k]
             } else {
                 acc_s[k] - acc_ms[k]
             };
@@ -903,46 +896,9 @@ unsafe fn q6_k_impl<const NX: usize, const BATCHED: bool>(
 // ---------------------------------------------------------------------------------------------
 // Float types.
 
-#[inline(always)]
-unsafe fn float_dot<const NX: usize, const ES: usize>(
-    n: usize,
-    w: *const u8,
-    x: *const u8,
-    stride: usize,
-    out: *mut f32,
-    load8: impl Fn(*const u8) -> __m256,
-    scalar: impl Fn(*const u8) -> f32,
-) {
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; NX];
-        let mut i = 0;
-        while i + 16 <= n {
-            let w0 = load8(w.add(i * ES));
-            let w1 = load8(w.add((i + 8) * ES));
-            for k in 0..NX {
-                let xr = x.add(k * stride);
-                acc[k][0] = _mm256_fmadd_ps(w0, load8(xr.add(i * ES)), acc[k][0]);
-                acc[k][1] = _mm256_fmadd_ps(w1, load8(xr.add((i + 8) * ES)), acc[k][1]);
-            }
-            i += 16;
-        }
-        while i + 8 <= n {
-            let w0 = load8(w.add(i * ES));
-            for k in 0..NX {
-                acc[k][0] = _mm256_fmadd_ps(w0, load8(x.add(k * stride + i * ES)), acc[k][0]);
-            }
-            i += 8;
-        }
-        for k in 0..NX {
-            let mut s = hsum_ps(_mm256_add_ps(acc[k][0], acc[k][1]));
-            for j in i..n {
-                s += scalar(w.add(j * ES)) * scalar(x.add(k * stride + j * ES));
-            }
-            *out.add(k) = s;
-        }
-    }
-}
-
+/// F32 as ggml's AVX-512 `ggml_vec_dot_f32`: four 16-lane FMA accumulators over steps of 64
+/// (each two 8-lane registers here), reduced (0+2) + (1+3) and then as `_mm512_reduce_add_ps`,
+/// the last `n mod 64` products folded in with FMAs (GCC contracts `sumf += x[i]*y[i]`).
 #[inline(always)]
 unsafe fn f32_<const VNNI: bool, const NX: usize>(
     n: usize,
@@ -952,17 +908,59 @@ unsafe fn f32_<const VNNI: bool, const NX: usize>(
     out: *mut f32,
 ) {
     unsafe {
-        float_dot::<NX, 4>(
-            n,
-            w,
-            x,
-            s,
-            out,
-            #[inline(always)]
-            |p| _mm256_loadu_ps(p as *const f32),
-            #[inline(always)]
-            |p| (p as *const f32).read_unaligned(),
-        )
+        let (w, steps) = (w as *const f32, n / 64 * 64);
+        for k in 0..NX {
+            let xr = x.add(k * s) as *const f32;
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            for i in (0..steps).step_by(64) {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    for (h, r) in a.iter_mut().enumerate() {
+                        let at = i + 16 * j + 8 * h;
+                        let (wv, xv) = (_mm256_loadu_ps(w.add(at)), _mm256_loadu_ps(xr.add(at)));
+                        *r = _mm256_fmadd_ps(wv, xv, *r);
+                    }
+                }
+            }
+            let pair = |a: [__m256; 2], b: [__m256; 2]| {
+                [_mm256_add_ps(a[0], b[0]), _mm256_add_ps(a[1], b[1])]
+            };
+            let total = pair(pair(acc[0], acc[2]), pair(acc[1], acc[3]));
+            let mut sum = reduce_add_16(&total);
+            for e in steps..n {
+                sum = w
+                    .add(e)
+                    .read_unaligned()
+                    .mul_add(xr.add(e).read_unaligned(), sum);
+            }
+            *out.add(k) = sum;
+        }
+    }
+}
+
+/// F32 as llama.cpp's sgemm computes batches of two or more rows on AVX-512: one 16-lane FMA
+/// accumulator over steps of 16, then `_mm512_reduce_add_ps`. `n` is a multiple of 16.
+#[inline(always)]
+unsafe fn f32_sgemm<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        let w = w as *const f32;
+        for k in 0..NX {
+            let xr = x.add(k * s) as *const f32;
+            let mut acc = [_mm256_setzero_ps(); 2];
+            for i in (0..n / 16 * 16).step_by(16) {
+                for (h, r) in acc.iter_mut().enumerate() {
+                    let at = i + 8 * h;
+                    let (wv, xv) = (_mm256_loadu_ps(w.add(at)), _mm256_loadu_ps(xr.add(at)));
+                    *r = _mm256_fmadd_ps(wv, xv, *r);
+                }
+            }
+            *out.add(k) = reduce_add_16(&acc);
+        }
     }
 }
 
@@ -1141,6 +1139,7 @@ macro_rules! level {
             entry!(k_q4_0_block_sums, q4_0_block_sums);
             entry!(k_q4_k_gemm, q4_k_gemm);
             entry!(k_bf16_sgemm, bf16_sgemm);
+            entry!(k_f32_sgemm, f32_sgemm);
 
             pub(super) const DOTS: [DotFn; 11] = [
                 k_f32 as DotFn,
@@ -1165,6 +1164,7 @@ macro_rules! level {
             q4_k_gemm: $modname::k_q4_k_gemm,
             f16_sgemm: super::scalar::F16_SGEMM,
             bf16_sgemm: $modname::k_bf16_sgemm,
+            f32_sgemm: $modname::k_f32_sgemm,
         };
     };
 }
