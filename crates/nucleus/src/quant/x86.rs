@@ -542,17 +542,24 @@ unsafe fn k4_scales(sc: *const u8) -> [u32; 4] {
     }
 }
 
-/// Shuffle picking i16 word `i` of each 128-bit lane into all 8 words of that lane.
+/// Shuffle picking i16 word `i` of each 128-bit lane into all 8 words of that lane (loaded
+/// from a table: building it with byte inserts cost more than the dot products it serves).
 #[inline(always)]
 unsafe fn word_bcast_mask(i: usize) -> __m256i {
-    unsafe {
-        let lo = (2 * i) as i8;
-        let hi = (2 * i + 1) as i8;
-        let m = _mm_setr_epi8(
-            lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi,
-        );
-        _mm256_broadcastsi128_si256(m)
-    }
+    const MASKS: [[u8; 32]; 8] = {
+        let mut m = [[0u8; 32]; 8];
+        let mut i = 0;
+        while i < 8 {
+            let mut b = 0;
+            while b < 32 {
+                m[i][b] = (2 * i + b % 2) as u8;
+                b += 1;
+            }
+            i += 1;
+        }
+        m
+    };
+    unsafe { _mm256_loadu_si256(MASKS[i].as_ptr() as *const __m256i) }
 }
 
 /// Sum of the four i32 lanes (exact).
@@ -591,6 +598,9 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
         let mut acc = [_mm256_setzero_ps(); NX];
         let mut acc_s = [0f32; NX];
         let mut acc_ms = [0f32; NX];
+        // PAIR_SUMS keeps row k's two accumulators in lane k of these (the same FMAs per row,
+        // four rows per instruction).
+        let (mut acc4, mut acc_min4) = (_mm_setzero_ps(), _mm_setzero_ps());
         for i in 0..nb {
             let wb = w.add(i * WB);
             for l in (0..WB).step_by(64) {
@@ -608,8 +618,8 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
             let mins = _mm256_extracti128_si256(ms, 1);
             let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
             let mut sumi = [_mm256_setzero_si256(); NX];
-            // PAIR_SUMS: each sub-block pair's min sum, folded in with its integer sum below.
-            let mut pair_mins = [[0i32; 4]; NX];
+            // PAIR_SUMS: row k's min sum of each sub-block pair (lane j).
+            let mut pair_mins = [_mm_setzero_si128(); 4];
             for k in 0..NX {
                 let xb = x.add(k * stride + i * 292);
                 let bs = load256(xb.add(260));
@@ -626,29 +636,55 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
                     BLOCK_SUMS => {
                         acc_ms[k] = (hsum_epi32_128(prod) as f32).mul_add(dmin * dy, acc_ms[k])
                     }
-                    _ => _mm_storeu_si128(pair_mins[k].as_mut_ptr() as *mut __m128i, prod),
+                    _ => pair_mins[k] = prod,
+                }
+            }
+            let (mut d4, mut dmin4) = ([0f32; 4], [0f32; 4]);
+            if MODE == PAIR_SUMS {
+                for k in 0..NX {
+                    let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
+                    (d4[k], dmin4[k]) = (d * dy, dmin * dy);
+                }
+            }
+            let (d4, dmin4) = (_mm_loadu_ps(d4.as_ptr()), _mm_loadu_ps(dmin4.as_ptr()));
+            if MODE == PAIR_SUMS {
+                // The min sums transposed to lane k = row k, one vector per pair j, folded in
+                // pair by pair (their own accumulator, so ahead of the integer sums).
+                let [p0, p1, p2, p3] = pair_mins;
+                let (t0, t1) = (_mm_unpacklo_epi32(p0, p1), _mm_unpacklo_epi32(p2, p3));
+                let (t2, t3) = (_mm_unpackhi_epi32(p0, p1), _mm_unpackhi_epi32(p2, p3));
+                for imin in [
+                    _mm_unpacklo_epi64(t0, t1),
+                    _mm_unpackhi_epi64(t0, t1),
+                    _mm_unpacklo_epi64(t2, t3),
+                    _mm_unpackhi_epi64(t2, t3),
+                ] {
+                    acc_min4 = _mm_fmadd_ps(_mm_cvtepi32_ps(imin), dmin4, acc_min4);
                 }
             }
             for j in 0..4 {
                 let sl = _mm256_shuffle_epi8(scales, word_bcast_mask(2 * j));
                 let sh = _mm256_shuffle_epi8(scales, word_bcast_mask(2 * j + 1));
                 let (ql, qh) = qbits(wb, j);
+                let mut p = [_mm256_setzero_si256(); 4];
                 for k in 0..NX {
                     let xq = x.add(k * stride + i * 292 + 4 + 64 * j);
                     let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, load256(xq)));
                     let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, load256(xq.add(32))));
-                    let p = _mm256_add_epi32(pl, ph);
-                    if MODE == PAIR_SUMS {
-                        let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
-                        let isum = hsum_epi32_128(_mm_add_epi32(
-                            _mm256_castsi256_si128(p),
-                            _mm256_extracti128_si256(p, 1),
-                        ));
-                        acc_s[k] = (isum as f32).mul_add(d * dy, acc_s[k]);
-                        acc_ms[k] = (pair_mins[k][j] as f32).mul_add(dmin * dy, acc_ms[k]);
-                    } else {
-                        sumi[k] = _mm256_add_epi32(sumi[k], p);
+                    p[k] = _mm256_add_epi32(pl, ph);
+                    if MODE != PAIR_SUMS {
+                        sumi[k] = _mm256_add_epi32(sumi[k], p[k]);
                     }
+                }
+                if MODE == PAIR_SUMS {
+                    // Lane k: row k's integer sum over the pair, and its min sum.
+                    let t = _mm256_hadd_epi32(
+                        _mm256_hadd_epi32(p[0], p[1]),
+                        _mm256_hadd_epi32(p[2], p[3]),
+                    );
+                    let isum =
+                        _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+                    acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d4, acc4);
                 }
             }
             for k in 0..NX {
@@ -671,6 +707,13 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
                     _ => {}
                 }
             }
+        }
+        if MODE == PAIR_SUMS {
+            let (mut a, mut m) = ([0f32; 4], [0f32; 4]);
+            _mm_storeu_ps(a.as_mut_ptr(), acc4);
+            _mm_storeu_ps(m.as_mut_ptr(), acc_min4);
+            acc_s.copy_from_slice(&a[..NX]);
+            acc_ms.copy_from_slice(&m[..NX]);
         }
         for k in 0..NX {
             *out.add(k) = if MODE == LANES {
