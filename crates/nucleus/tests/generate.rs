@@ -427,3 +427,23 @@ fn sequence_drives_from_logits_alone() {
     assert_eq!(seq.finish_reason(), Some(FinishReason::Length));
     assert_eq!(seq.step(&mut one_hot(5)).unwrap().text, "");
 }
+
+/// A prompt of 64+ tokens (llama.cpp's tiled attention for every one of its tokens) gives the
+/// same logits at every position however it is chunked.
+#[test]
+fn long_prompt_logits_do_not_depend_on_chunking() {
+    let Some((model, tok)) = load(QWEN) else {
+        return;
+    };
+    let text = "fn main() { let v: Vec<u32> = (0..100).map(|i| i * i).collect(); ".repeat(5);
+    let prompt = tok.encode(&text, false, true).unwrap();
+    assert!(prompt.len() >= 70, "{} tokens", prompt.len());
+    let logits = |chunk: usize| {
+        let mut s = Session::new(&model, prompt.len() + 8);
+        s.feed(&prompt, chunk, true).unwrap()
+    };
+    let whole = logits(512);
+    for chunk in [1, 7, 64, 65] {
+        assert!(logits(chunk) == whole, "chunks of {chunk}");
+    }
+}

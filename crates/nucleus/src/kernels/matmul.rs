@@ -169,6 +169,12 @@ impl PromptSlot {
         }
     }
 
+    /// The number of tokens of the llama.cpp micro-batch the row falls in (0 for a generated
+    /// token).
+    pub fn ubatch_len(self) -> usize {
+        self.ubatch().0
+    }
+
     /// The size of the llama.cpp micro-batch the row falls in, and its index there.
     fn ubatch(self) -> (usize, usize) {
         let start = self.index / LLAMA_UBATCH * LLAMA_UBATCH;

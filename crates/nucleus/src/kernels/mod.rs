@@ -5,6 +5,7 @@ pub mod f16;
 pub mod matmul;
 pub mod ops;
 pub mod pool;
+pub mod tile;
 
 pub use matmul::{matmul, matmul_f32, PromptSlot, QMatrix, QuantizedActs};
 pub use pool::ThreadPool;

@@ -122,6 +122,18 @@ pub fn expf_ggml(x: f32) -> f32 {
     scalef(j, n)
 }
 
+/// `x[i] = expf_ggml(x[i])` for a slice, with the SIMD path where the CPU has one.
+pub fn expf_ggml_in_place(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::quant::simd_level() != crate::quant::SimdLevel::Scalar {
+        // SAFETY: every non-scalar dispatch level has AVX2 and FMA.
+        return unsafe { x86::expf_in_place(x) };
+    }
+    for v in x {
+        *v = expf_ggml(*v);
+    }
+}
+
 const EXP_SHIFT: f32 = 12_582_912.0; // 0x1.8p23: adding it rounds to an integer
 const LOG2E: u32 = 0x3fb8_aa3b;
 const LN2_HI: u32 = 0x3f31_7200;
@@ -170,70 +182,89 @@ fn scalef(j: f32, n: f32) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
+    /// [`super::expf_ggml`] on eight lanes (the same operations per lane).
+    #[inline(always)]
+    unsafe fn expf8(x: __m256) -> __m256 {
+        let c = super::EXP_C.map(|b| _mm256_set1_ps(f32::from_bits(b)));
+        let shift = _mm256_set1_ps(super::EXP_SHIFT);
+        let z = _mm256_fmadd_ps(x, _mm256_set1_ps(f32::from_bits(super::LOG2E)), shift);
+        let n = _mm256_sub_ps(z, shift);
+        let b = _mm256_fnmadd_ps(
+            n,
+            _mm256_set1_ps(f32::from_bits(super::LN2_LO)),
+            _mm256_fnmadd_ps(n, _mm256_set1_ps(f32::from_bits(super::LN2_HI)), x),
+        );
+        let u = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(c[4], b, c[3]),
+                u,
+                _mm256_fmadd_ps(c[2], b, c[1]),
+            ),
+            u,
+            _mm256_fmadd_ps(c[0], b, _mm256_set1_ps(1.0)),
+        );
+        let abs_n = _mm256_and_ps(n, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff)));
+        // |n| > 192: 0 or ∞; 126 < |n| <= 192: 2^n is not a normal float (rare, scalar).
+        let huge = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+        let mid = _mm256_andnot_ps(
+            huge,
+            _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0)),
+        );
+        if _mm256_movemask_ps(mid) == 0 {
+            let k = _mm256_cvtps_epi32(n);
+            let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                k,
+                _mm256_set1_epi32(127),
+            )));
+            let e = _mm256_mul_ps(j, pow2);
+            let positive = _mm256_cmp_ps::<_CMP_GT_OQ>(n, _mm256_setzero_ps());
+            let limit = _mm256_and_ps(positive, _mm256_set1_ps(f32::INFINITY));
+            _mm256_blendv_ps(e, limit, huge)
+        } else {
+            let mut xs = [0f32; 8];
+            // SAFETY: `xs` holds 8 floats.
+            unsafe { _mm256_storeu_ps(xs.as_mut_ptr(), x) };
+            let e = xs.map(super::expf_ggml);
+            // SAFETY: as above.
+            unsafe { _mm256_loadu_ps(e.as_ptr()) }
+        }
+    }
+
+    /// `x[i] = expf_ggml(x[i])`, eight at a time.
+    ///
+    /// # Safety
+    /// Requires AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn expf_in_place(x: &mut [f32]) {
+        let n8 = x.len() / 8 * 8;
+        for i in (0..n8).step_by(8) {
+            // SAFETY: i + 8 <= n8 <= len; unaligned load and store.
+            unsafe {
+                let p = x.as_mut_ptr().add(i);
+                _mm256_storeu_ps(p, expf8(_mm256_loadu_ps(p)));
+            }
+        }
+        for v in &mut x[n8..] {
+            *v = super::expf_ggml(*v);
+        }
+    }
+
     /// `super::swiglu_scalar` eight lanes at a time (the same operations per lane).
     ///
     /// # Safety
     /// Requires AVX2 and FMA; `gate.len() == up.len()`.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
-        let c = super::EXP_C.map(|b| _mm256_set1_ps(f32::from_bits(b)));
-        let shift = _mm256_set1_ps(super::EXP_SHIFT);
-        let log2e = _mm256_set1_ps(f32::from_bits(super::LOG2E));
-        let ln2_hi = _mm256_set1_ps(f32::from_bits(super::LN2_HI));
-        let ln2_lo = _mm256_set1_ps(f32::from_bits(super::LN2_LO));
         let one = _mm256_set1_ps(1.0);
-        let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-        let limit = _mm256_set1_ps(126.0);
         let n8 = gate.len() / 8 * 8;
         let mut i = 0;
         while i < n8 {
             // SAFETY: i + 8 <= n8 <= len of both slices; unaligned loads and stores.
             let (pg, pu) = unsafe { (gate.as_mut_ptr().add(i), up.as_ptr().add(i)) };
             let g = unsafe { _mm256_loadu_ps(pg) };
-            let x = _mm256_sub_ps(_mm256_setzero_ps(), g);
-            let z = _mm256_fmadd_ps(x, log2e, shift);
-            let n = _mm256_sub_ps(z, shift);
-            let b = _mm256_fnmadd_ps(n, ln2_lo, _mm256_fnmadd_ps(n, ln2_hi, x));
-            let u = _mm256_mul_ps(b, b);
-            let j = _mm256_fmadd_ps(
-                _mm256_fmadd_ps(
-                    _mm256_fmadd_ps(c[4], b, c[3]),
-                    u,
-                    _mm256_fmadd_ps(c[2], b, c[1]),
-                ),
-                u,
-                _mm256_fmadd_ps(c[0], b, one),
-            );
-            let big = _mm256_cmp_ps::<_CMP_GT_OQ>(_mm256_and_ps(n, abs_mask), limit);
-            let e = if _mm256_movemask_ps(big) == 0 {
-                // |n| <= 126: 2^n is a normal float, built from its exponent bits.
-                let k = _mm256_cvtps_epi32(n);
-                let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
-                    k,
-                    _mm256_set1_epi32(127),
-                )));
-                _mm256_mul_ps(j, pow2)
-            } else {
-                let (mut nn, mut jj) = ([0f32; 8], [0f32; 8]);
-                // SAFETY: both arrays hold 8 floats.
-                unsafe {
-                    _mm256_storeu_ps(nn.as_mut_ptr(), n);
-                    _mm256_storeu_ps(jj.as_mut_ptr(), j);
-                }
-                let e: [f32; 8] = std::array::from_fn(|l| {
-                    if nn[l].abs() > 192.0 {
-                        if nn[l] <= 0.0 {
-                            0.0
-                        } else {
-                            f32::INFINITY
-                        }
-                    } else {
-                        super::scalef(jj[l], nn[l])
-                    }
-                });
-                // SAFETY: `e` holds 8 floats.
-                unsafe { _mm256_loadu_ps(e.as_ptr()) }
-            };
+            // SAFETY: AVX2 and FMA (this function's features).
+            let e = unsafe { expf8(_mm256_sub_ps(_mm256_setzero_ps(), g)) };
             let silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
             // SAFETY: as for the loads above.
             unsafe { _mm256_storeu_ps(pg, _mm256_mul_ps(silu, _mm256_loadu_ps(pu))) };
@@ -383,6 +414,22 @@ mod tests {
         }
         assert_eq!(expf_ggml(-200.0), 0.0);
         assert_eq!(expf_ggml(200.0), f32::INFINITY);
+        // The slice version (SIMD where the CPU has it), limits and infinities included.
+        let mut all: Vec<f32> = xs.clone();
+        all.extend([
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            -130.0,
+            130.0,
+            -95.0,
+            95.0,
+            -200.0,
+        ]);
+        let mut got = all.clone();
+        expf_ggml_in_place(&mut got);
+        for (x, g) in all.iter().zip(&got) {
+            assert_eq!(g.to_bits(), expf_ggml(*x).to_bits(), "x = {x}");
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use half::f16;
 
 use crate::kernels::f16 as f16k;
+use crate::kernels::{ops, tile};
 use crate::kv_cache::{BlockId, KvCache};
 
 /// The keys a query at position `pos` may see: `[start, pos]`, causal, limited to the last
@@ -87,6 +88,114 @@ pub fn attend_head(
     }
 }
 
+/// Queries of one sequence in a batch of 64 or more, from which llama.cpp switches to its tiled
+/// flash attention (`ggml_fa_tile_config::Q`).
+pub const TILED_MIN_BATCH: usize = 64;
+/// Keys per tile of llama.cpp's tiled flash attention; tiles start at multiples of it.
+const KEY_TILE: usize = 64;
+
+/// Attention of up to [`tile::QUERY_LANES`] queries of one sequence and KV head with the
+/// arithmetic of llama.cpp's tiled flash attention, which it uses for batches of
+/// [`TILED_MIN_BATCH`] or more queries: f32 queries and accumulators, keys in tiles of 64
+/// positions (from position 0), per tile the scores as chains of FMAs, the tile's maximum, a
+/// rescale when it grows, ggml's SIMD `expf` and a sum per 16 scores, and the values folded in
+/// by chains of FMAs. `ranges[l]` are the positions query `l` sees; `out[l]` receives its
+/// output.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_tiled(
+    kv: &KvCache,
+    layer: usize,
+    blocks: &[BlockId],
+    kv_head: usize,
+    queries: &[&[f32]],
+    ranges: &[(usize, usize)],
+    scale: f32,
+    out: &mut [&mut [f32]],
+) {
+    let cfg = kv.config();
+    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
+    let nq = queries.len();
+    assert!((1..=tile::QUERY_LANES).contains(&nq) && ranges.len() == nq && out.len() == nq);
+    let mut qt = vec![0f32; dk * tile::QUERY_LANES];
+    for (l, q) in queries.iter().enumerate() {
+        for d in 0..dk {
+            qt[d * tile::QUERY_LANES + l] = q[d];
+        }
+    }
+    let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+    let (mut max, mut sum) = ([f32::NEG_INFINITY; 8], [0f32; 8]);
+    let mut acc = vec![0f32; nq * dv];
+    let mut keys = vec![0f32; KEY_TILE * dk];
+    let mut values = vec![0f32; KEY_TILE * dv];
+    let mut scores = [[0f32; tile::QUERY_LANES]; KEY_TILE];
+    let mut tile_start = lo / KEY_TILE * KEY_TILE;
+    while tile_start < hi {
+        // The keys of this tile that some query sees.
+        let (k0, k1) = (tile_start.max(lo), (tile_start + KEY_TILE).min(hi));
+        let nk = k1 - k0;
+        for p in k0..k1 {
+            let (block, slot) = (blocks[p / bs], p % bs);
+            let r = p - k0;
+            tile::widen_f16(
+                &mut keys[r * dk..(r + 1) * dk],
+                &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk],
+            );
+            tile::widen_f16(
+                &mut values[r * dv..(r + 1) * dv],
+                &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv],
+            );
+        }
+        tile::dot_keys(&qt, &keys[..nk * dk], dk, &mut scores[..nk]);
+        for l in 0..nq {
+            let (start, end) = ranges[l];
+            // The query's row of the tile: scaled scores, −∞ where masked.
+            let mut row = [f32::NEG_INFINITY; KEY_TILE];
+            for p in k0.max(start)..k1.min(end) {
+                row[p - tile_start] = scores[p - k0][l] * scale;
+            }
+            let tile_max = row
+                .iter()
+                .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
+            if tile_max == f32::NEG_INFINITY {
+                continue;
+            }
+            let acc_l = &mut acc[l * dv..(l + 1) * dv];
+            let new_max = max[l].max(tile_max);
+            if new_max > max[l] {
+                let ms = (max[l] - new_max).exp();
+                acc_l.iter_mut().for_each(|a| *a *= ms);
+                sum[l] *= ms;
+            }
+            max[l] = new_max;
+            row.iter_mut().for_each(|x| *x -= new_max);
+            ops::expf_ggml_in_place(&mut row);
+            let tile_sum: f64 = row
+                .chunks_exact(16)
+                .map(|g| reduce_add_16(g.try_into().expect("16 lanes")) as f64)
+                .sum();
+            sum[l] = (sum[l] as f64 + tile_sum) as f32;
+            let w = &row[k0 - tile_start..k1 - tile_start];
+            tile::mad_rows(acc_l, &values[..nk * dv], w);
+        }
+        tile_start += KEY_TILE;
+    }
+    for (l, o) in out.iter_mut().enumerate() {
+        let inv = if sum[l] == 0.0 { 0.0 } else { 1.0 / sum[l] };
+        for (o, a) in o[..dv].iter_mut().zip(&acc[l * dv..(l + 1) * dv]) {
+            *o = a * inv;
+        }
+    }
+}
+
+/// `_mm512_reduce_add_ps` as GCC defines it: upper 8 lanes + lower 8, upper 4 + lower 4, then
+/// (0+2) + (1+3).
+fn reduce_add_16(a: &[f32; 16]) -> f32 {
+    let t8: [f32; 8] = std::array::from_fn(|l| a[8 + l] + a[l]);
+    let t4: [f32; 4] = std::array::from_fn(|l| t8[4 + l] + t8[l]);
+    (t4[0] + t4[2]) + (t4[1] + t4[3])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +260,87 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The tiled path against a direct softmax in f64 (its accumulators are f32: close to 1e-6),
+    /// for queries whose windows start and end in different tiles.
+    #[test]
+    fn tiled_attention_equals_direct_softmax() {
+        let (dk, dv, bs) = (40, 24, 16);
+        let mut kv = KvCache::new(KvConfig {
+            n_layers: 1,
+            n_kv_heads: 1,
+            head_dim_k: dk,
+            head_dim_v: dv,
+            block_size: bs,
+            n_blocks: 20,
+        });
+        let seq = kv.new_seq();
+        let n = 300;
+        kv.reserve(seq, n).unwrap();
+        let key = |p: usize, d: usize| {
+            f16::from_f32(((p * 7 + d * 3) % 11) as f32 * 0.125 - 0.6).to_f32()
+        };
+        let val = |p: usize, d: usize| f16::from_f32(((p * 5 + d) % 7) as f32 * 0.5 - 1.5).to_f32();
+        for p in 0..n {
+            let (b, s) = kv.slot(seq, p).unwrap();
+            let k: Vec<f32> = (0..dk).map(|d| key(p, d)).collect();
+            let v: Vec<f32> = (0..dv).map(|d| val(p, d)).collect();
+            kv.write(0, b, s, &k, &v);
+        }
+        kv.commit(seq, n).unwrap();
+        let blocks = kv.seq_blocks(seq).unwrap();
+        let cases: [(usize, Option<usize>); 8] = [
+            (0, None),
+            (63, None),
+            (64, None),
+            (130, Some(70)),
+            (200, None),
+            (255, Some(3)),
+            (299, None),
+            (299, Some(64)),
+        ];
+        let qs: Vec<Vec<f32>> = (0..cases.len())
+            .map(|i| {
+                (0..dk)
+                    .map(|d| ((d + 3 * i) % 9) as f32 * 0.1 - 0.4)
+                    .collect()
+            })
+            .collect();
+        let queries: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+        let ranges: Vec<(usize, usize)> = cases.iter().map(|&(p, w)| visible_range(p, w)).collect();
+        let mut outs = vec![vec![0f32; dv]; cases.len()];
+        let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        attend_tiled(&kv, 0, blocks, 0, &queries, &ranges, 0.3, &mut out_refs);
+        for (i, &(start, end)) in ranges.iter().enumerate() {
+            let q = &qs[i];
+            let scores: Vec<f64> = (start..end)
+                .map(|p| 0.3 * (0..dk).map(|d| q[d] as f64 * key(p, d) as f64).sum::<f64>())
+                .collect();
+            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
+            for (d, &got) in outs[i].iter().enumerate() {
+                let want: f64 = (start..end)
+                    .zip(&scores)
+                    .map(|(p, s)| (s - m).exp() / z * val(p, d) as f64)
+                    .sum();
+                let got = got as f64;
+                assert!((got - want).abs() < 1e-5, "case {i} d {d}: {got} vs {want}");
+            }
+        }
+        // One query alone gives the bits it gets in a group.
+        let mut alone = vec![0f32; dv];
+        attend_tiled(
+            &kv,
+            0,
+            blocks,
+            0,
+            &queries[3..4],
+            &ranges[3..4],
+            0.3,
+            &mut [&mut alone],
+        );
+        assert_eq!(alone, outs[3]);
     }
 
     #[test]

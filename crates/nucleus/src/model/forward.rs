@@ -11,9 +11,10 @@ use crate::kv_cache::{BlockId, KvCache, SeqId};
 use crate::quant::{dequantize_row, vec_dot_type, GgmlType};
 use crate::tokenizer::TokenId;
 
-use super::attention::{attend_head, visible_range};
+use super::attention::{attend_head, attend_tiled, visible_range, TILED_MIN_BATCH};
 use super::weights::Matrix;
 use super::{Activation, Model, ModelError};
+use crate::kernels::tile;
 
 /// Tokens to evaluate: each with its position, its sequence, and whether its logits are wanted.
 /// A sequence's tokens must continue it: positions `len, len+1, …` in batch order.
@@ -481,9 +482,30 @@ impl Model {
         let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
         let group = hp.n_head / hp.n_head_kv;
         let window = hp.layer_window(il);
-        let n_tasks = batch.len() * hp.n_head;
+        // Units of work per head: a prompt token of a 64+ token micro-batch goes with up to
+        // seven more of its sequence's (llama.cpp's tiled attention, see `attend_tiled`), any
+        // other token alone (its one-query attention).
+        let tiled = |t: usize| batch.prompt[t].ubatch_len() >= TILED_MIN_BATCH;
+        let mut units: Vec<(usize, usize)> = Vec::new();
+        let mut t = 0;
+        while t < batch.len() {
+            let mut m = 1;
+            if tiled(t) {
+                while m < tile::QUERY_LANES
+                    && t + m < batch.len()
+                    && tiled(t + m)
+                    && batch.seqs[t + m] == batch.seqs[t]
+                {
+                    m += 1;
+                }
+            }
+            units.push((t, m));
+            t += m;
+        }
+        let n_tasks = units.len() * hp.n_head;
         let out = SharedOut::new(att);
         let kv_ref = kv;
+        let scale = if hp.scale_queries { 1.0 } else { hp.attn_scale };
         // Tasks are claimed in small groups from a shared counter, so a thread that is
         // descheduled or slower (long prompts: later tokens see more keys) holds up little.
         let next = std::sync::atomic::AtomicUsize::new(0);
@@ -494,15 +516,40 @@ impl Model {
                 break;
             }
             for task in g0..(g0 + group_of).min(n_tasks) {
-                let (t, h) = (task / hp.n_head, task % hp.n_head);
-                let seq = batch.seqs[t];
-                let blocks = kv_ref.seq_blocks(seq).expect("checked in check_batch");
-                let qh = &q[(t * hp.n_head + h) * hd..(t * hp.n_head + h + 1) * hd];
-                // SAFETY: task (t, h) is the only one writing row t's head h.
-                let o = unsafe { out.rows((t * hp.n_head + h) * hdv, hdv) };
-                let range = visible_range(batch.positions[t], window);
-                let scale = if hp.scale_queries { 1.0 } else { hp.attn_scale };
-                attend_head(kv_ref, il, blocks, h / group, qh, range, scale, o);
+                let ((t0, m), h) = (units[task / hp.n_head], task % hp.n_head);
+                let blocks = kv_ref
+                    .seq_blocks(batch.seqs[t0])
+                    .expect("checked in check_batch");
+                let q_of = |t: usize| &q[(t * hp.n_head + h) * hd..(t * hp.n_head + h + 1) * hd];
+                // SAFETY: task (unit, h) is the only one writing head h of the unit's rows.
+                let out_of = |t: usize| unsafe { out.rows((t * hp.n_head + h) * hdv, hdv) };
+                let range_of = |t: usize| visible_range(batch.positions[t], window);
+                if tiled(t0) {
+                    let queries: Vec<&[f32]> = (t0..t0 + m).map(q_of).collect();
+                    let ranges: Vec<(usize, usize)> = (t0..t0 + m).map(range_of).collect();
+                    let mut outs: Vec<&mut [f32]> = (t0..t0 + m).map(out_of).collect();
+                    attend_tiled(
+                        kv_ref,
+                        il,
+                        blocks,
+                        h / group,
+                        &queries,
+                        &ranges,
+                        scale,
+                        &mut outs,
+                    );
+                } else {
+                    attend_head(
+                        kv_ref,
+                        il,
+                        blocks,
+                        h / group,
+                        q_of(t0),
+                        range_of(t0),
+                        scale,
+                        out_of(t0),
+                    );
+                }
             }
         });
         Ok(())

@@ -1,0 +1,206 @@
+//! The two products of llama.cpp's tiled flash attention (`simd_gemm` in ggml-cpu), with its
+//! rounding: every output element is one chain of fused multiply-adds in order, which is the
+//! same whatever the vector width, so the SIMD paths here compute the scalar paths' bits.
+//!
+//! - [`dot_keys`]: scores of up to 8 queries against a tile of keys, s = Σ_d k[d]·q[d] chained
+//!   over d (the queries are the SIMD lanes);
+//! - [`mad_rows`]: acc[d] += Σ_j w[j]·row_j[d] chained over j (d is the SIMD lane).
+
+use half::f16;
+
+/// Queries per [`dot_keys`] call.
+pub const QUERY_LANES: usize = 8;
+
+/// `out[i] = f32(src[i])`.
+pub fn widen_f16(dst: &mut [f32], src: &[f16]) {
+    assert_eq!(dst.len(), src.len());
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: the CPU has F16C, AVX2 and FMA (checked by `simd`); lengths are equal.
+        return unsafe { x86::widen_f16(dst, src) };
+    }
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = s.to_f32();
+    }
+}
+
+/// Scores of the queries held transposed in `qt` (`dk` rows of [`QUERY_LANES`] floats: element
+/// `d` of query `l` at `qt[d * 8 + l]`) against each key of `keys` (rows of `dk` floats):
+/// `out[j][l] = fma(keys[j][dk-1], q_l[dk-1], … fma(keys[j][0], q_l[0], 0))`.
+pub fn dot_keys(qt: &[f32], keys: &[f32], dk: usize, out: &mut [[f32; QUERY_LANES]]) {
+    assert_eq!(qt.len(), dk * QUERY_LANES);
+    assert_eq!(keys.len(), out.len() * dk);
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: as in `widen_f16`; the sizes are checked above.
+        return unsafe { x86::dot_keys(qt, keys, dk, out) };
+    }
+    for (key, o) in keys.chunks_exact(dk).zip(out.iter_mut()) {
+        *o = [0.0; QUERY_LANES];
+        for (d, &k) in key.iter().enumerate() {
+            for (l, s) in o.iter_mut().enumerate() {
+                *s = k.mul_add(qt[d * QUERY_LANES + l], *s);
+            }
+        }
+    }
+}
+
+/// `acc[d] = fma(rows[n-1][d], w[n-1], … fma(rows[0][d], w[0], acc[d]))` for rows of
+/// `acc.len()` floats.
+pub fn mad_rows(acc: &mut [f32], rows: &[f32], w: &[f32]) {
+    let dv = acc.len();
+    assert_eq!(rows.len(), w.len() * dv);
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: as in `widen_f16`; the sizes are checked above.
+        return unsafe { x86::mad_rows(acc, rows, w) };
+    }
+    mad_rows_scalar(acc, rows, w);
+}
+
+fn mad_rows_scalar(acc: &mut [f32], rows: &[f32], w: &[f32]) {
+    let dv = acc.len();
+    for (row, &wj) in rows.chunks_exact(dv).zip(w) {
+        for (a, &v) in acc.iter_mut().zip(row) {
+            *a = v.mul_add(wj, *a);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn simd() -> bool {
+    crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::QUERY_LANES;
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// Requires F16C and AVX2; `dst.len() == src.len()`.
+    #[target_feature(enable = "f16c,avx2,fma")]
+    pub unsafe fn widen_f16(dst: &mut [f32], src: &[f16]) {
+        let n8 = dst.len() / 8 * 8;
+        for i in (0..n8).step_by(8) {
+            // SAFETY: i + 8 <= n8 <= both lengths; unaligned accesses.
+            unsafe {
+                let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+                _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+            }
+        }
+        for i in n8..dst.len() {
+            dst[i] = src[i].to_f32();
+        }
+    }
+
+    /// # Safety
+    /// Requires AVX2 and FMA; `qt.len() == dk * 8`, `keys.len() == out.len() * dk`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_keys(qt: &[f32], keys: &[f32], dk: usize, out: &mut [[f32; QUERY_LANES]]) {
+        // Four keys at a time: four independent chains hide the FMA latency.
+        let n4 = out.len() / 4 * 4;
+        let (qp, kp) = (qt.as_ptr(), keys.as_ptr());
+        let mut j = 0;
+        while j < out.len() {
+            let nk = if j < n4 { 4 } else { 1 };
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for d in 0..dk {
+                // SAFETY: d < dk: row d of `qt` and element d of keys j..j+nk are in bounds.
+                unsafe {
+                    let q = _mm256_loadu_ps(qp.add(d * QUERY_LANES));
+                    for (k, a) in acc.iter_mut().enumerate().take(nk) {
+                        let kv = _mm256_broadcast_ss(&*kp.add((j + k) * dk + d));
+                        *a = _mm256_fmadd_ps(kv, q, *a);
+                    }
+                }
+            }
+            for (k, a) in acc.iter().enumerate().take(nk) {
+                // SAFETY: out[j + k] holds 8 floats.
+                unsafe { _mm256_storeu_ps(out[j + k].as_mut_ptr(), *a) };
+            }
+            j += nk;
+        }
+    }
+
+    /// # Safety
+    /// Requires AVX2 and FMA; `rows.len() == w.len() * acc.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn mad_rows(acc: &mut [f32], rows: &[f32], w: &[f32]) {
+        let dv = acc.len();
+        let n32 = dv / 32 * 32;
+        let (ap, rp) = (acc.as_mut_ptr(), rows.as_ptr());
+        // 32 outputs at a time: four independent chains over the rows.
+        for d in (0..n32).step_by(32) {
+            // SAFETY: d + 32 <= dv: in bounds of `acc` and of every row.
+            unsafe {
+                let mut a = [0, 1, 2, 3].map(|c| _mm256_loadu_ps(ap.add(d + 8 * c)));
+                for (j, &wj) in w.iter().enumerate() {
+                    let wv = _mm256_set1_ps(wj);
+                    for (c, ac) in a.iter_mut().enumerate() {
+                        let v = _mm256_loadu_ps(rp.add(j * dv + d + 8 * c));
+                        *ac = _mm256_fmadd_ps(v, wv, *ac);
+                    }
+                }
+                for (c, ac) in a.iter().enumerate() {
+                    _mm256_storeu_ps(ap.add(d + 8 * c), *ac);
+                }
+            }
+        }
+        if n32 < dv {
+            for (j, &wj) in w.iter().enumerate() {
+                for d in n32..dv {
+                    acc[d] = rows[j * dv + d].mul_add(wj, acc[d]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vals(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let h = (i as u32 ^ seed).wrapping_mul(2_654_435_761) >> 8;
+                (h % 20_000) as f32 / 10_000.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// The dispatched paths give the bits of the plain FMA chains.
+    #[test]
+    fn simd_equals_fma_chains() {
+        for (dk, nk) in [(64, 64), (256, 13), (40, 3), (128, 1)] {
+            let qt = vals(dk * QUERY_LANES, 1);
+            let keys = vals(nk * dk, 2);
+            let mut got = vec![[0f32; QUERY_LANES]; nk];
+            dot_keys(&qt, &keys, dk, &mut got);
+            for j in 0..nk {
+                for l in 0..QUERY_LANES {
+                    let mut s = 0f32;
+                    for d in 0..dk {
+                        s = keys[j * dk + d].mul_add(qt[d * QUERY_LANES + l], s);
+                    }
+                    assert_eq!(got[j][l].to_bits(), s.to_bits(), "dk {dk} key {j} lane {l}");
+                }
+            }
+            let dv = dk + 3;
+            let rows = vals(nk * dv, 3);
+            let w = vals(nk, 4);
+            let mut acc = vals(dv, 5);
+            let mut want = acc.clone();
+            mad_rows(&mut acc, &rows, &w);
+            mad_rows_scalar(&mut want, &rows, &w);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&acc), bits(&want), "dv {dv}");
+        }
+        let h: Vec<f16> = vals(37, 6).iter().map(|&x| f16::from_f32(x)).collect();
+        let mut w = vec![0f32; 37];
+        widen_f16(&mut w, &h);
+        assert!(w.iter().zip(&h).all(|(a, b)| *a == b.to_f32()));
+    }
+}
