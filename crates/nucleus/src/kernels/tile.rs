@@ -99,13 +99,14 @@ mod x86 {
     /// Requires AVX2 and FMA; `qt.len() == dk * 8`, `keys.len() == out.len() * dk`.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_keys(qt: &[f32], keys: &[f32], dk: usize, out: &mut [[f32; QUERY_LANES]]) {
-        // Four keys at a time: four independent chains hide the FMA latency.
-        let n4 = out.len() / 4 * 4;
+        // Eight keys at a time: eight independent chains hide the FMA latency.
+        const KEYS: usize = 8;
+        let n8 = out.len() / KEYS * KEYS;
         let (qp, kp) = (qt.as_ptr(), keys.as_ptr());
         let mut j = 0;
         while j < out.len() {
-            let nk = if j < n4 { 4 } else { 1 };
-            let mut acc = [_mm256_setzero_ps(); 4];
+            let nk = if j < n8 { KEYS } else { 1 };
+            let mut acc = [_mm256_setzero_ps(); KEYS];
             for d in 0..dk {
                 // SAFETY: d < dk: row d of `qt` and element d of keys j..j+nk are in bounds.
                 unsafe {
