@@ -199,137 +199,117 @@ fn reduce_add_16(a: &[f32; 16]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv_cache::KvConfig;
+    use crate::kv_cache::{KvConfig, SeqId};
 
-    /// Attention against a direct softmax over all scores, across block boundaries and windows.
-    #[test]
-    fn online_softmax_equals_direct_softmax() {
-        let (dk, dv, bs) = (8, 4, 4);
+    /// Head dimensions of the test cache, and the f16-exact keys and values it holds.
+    const DK: usize = 40;
+    const DV: usize = 24;
+
+    fn key(p: usize, d: usize) -> f32 {
+        f16::from_f32(((p * 7 + d * 3) % 11) as f32 * 0.125 - 0.6).to_f32()
+    }
+
+    fn val(p: usize, d: usize) -> f32 {
+        f16::from_f32(((p * 5 + d) % 7) as f32 * 0.5 - 1.5).to_f32()
+    }
+
+    /// A one-layer cache with `n` positions of one sequence, in blocks of 16.
+    fn filled_cache(n: usize) -> (KvCache, SeqId) {
         let mut kv = KvCache::new(KvConfig {
             n_layers: 1,
             n_kv_heads: 1,
-            head_dim_k: dk,
-            head_dim_v: dv,
-            block_size: bs,
-            n_blocks: 48,
+            head_dim_k: DK,
+            head_dim_v: DV,
+            block_size: 16,
+            n_blocks: n.div_ceil(16),
         });
         let seq = kv.new_seq();
-        let n = 150;
         kv.reserve(seq, n).unwrap();
-        let key =
-            |p: usize, d: usize| f16::from_f32(((p * 7 + d * 3) % 11) as f32 * 0.25 - 1.0).to_f32();
-        let val = |p: usize, d: usize| f16::from_f32(((p * 5 + d) % 7) as f32 * 0.5 - 1.5).to_f32();
         for p in 0..n {
             let (b, s) = kv.slot(seq, p).unwrap();
-            let k: Vec<f32> = (0..dk).map(|d| key(p, d)).collect();
-            let v: Vec<f32> = (0..dv).map(|d| val(p, d)).collect();
+            let k: Vec<f32> = (0..DK).map(|d| key(p, d)).collect();
+            let v: Vec<f32> = (0..DV).map(|d| val(p, d)).collect();
             kv.write(0, b, s, &k, &v);
         }
         kv.commit(seq, n).unwrap();
-        let q: Vec<f32> = (0..dk)
-            .map(|d| f16::from_f32(d as f32 * 0.2 - 0.7).to_f32())
+        (kv, seq)
+    }
+
+    /// softmax(scale · q·Kᵀ) · V over `[start, end)`, in f64.
+    fn direct_attention(q: &[f32], (start, end): (usize, usize), scale: f64) -> Vec<f64> {
+        let scores: Vec<f64> = (start..end)
+            .map(|p| scale * (0..DK).map(|d| q[d] as f64 * key(p, d) as f64).sum::<f64>())
             .collect();
-        for (pos, window) in [
-            (10, None),
-            (10, Some(3)),
-            (5, None),
-            (0, None),
-            (9, Some(6)),
-            (149, None),
-            (130, Some(70)),
-        ] {
-            let range = visible_range(pos, window);
-            let scores: Vec<f64> = (range.0..range.1)
-                .map(|p| 0.5 * (0..dk).map(|d| (q[d] * key(p, d)) as f64).sum::<f64>())
-                .collect();
-            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
-            let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
-            {
-                let mut out = vec![0.0; dv];
-                let blocks = kv.seq_blocks(seq).unwrap();
-                attend_head(&kv, 0, blocks, 0, &q, range, 0.5, &mut out);
-                // The output accumulates in f16, as llama.cpp's does: ~1e-3 relative.
-                let tol = 5e-3;
-                for (d, &got) in out.iter().enumerate() {
-                    let want: f64 = (range.0..range.1)
-                        .zip(&scores)
-                        .map(|(p, s)| (s - m).exp() / z * val(p, d) as f64)
-                        .sum();
-                    let got = got as f64;
-                    assert!((got - want).abs() < tol, "pos {pos} window {window:?}");
-                }
+        let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+        let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
+        (0..DV)
+            .map(|d| {
+                (start..end)
+                    .zip(&scores)
+                    .map(|(p, s)| (s - m).exp() / z * val(p, d) as f64)
+                    .sum()
+            })
+            .collect()
+    }
+
+    fn query(i: usize) -> Vec<f32> {
+        (0..DK)
+            .map(|d| f16::from_f32(((d + 3 * i) % 9) as f32 * 0.1 - 0.4).to_f32())
+            .collect()
+    }
+
+    /// Queries seeing positions that start and end in different blocks and tiles.
+    const CASES: [(usize, Option<usize>); 8] = [
+        (0, None),
+        (63, None),
+        (64, None),
+        (130, Some(70)),
+        (200, None),
+        (255, Some(3)),
+        (299, None),
+        (299, Some(64)),
+    ];
+
+    /// The one-query path against a direct softmax (its output accumulates in f16, as
+    /// llama.cpp's does: ~1e-3 relative).
+    #[test]
+    fn online_softmax_equals_direct_softmax() {
+        let (kv, seq) = filled_cache(300);
+        let blocks = kv.seq_blocks(seq).unwrap();
+        for (i, &(pos, window)) in CASES.iter().enumerate() {
+            let (q, range) = (query(i), visible_range(pos, window));
+            let mut out = vec![0.0; DV];
+            attend_head(&kv, 0, blocks, 0, &q, range, 0.3, &mut out);
+            for (got, want) in out.iter().zip(direct_attention(&q, range, 0.3)) {
+                assert!(
+                    (*got as f64 - want).abs() < 5e-3,
+                    "pos {pos} window {window:?}"
+                );
             }
         }
     }
 
-    /// The tiled path against a direct softmax in f64 (its accumulators are f32: close to 1e-6),
-    /// for queries whose windows start and end in different tiles.
+    /// The tiled path against a direct softmax (its accumulators are f32: close to 1e-6), and a
+    /// query alone gives the bits it gets in a group.
     #[test]
     fn tiled_attention_equals_direct_softmax() {
-        let (dk, dv, bs) = (40, 24, 16);
-        let mut kv = KvCache::new(KvConfig {
-            n_layers: 1,
-            n_kv_heads: 1,
-            head_dim_k: dk,
-            head_dim_v: dv,
-            block_size: bs,
-            n_blocks: 20,
-        });
-        let seq = kv.new_seq();
-        let n = 300;
-        kv.reserve(seq, n).unwrap();
-        let key = |p: usize, d: usize| {
-            f16::from_f32(((p * 7 + d * 3) % 11) as f32 * 0.125 - 0.6).to_f32()
-        };
-        let val = |p: usize, d: usize| f16::from_f32(((p * 5 + d) % 7) as f32 * 0.5 - 1.5).to_f32();
-        for p in 0..n {
-            let (b, s) = kv.slot(seq, p).unwrap();
-            let k: Vec<f32> = (0..dk).map(|d| key(p, d)).collect();
-            let v: Vec<f32> = (0..dv).map(|d| val(p, d)).collect();
-            kv.write(0, b, s, &k, &v);
-        }
-        kv.commit(seq, n).unwrap();
+        let (kv, seq) = filled_cache(300);
         let blocks = kv.seq_blocks(seq).unwrap();
-        let cases: [(usize, Option<usize>); 8] = [
-            (0, None),
-            (63, None),
-            (64, None),
-            (130, Some(70)),
-            (200, None),
-            (255, Some(3)),
-            (299, None),
-            (299, Some(64)),
-        ];
-        let qs: Vec<Vec<f32>> = (0..cases.len())
-            .map(|i| {
-                (0..dk)
-                    .map(|d| ((d + 3 * i) % 9) as f32 * 0.1 - 0.4)
-                    .collect()
-            })
-            .collect();
+        let qs: Vec<Vec<f32>> = (0..CASES.len()).map(query).collect();
         let queries: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
-        let ranges: Vec<(usize, usize)> = cases.iter().map(|&(p, w)| visible_range(p, w)).collect();
-        let mut outs = vec![vec![0f32; dv]; cases.len()];
+        let ranges: Vec<(usize, usize)> = CASES.iter().map(|&(p, w)| visible_range(p, w)).collect();
+        let mut outs = vec![vec![0f32; DV]; CASES.len()];
         let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
         attend_tiled(&kv, 0, blocks, 0, &queries, &ranges, 0.3, &mut out_refs);
-        for (i, &(start, end)) in ranges.iter().enumerate() {
-            let q = &qs[i];
-            let scores: Vec<f64> = (start..end)
-                .map(|p| 0.3 * (0..dk).map(|d| q[d] as f64 * key(p, d) as f64).sum::<f64>())
-                .collect();
-            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
-            let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
-            for (d, &got) in outs[i].iter().enumerate() {
-                let want: f64 = (start..end)
-                    .zip(&scores)
-                    .map(|(p, s)| (s - m).exp() / z * val(p, d) as f64)
-                    .sum();
-                let got = got as f64;
-                assert!((got - want).abs() < 1e-5, "case {i} d {d}: {got} vs {want}");
+        for (i, out) in outs.iter().enumerate() {
+            for (got, want) in out.iter().zip(direct_attention(&qs[i], ranges[i], 0.3)) {
+                assert!(
+                    (*got as f64 - want).abs() < 1e-5,
+                    "case {i}: {got} vs {want}"
+                );
             }
         }
-        // One query alone gives the bits it gets in a group.
-        let mut alone = vec![0f32; dv];
+        let mut alone = vec![0f32; DV];
         attend_tiled(
             &kv,
             0,
