@@ -189,10 +189,10 @@ impl PromptSlot {
 ///
 /// Kernels follow the arithmetic of llama.cpp's CPU backend, whose reference outputs we test
 /// against, so that sums round the same way. A prompt's rows go through its batched kernels
-/// where it has them: Q6_K through the tiled kernel from 8 rows on, F32, F16 and BF16 through
-/// sgemm from 2, and Q4_K matrices with a multiple of 8 rows, which it repacks, through the gemm for
-/// the rows in whole groups of four. Other rows, and generated tokens, go through its one-row
-/// kernels. Which one a row gets is decided by the caller from the token's role (see
+/// where it has them: Q4_K, Q5_K and Q6_K through the tiled kernel from 8 rows on, F32, F16 and
+/// BF16 through sgemm from 2; Q4_K matrices with a multiple of 8 rows, which it repacks, through
+/// its gemm for the rows in whole groups of four and its gemv otherwise. Other rows, and
+/// generated tokens, go through its one-row kernels. Which one a row gets is decided by the caller from the token's role (see
 /// `Batch::push_prompt`), never from what else is in the batch, so results do not depend on
 /// batching.
 pub fn matmul_rows(
@@ -246,22 +246,31 @@ pub fn matmul_rows(
     } else {
         kernels.dot_fn(w.ty)
     };
-    // The batched kernel llama.cpp has for this weight type, and which rows it takes.
+    // llama.cpp repacks Q4_K matrices with a multiple of 8 rows (gemv for one row, gemm for a
+    // prompt's rows in groups of four); others go through its vec_dot and tiled kernels.
     let q4_k_repacked = w.ty == GgmlType::Q4_K && w.rows.is_multiple_of(8);
+    let dot = if w.ty == GgmlType::Q4_K && !q4_k_repacked {
+        kernels.q4_k_vec_dot
+    } else {
+        dot
+    };
+    // The batched kernel llama.cpp has for this weight type, and which rows it takes.
     let prompt_dot = match w.ty {
         GgmlType::Q6_K => kernels.q6_k_batched,
+        GgmlType::Q5_K => kernels.q5_k_tiled,
+        GgmlType::Q4_K if q4_k_repacked => kernels.q4_k_gemm,
+        GgmlType::Q4_K => kernels.q4_k_tiled,
         GgmlType::F16 if w.cols.is_multiple_of(16) => kernels.f16_sgemm,
         GgmlType::BF16 if w.cols.is_multiple_of(32) => kernels.bf16_sgemm,
         GgmlType::F32 if w.cols.is_multiple_of(16) => kernels.f32_sgemm,
-        GgmlType::Q4_K if q4_k_repacked => kernels.q4_k_gemm,
         _ => dot,
     };
     let is_prompt = |t: usize| {
         let (len, index) = slots.get(t).copied().unwrap_or_default().ubatch();
         match w.ty {
-            GgmlType::Q6_K => len >= 8,
+            GgmlType::Q4_K if q4_k_repacked => index < len - len % 4,
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => len >= 8,
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => len >= 2,
-            GgmlType::Q4_K => index < len - len % 4,
             _ => false,
         }
     };

@@ -50,6 +50,13 @@ pub(crate) struct Kernels {
     pub bf16_sgemm: DotFn,
     /// F32 as llama.cpp's sgemm computes batches of two or more rows (16-lane accumulator).
     pub f32_sgemm: DotFn,
+    /// Q4_K as ggml's `vec_dot_q4_K_q8_K`, for the one-row products of a Q4_K matrix llama.cpp
+    /// does not repack (its row count is not a multiple of 8).
+    pub q4_k_vec_dot: DotFn,
+    /// Q4_K and Q5_K as llama.cpp's tiled kernel computes a prompt of 8 or more rows (Q4_K: of a
+    /// matrix it does not repack): per block (isum·d − dmin·imin), then one FMA with dy.
+    pub q4_k_tiled: DotFn,
+    pub q5_k_tiled: DotFn,
 }
 
 /// Index of a computable weight type in a kernel table.
@@ -131,6 +138,9 @@ static SCALAR: Kernels = Kernels {
     f16_sgemm: super::scalar::F16_SGEMM,
     bf16_sgemm: super::scalar::BF16_SGEMM,
     f32_sgemm: super::scalar::F32_SGEMM,
+    q4_k_vec_dot: super::scalar::Q4_K_VEC_DOT,
+    q4_k_tiled: super::scalar::Q4_K_TILED,
+    q5_k_tiled: super::scalar::Q5_K_TILED,
 };
 
 fn detect() -> SimdLevel {

@@ -80,6 +80,9 @@ wrap!(k_q4_k_gemm, dot_q4_k_gemm, GgmlType::Q4_K);
 wrap!(k_f16_sgemm, dot_f16_sgemm, GgmlType::F16);
 wrap!(k_bf16_sgemm, dot_bf16_sgemm, GgmlType::BF16);
 wrap!(k_f32_sgemm, dot_f32_sgemm, GgmlType::F32);
+wrap!(k_q4_k_vec_dot, dot_q4_k_vec_dot, GgmlType::Q4_K);
+wrap!(k_q4_k_tiled, dot_q4_k_tiled, GgmlType::Q4_K);
+wrap!(k_q5_k_tiled, dot_q5_k_tiled, GgmlType::Q5_K);
 
 pub(crate) const Q6_K_BATCHED: DotFn = k_q6_k_batched;
 pub(crate) const Q4_0_BLOCK_SUMS: DotFn = k_q4_0_block_sums;
@@ -87,6 +90,9 @@ pub(crate) const Q4_K_GEMM: DotFn = k_q4_k_gemm;
 pub(crate) const F16_SGEMM: DotFn = k_f16_sgemm;
 pub(crate) const BF16_SGEMM: DotFn = k_bf16_sgemm;
 pub(crate) const F32_SGEMM: DotFn = k_f32_sgemm;
+pub(crate) const Q4_K_VEC_DOT: DotFn = k_q4_k_vec_dot;
+pub(crate) const Q4_K_TILED: DotFn = k_q4_k_tiled;
+pub(crate) const Q5_K_TILED: DotFn = k_q5_k_tiled;
 
 // ---------------------------------------------------------------------------------------------
 // The vector arithmetic, per lane.
@@ -431,6 +437,10 @@ struct K4Block {
     /// The weight's d and dmin, each times the activation scale dy.
     d: f32,
     dmin: f32,
+    /// The weight's d and dmin, and the activation scale.
+    wd: f32,
+    wdmin: f32,
+    dy: f32,
     /// Per sub-block pair j (64 values), 8 lanes: scale[2j] times the [`lanes_32`] of its first
     /// 32 values plus scale[2j+1] times those of the second 32.
     pairs: [[i32; 8]; 4],
@@ -455,9 +465,13 @@ fn for_k4_blocks(
         let q = values(wb);
         let xq = &xb[4..260];
         let dy = rd_f32(xb, 0);
+        let (wd, wdmin) = (f16_to_f32(rd_u16(wb, 0)), f16_to_f32(rd_u16(wb, 2)));
         f(&K4Block {
-            d: f16_to_f32(rd_u16(wb, 0)) * dy,
-            dmin: f16_to_f32(rd_u16(wb, 2)) * dy,
+            d: wd * dy,
+            dmin: wdmin * dy,
+            wd,
+            wdmin,
+            dy,
             pairs: from_fn(|j| {
                 let lo = lanes_32(&q[64 * j..], &xq[64 * j..]);
                 let hi = lanes_32(&q[64 * j + 32..], &xq[64 * j + 32..]);
@@ -509,6 +523,45 @@ pub(crate) fn dot_q5_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
         fma_lanes(&mut acc, b.d, &add_lanes(&b.pairs));
     });
     hsum_float_8(&acc) + summs
+}
+
+/// Q4_K as ggml's AVX2 `ggml_vec_dot_q4_K_q8_K` (for a matrix llama.cpp does not repack): per
+/// block the pairs' lanes summed lane-wise and FMA'd with d·dy into 8 float lanes, the four min
+/// lanes FMA'd with −dmin·dy into 4 float lanes; at the end [`hsum_float_8`] + [`hsum_float_4`].
+pub(crate) fn dot_q4_k_vec_dot(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let (mut acc, mut acc_m) = ([0f32; 8], [0f32; 4]);
+    for_k4_blocks(n, w, x, 144, q4_k_values, |b| {
+        fma_lanes(&mut acc_m, -b.dmin, &b.mins);
+        fma_lanes(&mut acc, b.d, &add_lanes(&b.pairs));
+    });
+    hsum_float_8(&acc) + hsum_float_4(&acc_m)
+}
+
+/// Q4_K/Q5_K as llama.cpp's tiled kernel computes a prompt's rows: per block
+/// r = fma(−dmin, imin, isum·d) and acc = fma(r, dy, acc) (GCC contracts its `acc + r·dy`).
+fn dot_k4_tiled(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    bytes: usize,
+    values: fn(&[u8]) -> [i32; QK_K],
+) -> f32 {
+    let mut acc = 0f32;
+    for_k4_blocks(n, w, x, bytes, values, |b| {
+        let isum: i32 = b.pairs.iter().flatten().sum();
+        let imin: i32 = b.mins.iter().sum();
+        let r = (-b.wdmin).mul_add(imin as f32, isum as f32 * b.wd);
+        acc = r.mul_add(b.dy, acc);
+    });
+    acc
+}
+
+pub(crate) fn dot_q4_k_tiled(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_k4_tiled(n, w, x, 144, q4_k_values)
+}
+
+pub(crate) fn dot_q5_k_tiled(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_k4_tiled(n, w, x, 176, q5_k_values)
 }
 
 /// The 256 unsigned 6-bit values of a Q6_K block (ql at 0, qh at 128). Half h (128 values) is

@@ -497,13 +497,16 @@ fn simd_matches_scalar() {
 #[test]
 fn simd_matches_scalar_batched_kernels() {
     let mut rng = Rng::new(4);
-    let cases: [(&str, GgmlType, usize, Pick); 6] = [
+    let cases: [(&str, GgmlType, usize, Pick); 9] = [
         ("q6_k_batched", Q6_K, 1, &|k| k.q6_k_batched),
         ("q4_0_block_sums", Q4_0, 1, &|k| k.q4_0_block_sums),
         ("q4_k_gemm", Q4_K, 1, &|k| k.q4_k_gemm),
         ("f16_sgemm", F16, 16, &|k| k.f16_sgemm),
         ("bf16_sgemm", BF16, 32, &|k| k.bf16_sgemm),
         ("f32_sgemm", F32, 16, &|k| k.f32_sgemm),
+        ("q4_k_vec_dot", Q4_K, 1, &|k| k.q4_k_vec_dot),
+        ("q4_k_tiled", Q4_K, 1, &|k| k.q4_k_tiled),
+        ("q5_k_tiled", Q5_K, 1, &|k| k.q5_k_tiled),
     ];
     for (name, ty, multiple, pick) in cases {
         for n in test_sizes(ty, multiple) {
@@ -545,6 +548,35 @@ fn simd_matches_scalar_bf16_denormals() {
         if n.is_multiple_of(32) {
             check_exact_acts("bf16_sgemm", BF16, &|k| k.bf16_sgemm, &w, &acts, stride, n);
         }
+    }
+}
+
+/// The other arithmetic of each K-quant (llama.cpp's other kernels for it) computes the same
+/// dot product, to rounding.
+#[test]
+fn k_quant_kernel_variants_agree() {
+    let mut rng = Rng::new(8);
+    let scalar = kernels_for(SimdLevel::Scalar).expect("the scalar kernels are always there");
+    let cases: [(GgmlType, Pick); 5] = [
+        (Q4_K, &|k| k.q4_k_vec_dot),
+        (Q4_K, &|k| k.q4_k_tiled),
+        (Q4_K, &|k| k.q4_k_gemm),
+        (Q5_K, &|k| k.q5_k_tiled),
+        (Q6_K, &|k| k.q6_k_batched),
+    ];
+    for (ty, pick) in cases {
+        let n = 1024;
+        let w = random_row(&mut rng, ty, n);
+        let x = random_acts(&mut rng, vec_dot_type(ty), n);
+        let want = vec_dot(ty, &w, &x, n);
+        let mut got = [0f32];
+        // SAFETY: `w` and `x` are whole rows of `n` values of their types; one output.
+        unsafe { pick(scalar)(n, w.as_ptr(), x.as_ptr(), x.len(), 1, got.as_mut_ptr()) };
+        assert!(
+            (got[0] - want).abs() <= want.abs() * 1e-5 + 1e-4,
+            "{ty}: {} vs {want}",
+            got[0]
+        );
     }
 }
 

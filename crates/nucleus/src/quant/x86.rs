@@ -562,6 +562,13 @@ unsafe fn word_bcast_mask(i: usize) -> __m256i {
     unsafe { _mm256_loadu_si256(MASKS[i].as_ptr() as *const __m256i) }
 }
 
+/// ggml's reduction of a 4-lane accumulator: (0+2) + (1+3).
+#[inline(always)]
+unsafe fn hsum_ps128(r: __m128) -> f32 {
+    let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+}
+
 /// Sum of the four i32 lanes (exact).
 #[inline(always)]
 unsafe fn hsum_epi32_128(v: __m128i) -> i32 {
@@ -574,6 +581,8 @@ unsafe fn hsum_epi32_128(v: __m128i) -> i32 {
 const LANES: u8 = 0;
 const BLOCK_SUMS: u8 = 1;
 const PAIR_SUMS: u8 = 2;
+const LANES_MIN_LANES: u8 = 3;
+const TILED: u8 = 4;
 
 /// Shared by Q4_K and Q5_K: `qbits(j)` gives the unsigned low/high 32-element vectors of
 /// sub-block pair `j` (0..4). `MODE` picks the float arithmetic:
@@ -585,6 +594,10 @@ const PAIR_SUMS: u8 = 2;
 ///   the result is `acc − acc_min`.
 /// - `PAIR_SUMS` (Q4_K, a prompt's rows in groups of four): the repacked gemm, the same but with
 ///   one FMA per sub-block pair.
+/// - `LANES_MIN_LANES` (Q4_K not repacked, one row): ggml's `vec_dot_q4_K_q8_K`, as `LANES` but
+///   the min sums' 4 lanes into a 4-lane accumulator (−dmin·dy), reduced (0+2) + (1+3).
+/// - `TILED` (Q5_K, and Q4_K not repacked, in a prompt of 8+ rows): llama.cpp's tiled kernel,
+///   per block r = isum·d − dmin·imin (one FMA) and acc += r·dy (one FMA).
 #[inline(always)]
 unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
     nb: usize,
@@ -598,6 +611,7 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
         let mut acc = [_mm256_setzero_ps(); NX];
         let mut acc_s = [0f32; NX];
         let mut acc_ms = [0f32; NX];
+        let mut acc_m4 = [_mm_setzero_ps(); NX];
         // PAIR_SUMS keeps row k's two accumulators in lane k of these (the same FMAs per row,
         // four rows per instruction).
         let (mut acc4, mut acc_min4) = (_mm_setzero_ps(), _mm_setzero_ps());
@@ -636,6 +650,15 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
                     BLOCK_SUMS => {
                         acc_ms[k] = (hsum_epi32_128(prod) as f32).mul_add(dmin * dy, acc_ms[k])
                     }
+                    LANES_MIN_LANES => {
+                        acc_m4[k] = _mm_fmadd_ps(
+                            _mm_set1_ps(-(dmin * dy)),
+                            _mm_cvtepi32_ps(prod),
+                            acc_m4[k],
+                        )
+                    }
+                    // TILED: the block's min sum, folded in with its integer sum below.
+                    TILED => pair_mins[k] = prod,
                     _ => pair_mins[k] = prod,
                 }
             }
@@ -690,12 +713,22 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
             for k in 0..NX {
                 let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
                 match MODE {
-                    LANES => {
+                    LANES | LANES_MIN_LANES => {
                         acc[k] = _mm256_fmadd_ps(
                             _mm256_set1_ps(d * dy),
                             _mm256_cvtepi32_ps(sumi[k]),
                             acc[k],
                         )
+                    }
+                    TILED => {
+                        let lanes = _mm_add_epi32(
+                            _mm256_castsi256_si128(sumi[k]),
+                            _mm256_extracti128_si256(sumi[k], 1),
+                        );
+                        let isum = hsum_epi32_128(lanes) as f32;
+                        let imin = hsum_epi32_128(pair_mins[k]) as f32;
+                        let r = (-dmin).mul_add(imin, isum * d);
+                        acc_s[k] = r.mul_add(dy, acc_s[k]);
                     }
                     BLOCK_SUMS => {
                         let lanes = _mm_add_epi32(
@@ -716,10 +749,11 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
             acc_ms.copy_from_slice(&m[..NX]);
         }
         for k in 0..NX {
-            *out.add(k) = if MODE == LANES {
-                hsum_ps(acc[k]) + acc_ms[k]
-            } else {
-                acc_s[k] - acc_ms[k]
+            *out.add(k) = match MODE {
+                LANES => hsum_ps(acc[k]) + acc_ms[k],
+                LANES_MIN_LANES => hsum_ps(acc[k]) + hsum_ps128(acc_m4[k]),
+                TILED => acc_s[k],
+                _ => acc_s[k] - acc_ms[k],
             };
         }
     }
@@ -734,6 +768,30 @@ unsafe fn q4_k<const VNNI: bool, const NX: usize>(
     out: *mut f32,
 ) {
     unsafe { q4_k_impl::<NX, BLOCK_SUMS>(n, w, x, s, out) }
+}
+
+/// Q4_K as ggml's `vec_dot_q4_K_q8_K` (a matrix llama.cpp does not repack, one row).
+#[inline(always)]
+unsafe fn q4_k_vec_dot<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe { q4_k_impl::<NX, LANES_MIN_LANES>(n, w, x, s, out) }
+}
+
+/// Q4_K as llama.cpp's tiled kernel computes a prompt's rows of a matrix it does not repack.
+#[inline(always)]
+unsafe fn q4_k_tiled<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe { q4_k_impl::<NX, TILED>(n, w, x, s, out) }
 }
 
 /// Q4_K as llama.cpp's repacked gemm computes a prompt's rows (see [`dot_k4_like`]).
@@ -784,8 +842,31 @@ unsafe fn q5_k<const VNNI: bool, const NX: usize>(
     s: usize,
     out: *mut f32,
 ) {
+    unsafe { q5_k_impl::<NX, LANES>(n, w, x, s, out) }
+}
+
+/// Q5_K as llama.cpp's tiled kernel computes a prompt's rows.
+#[inline(always)]
+unsafe fn q5_k_tiled<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe { q5_k_impl::<NX, TILED>(n, w, x, s, out) }
+}
+
+#[inline(always)]
+unsafe fn q5_k_impl<const NX: usize, const MODE: u8>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
     unsafe {
-        dot_k4_like::<NX, 176, LANES>(
+        dot_k4_like::<NX, 176, MODE>(
             n / 256,
             w,
             x,
@@ -1183,6 +1264,9 @@ macro_rules! level {
             entry!(k_q4_k_gemm, q4_k_gemm);
             entry!(k_bf16_sgemm, bf16_sgemm);
             entry!(k_f32_sgemm, f32_sgemm);
+            entry!(k_q4_k_vec_dot, q4_k_vec_dot);
+            entry!(k_q4_k_tiled, q4_k_tiled);
+            entry!(k_q5_k_tiled, q5_k_tiled);
 
             pub(super) const DOTS: [DotFn; 11] = [
                 k_f32 as DotFn,
@@ -1208,6 +1292,9 @@ macro_rules! level {
             f16_sgemm: super::scalar::F16_SGEMM,
             bf16_sgemm: $modname::k_bf16_sgemm,
             f32_sgemm: $modname::k_f32_sgemm,
+            q4_k_vec_dot: $modname::k_q4_k_vec_dot,
+            q4_k_tiled: $modname::k_q4_k_tiled,
+            q5_k_tiled: $modname::k_q5_k_tiled,
         };
     };
 }
