@@ -265,7 +265,7 @@ pub fn matmul_rows(
         GgmlType::F32 if w.cols.is_multiple_of(16) => kernels.f32_sgemm,
         _ => dot,
     };
-    let is_prompt = |t: usize| {
+    let takes_prompt_dot = |t: usize| {
         let (len, index) = slots.get(t).copied().unwrap_or_default().ubatch();
         match w.ty {
             GgmlType::Q4_K if q4_k_repacked => index < len - len % 4,
@@ -274,6 +274,8 @@ pub fn matmul_rows(
             _ => false,
         }
     };
+    // Decided once per token here, not once per token and weight row in the loop below.
+    let is_prompt: Vec<bool> = (0..nt).map(takes_prompt_dot).collect();
     let (rows, cols) = (w.rows, w.cols);
     let wp = w.data.as_ptr() as usize;
     let xp = x.buf.as_ptr() as usize;
@@ -368,9 +370,9 @@ pub fn matmul_rows(
                     let mut t = t0;
                     while t < t1 {
                         // Up to four rows that share their arithmetic.
-                        let prompt = is_prompt(t);
+                        let prompt = is_prompt[t];
                         let mut nx = 1;
-                        while nx < (t1 - t).min(4) && is_prompt(t + nx) == prompt {
+                        while nx < (t1 - t).min(4) && is_prompt[t + nx] == prompt {
                             nx += 1;
                         }
                         let dot = if prompt { prompt_dot } else { dot };
