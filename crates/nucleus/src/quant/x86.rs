@@ -632,7 +632,7 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
             let mins = _mm256_extracti128_si256(ms, 1);
             let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
             let mut sumi = [_mm256_setzero_si256(); NX];
-            // PAIR_SUMS: row k's min sum of each sub-block pair (lane j).
+            // PAIR_SUMS and TILED: row k's min sums of the sub-block pairs (lane j).
             let mut pair_mins = [_mm_setzero_si128(); 4];
             for k in 0..NX {
                 let xb = x.add(k * stride + i * 292);
@@ -657,8 +657,7 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
                             acc_m4[k],
                         )
                     }
-                    // TILED: the block's min sum, folded in with its integer sum below.
-                    TILED => pair_mins[k] = prod,
+                    // PAIR_SUMS: per pair (lane j), TILED: the block's; folded in below.
                     _ => pair_mins[k] = prod,
                 }
             }
