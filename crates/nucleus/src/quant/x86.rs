@@ -758,51 +758,41 @@ unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u8>(
     }
 }
 
-#[inline(always)]
-unsafe fn q4_k<const VNNI: bool, const NX: usize>(
-    n: usize,
-    w: *const u8,
-    x: *const u8,
-    s: usize,
-    out: *mut f32,
-) {
-    unsafe { q4_k_impl::<NX, BLOCK_SUMS>(n, w, x, s, out) }
+/// The kernel functions of the K-quants, one per arithmetic `MODE` of a shared body (the
+/// `entry!` table takes one function per kernel).
+macro_rules! mode_kernels {
+    ($($(#[$doc:meta])* $name:ident = $body:ident::<$mode:tt>;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        unsafe fn $name<const VNNI: bool, const NX: usize>(
+            n: usize,
+            w: *const u8,
+            x: *const u8,
+            s: usize,
+            out: *mut f32,
+        ) {
+            unsafe { $body::<NX, $mode>(n, w, x, s, out) }
+        }
+    )*};
 }
 
-/// Q4_K as ggml's `vec_dot_q4_K_q8_K` (a matrix llama.cpp does not repack, one row).
-#[inline(always)]
-unsafe fn q4_k_vec_dot<const VNNI: bool, const NX: usize>(
-    n: usize,
-    w: *const u8,
-    x: *const u8,
-    s: usize,
-    out: *mut f32,
-) {
-    unsafe { q4_k_impl::<NX, LANES_MIN_LANES>(n, w, x, s, out) }
-}
-
-/// Q4_K as llama.cpp's tiled kernel computes a prompt's rows of a matrix it does not repack.
-#[inline(always)]
-unsafe fn q4_k_tiled<const VNNI: bool, const NX: usize>(
-    n: usize,
-    w: *const u8,
-    x: *const u8,
-    s: usize,
-    out: *mut f32,
-) {
-    unsafe { q4_k_impl::<NX, TILED>(n, w, x, s, out) }
-}
-
-/// Q4_K as llama.cpp's repacked gemm computes a prompt's rows (see [`dot_k4_like`]).
-#[inline(always)]
-unsafe fn q4_k_gemm<const VNNI: bool, const NX: usize>(
-    n: usize,
-    w: *const u8,
-    x: *const u8,
-    s: usize,
-    out: *mut f32,
-) {
-    unsafe { q4_k_impl::<NX, PAIR_SUMS>(n, w, x, s, out) }
+mode_kernels! {
+    /// Q4_K as llama.cpp's repacked gemv computes one row (its default Q4_K kernel on x86).
+    q4_k = q4_k_impl::<BLOCK_SUMS>;
+    /// Q4_K as ggml's `vec_dot_q4_K_q8_K` (a matrix llama.cpp does not repack, one row).
+    q4_k_vec_dot = q4_k_impl::<LANES_MIN_LANES>;
+    /// Q4_K as llama.cpp's tiled kernel computes a prompt's rows of a matrix it does not repack.
+    q4_k_tiled = q4_k_impl::<TILED>;
+    /// Q4_K as llama.cpp's repacked gemm computes a prompt's rows (see [`dot_k4_like`]).
+    q4_k_gemm = q4_k_impl::<PAIR_SUMS>;
+    /// Q5_K as ggml's `vec_dot_q5_K_q8_K`.
+    q5_k = q5_k_impl::<LANES>;
+    /// Q5_K as llama.cpp's tiled kernel computes a prompt's rows.
+    q5_k_tiled = q5_k_impl::<TILED>;
+    /// Q6_K as ggml's `vec_dot_q6_K_q8_K`.
+    q6_k = q6_k_impl::<false>;
+    /// Q6_K with the arithmetic of ggml's tiled kernel (see [`super::dispatch::Kernels::q6_k_batched`]).
+    q6_k_batched = q6_k_impl::<true>;
 }
 
 #[inline(always)]
@@ -831,29 +821,6 @@ unsafe fn q4_k_impl<const NX: usize, const MODE: u8>(
             },
         )
     }
-}
-
-#[inline(always)]
-unsafe fn q5_k<const VNNI: bool, const NX: usize>(
-    n: usize,
-    w: *const u8,
-    x: *const u8,
-    s: usize,
-    out: *mut f32,
-) {
-    unsafe { q5_k_impl::<NX, LANES>(n, w, x, s, out) }
-}
-
-/// Q5_K as llama.cpp's tiled kernel computes a prompt's rows.
-#[inline(always)]
-unsafe fn q5_k_tiled<const VNNI: bool, const NX: usize>(
-    n: usize,
-    w: *const u8,
-    x: *const u8,
-    s: usize,
-    out: *mut f32,
-) {
-    unsafe { q5_k_impl::<NX, TILED>(n, w, x, s, out) }
 }
 
 #[inline(always)]
@@ -898,29 +865,6 @@ unsafe fn q6_scale_mask(i: usize) -> __m128i {
         let b = (2 * i + 1) as i8;
         _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
     }
-}
-
-#[inline(always)]
-unsafe fn q6_k<const VNNI: bool, const NX: usize>(
-    n: usize,
-    w: *const u8,
-    x: *const u8,
-    stride: usize,
-    out: *mut f32,
-) {
-    unsafe { q6_k_impl::<NX, false>(n, w, x, stride, out) }
-}
-
-/// Q6_K with the arithmetic of ggml's tiled kernel (see [`super::dispatch::Kernels::q6_k_batched`]).
-#[inline(always)]
-unsafe fn q6_k_batched<const VNNI: bool, const NX: usize>(
-    n: usize,
-    w: *const u8,
-    x: *const u8,
-    stride: usize,
-    out: *mut f32,
-) {
-    unsafe { q6_k_impl::<NX, true>(n, w, x, stride, out) }
 }
 
 /// `BATCHED = false`: `ggml_vec_dot_q6_K_q8_K` (8 integer lanes per super-block, each scaled
