@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// Model id reported by /v1/models (default: the catalog name or file stem).
     #[arg(long)]
     pub model_id: Option<String>,
+    /// Do not keep prompts' KV blocks for later requests (automatic prefix caching is on by
+    /// default: a request whose prompt starts like an earlier one computes only the rest).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
     /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM before cancelling them.
     #[arg(long, default_value_t = 10)]
     pub drain_secs: u64,
@@ -76,6 +80,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         step_token_budget: args.step_tokens,
         n_ctx,
         headroom_blocks: 1,
+        prefix_caching: !args.no_prefix_cache,
     };
     let threads = model.n_threads();
     let tokenizer = Arc::new(tokenizer);
@@ -99,9 +104,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         eprintln!(
             "nucleus serve: {model_id} on http://{} ({threads} threads, ctx {n_ctx}, {} running \
-             at most, KV {kv_tokens} tokens, queue {}){}",
+             at most, KV {kv_tokens} tokens{}, queue {}){}",
             listener.local_addr()?,
             cfg.max_running,
+            if cfg.prefix_caching {
+                ", prefix cache on"
+            } else {
+                ""
+            },
             cfg.queue_capacity,
             if state.api_key.is_some() {
                 ", API key required"

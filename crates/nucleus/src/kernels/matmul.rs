@@ -151,6 +151,13 @@ pub struct PromptSlot {
 /// llama.cpp's default micro-batch: it computes a longer prompt 512 tokens at a time.
 const LLAMA_UBATCH: usize = 512;
 
+/// [`PromptSlot::matmul_class`] bits. In a micro-batch of 2+ rows: sgemm for F32/F16/BF16.
+pub const CLASS_UBATCH_2: u8 = 1;
+/// In a micro-batch of 8+ rows: the tiled K-quant kernels.
+pub const CLASS_UBATCH_8: u8 = 2;
+/// Among the micro-batch's rows in whole groups of four: the repacked Q4_K gemm.
+pub const CLASS_WHOLE_FOUR: u8 = 4;
+
 impl PromptSlot {
     /// A generated token.
     pub const GENERATED: PromptSlot = PromptSlot {
@@ -173,6 +180,23 @@ impl PromptSlot {
     /// token).
     pub fn ubatch_len(self) -> usize {
         self.ubatch().0
+    }
+
+    /// Which of llama.cpp's product kernels the row gets, as bits (`CLASS_*`): two rows with
+    /// the same class are computed with the same arithmetic by [`matmul_rows`].
+    pub fn matmul_class(self) -> u8 {
+        let (len, index) = self.ubatch();
+        let mut class = 0;
+        if len >= 2 {
+            class |= CLASS_UBATCH_2;
+        }
+        if len >= 8 {
+            class |= CLASS_UBATCH_8;
+        }
+        if index < len - len % 4 {
+            class |= CLASS_WHOLE_FOUR;
+        }
+        class
     }
 
     /// The size of the llama.cpp micro-batch the row falls in, and its index there.
@@ -266,13 +290,14 @@ pub fn matmul_rows(
         _ => dot,
     };
     let takes_prompt_dot = |t: usize| {
-        let (len, index) = slots.get(t).copied().unwrap_or_default().ubatch();
-        match w.ty {
-            GgmlType::Q4_K if q4_k_repacked => index < len - len % 4,
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => len >= 8,
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => len >= 2,
-            _ => false,
-        }
+        let class = slots.get(t).copied().unwrap_or_default().matmul_class();
+        let bit = match w.ty {
+            GgmlType::Q4_K if q4_k_repacked => CLASS_WHOLE_FOUR,
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => CLASS_UBATCH_8,
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => CLASS_UBATCH_2,
+            _ => 0,
+        };
+        class & bit != 0
     };
     // Decided once per token here, not once per token and weight row in the loop below.
     let is_prompt: Vec<bool> = (0..nt).map(takes_prompt_dot).collect();

@@ -4,8 +4,18 @@
 //! Blocks are reference-counted so that sequences can share a prefix (a forked beam, a common
 //! system prompt): forking copies only the block table, and a shared block is copied before it
 //! is written (copy-on-write), which can only happen to the partial last block.
+//!
+//! With prefix caching ([`prefix`]), full blocks are also kept after their last sequence ends,
+//! under the hash of the prefix they hold, until the pool needs them (least recently used
+//! first). Such a block is never written again: only full blocks are cached, sequences write
+//! past their end, and a sequence cut back into a cached block takes it out of the cache first.
+
+mod prefix;
+
+pub use prefix::{extend_block_hashes, BlockHash};
 
 use half::f16;
+use prefix::PrefixIndex;
 
 /// A sequence's handle in the cache.
 pub type SeqId = usize;
@@ -47,6 +57,8 @@ impl KvConfig {
 struct BlockTable {
     blocks: Vec<BlockId>,
     len: usize,
+    /// Blocks `[0, offered)` have been offered to the prefix cache.
+    offered: usize,
 }
 
 pub struct KvCache {
@@ -56,8 +68,11 @@ pub struct KvCache {
     k: Vec<Vec<f16>>,
     v: Vec<Vec<f16>>,
     refcount: Vec<u32>,
+    /// Blocks no sequence uses and no cached prefix holds.
     free: Vec<BlockId>,
     seqs: Vec<Option<BlockTable>>,
+    prefix: PrefixIndex,
+    prefix_caching: bool,
 }
 
 impl KvCache {
@@ -73,19 +88,113 @@ impl KvCache {
             // Pop from the end: hand out low block numbers first.
             free: (0..cfg.n_blocks as BlockId).rev().collect(),
             seqs: Vec::new(),
+            prefix: PrefixIndex::default(),
+            prefix_caching: false,
         }
+    }
+
+    /// Turns prefix caching on or off (off by default). Turning it off drops every cached
+    /// prefix.
+    pub fn set_prefix_caching(&mut self, on: bool) {
+        if !on {
+            while let Some(b) = self.prefix.evict_lru() {
+                self.free.push(b);
+            }
+            let cached: Vec<BlockId> = (0..self.cfg.n_blocks as BlockId)
+                .filter(|&b| self.prefix.is_cached(b))
+                .collect();
+            for b in cached {
+                self.prefix.unregister(b);
+            }
+        }
+        self.prefix_caching = on;
+    }
+
+    pub fn prefix_caching(&self) -> bool {
+        self.prefix_caching
+    }
+
+    /// Blocks holding a cached prefix, whether a sequence uses them or not.
+    pub fn cached_blocks(&self) -> usize {
+        self.prefix.n_cached()
+    }
+
+    /// How many of `hashes` (the block hashes of a prompt, in order) are cached, counted from
+    /// the first: `(blocks found, of which no sequence uses)`. Taking the second kind uses up
+    /// free blocks.
+    pub fn lookup_prefix(&self, hashes: &[BlockHash]) -> (usize, usize) {
+        if !self.prefix_caching {
+            return (0, 0);
+        }
+        let mut parked = 0;
+        for (i, &h) in hashes.iter().enumerate() {
+            match self.prefix.lookup(h) {
+                Some(b) => parked += usize::from(self.prefix.is_evictable(b)),
+                None => return (i, parked),
+            }
+        }
+        (hashes.len(), parked)
+    }
+
+    /// Appends to `seq`, which must end on a block edge, the cached blocks that continue it:
+    /// those of `hashes[n..]` (n = its blocks) in order while they are cached. `hashes` are
+    /// the block hashes of the sequence's tokens. Returns the tokens added.
+    pub fn attach_cached(&mut self, seq: SeqId, hashes: &[BlockHash]) -> Result<usize, KvError> {
+        let bs = self.cfg.block_size;
+        let t = self.table(seq)?;
+        if !self.prefix_caching || t.len != t.blocks.len() * bs {
+            return Ok(0);
+        }
+        let mut added = 0;
+        for &h in hashes.iter().skip(t.blocks.len()) {
+            let Some(b) = self.prefix.lookup(h) else {
+                break;
+            };
+            if self.refcount[b as usize] == 0 {
+                self.prefix.unpark(b);
+            }
+            self.refcount[b as usize] += 1;
+            let t = self.table_mut(seq)?;
+            t.blocks.push(b);
+            t.len += bs;
+            t.offered = t.blocks.len();
+            added += bs;
+        }
+        Ok(added)
+    }
+
+    /// Offers the full blocks of `seq` to the prefix cache, under `hashes` (the block hashes of
+    /// its tokens; blocks beyond `hashes` are not offered). A block whose prefix is already
+    /// cached elsewhere stays private to its sequence.
+    pub fn offer_blocks(&mut self, seq: SeqId, hashes: &[BlockHash]) -> Result<(), KvError> {
+        if !self.prefix_caching {
+            return Ok(());
+        }
+        let bs = self.cfg.block_size;
+        let t = self.table(seq)?;
+        let (from, full) = (t.offered, (t.len / bs).min(hashes.len()));
+        for (i, &hash) in hashes.iter().enumerate().take(full).skip(from) {
+            let b = self.table(seq)?.blocks[i];
+            self.prefix.register(b, hash);
+        }
+        let t = self.table_mut(seq)?;
+        t.offered = t.offered.max(full);
+        Ok(())
     }
 
     pub fn config(&self) -> &KvConfig {
         &self.cfg
     }
 
+    /// Blocks a sequence can get: free ones and cached ones no sequence uses (evicted when
+    /// taken).
     pub fn free_blocks(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.prefix.n_evictable()
     }
 
+    /// Blocks sequences use.
     pub fn used_blocks(&self) -> usize {
-        self.cfg.n_blocks - self.free.len()
+        self.cfg.n_blocks - self.free_blocks()
     }
 
     /// Bytes the whole pool takes.
@@ -149,7 +258,11 @@ impl KvCache {
         debug_assert!(*rc > 0);
         *rc -= 1;
         if *rc == 0 {
-            self.free.push(b);
+            if self.prefix.is_cached(b) {
+                self.prefix.park(b);
+            } else {
+                self.free.push(b);
+            }
         }
     }
 
@@ -177,8 +290,17 @@ impl KvCache {
             });
         }
         t.len = len;
+        t.offered = t.offered.min(len / bs);
         let keep = len.div_ceil(bs);
         let dropped: Vec<BlockId> = t.blocks.drain(keep..).collect();
+        // The last block is partial again and will be written: it no longer holds its prefix.
+        // (When other sequences share it, the write copies it first; the cached prefix stays.)
+        let last = (len % bs != 0).then(|| t.blocks[keep - 1]);
+        if let Some(b) = last {
+            if self.refcount[b as usize] == 1 {
+                self.prefix.unregister(b);
+            }
+        }
         for b in dropped {
             self.release(b);
         }
@@ -202,10 +324,10 @@ impl KvCache {
     /// last block so that writing to it does not change another sequence. All or nothing.
     pub fn reserve(&mut self, seq: SeqId, n: usize) -> Result<(), KvError> {
         let needed = self.blocks_needed(seq, n)?;
-        if needed > self.free.len() {
+        if needed > self.free_blocks() {
             return Err(KvError::OutOfBlocks {
                 needed,
-                free: self.free.len(),
+                free: self.free_blocks(),
             });
         }
         let bs = self.cfg.block_size;
@@ -230,8 +352,13 @@ impl KvCache {
         Ok(())
     }
 
+    /// A block for new contents: a free one, else the least recently used cached one.
     fn alloc_block(&mut self) -> BlockId {
-        let b = self.free.pop().expect("caller checked free blocks");
+        let b = self
+            .free
+            .pop()
+            .or_else(|| self.prefix.evict_lru())
+            .expect("caller checked free blocks");
         self.refcount[b as usize] = 1;
         b
     }
@@ -279,6 +406,7 @@ impl KvCache {
     /// Writes one token's keys and values (all KV heads, f32 in, f16 stored) for one layer.
     pub fn write(&mut self, layer: usize, block: BlockId, slot: usize, k: &[f32], v: &[f32]) {
         let c = self.cfg;
+        debug_assert!(!self.prefix.is_cached(block), "a cached block is read-only");
         debug_assert_eq!(k.len(), c.n_kv_heads * c.head_dim_k);
         debug_assert_eq!(v.len(), c.n_kv_heads * c.head_dim_v);
         for h in 0..c.n_kv_heads {
@@ -315,6 +443,7 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokenizer::TokenId;
 
     fn cache(n_blocks: usize) -> KvCache {
         KvCache::new(KvConfig {
@@ -384,6 +513,133 @@ mod tests {
         assert_eq!(c.used_blocks(), 2);
         c.free_seq(b).unwrap();
         assert_eq!(c.used_blocks(), 0);
+    }
+
+    /// Hashes for `n` tokens `0..n` of one sequence, blocks of 4.
+    fn hashes(tokens: &[TokenId]) -> Vec<BlockHash> {
+        let mut h = Vec::new();
+        extend_block_hashes(tokens, |_| 0, 4, &mut h);
+        h
+    }
+
+    /// A sequence of `tokens`, written (key = token id) and offered to the prefix cache.
+    fn filled(c: &mut KvCache, tokens: &[TokenId]) -> SeqId {
+        let s = c.new_seq();
+        let h = hashes(tokens);
+        let got = c.attach_cached(s, &h[..(tokens.len() - 1) / 4]).unwrap();
+        c.reserve(s, tokens.len() - got).unwrap();
+        for (pos, &t) in tokens.iter().enumerate().skip(got) {
+            let (b, slot) = c.slot(s, pos).unwrap();
+            c.write(0, b, slot, &[t as f32; 8], &[t as f32; 8]);
+        }
+        c.commit(s, tokens.len() - got).unwrap();
+        c.offer_blocks(s, &h).unwrap();
+        s
+    }
+
+    fn keys_of(c: &KvCache, s: SeqId) -> Vec<f32> {
+        (0..c.seq_len(s).unwrap())
+            .map(|p| {
+                let (b, slot) = c.slot(s, p).unwrap();
+                c.block_keys(0, b, 0)[slot * 4].to_f32()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn prefix_blocks_are_shared_and_outlive_their_sequence() {
+        let mut c = cache(8);
+        c.set_prefix_caching(true);
+        let a_toks: Vec<TokenId> = (0..10).collect();
+        let a = filled(&mut c, &a_toks);
+        assert_eq!(
+            c.cached_blocks(),
+            2,
+            "two full blocks cached, the partial one not"
+        );
+        // A second prompt sharing 9 tokens gets the two full blocks and computes the rest.
+        let b_toks: Vec<TokenId> = (0..9).chain([50, 51, 52]).collect();
+        let (found, parked) = c.lookup_prefix(&hashes(&b_toks));
+        assert_eq!((found, parked), (2, 0));
+        let b = filled(&mut c, &b_toks);
+        assert_eq!(c.seq_blocks(a).unwrap()[..2], c.seq_blocks(b).unwrap()[..2]);
+        assert_eq!(
+            keys_of(&c, b),
+            b_toks.iter().map(|&t| t as f32).collect::<Vec<_>>()
+        );
+        assert_eq!(c.used_blocks(), 3 + 1, "a: 3 blocks, b: 1 of its own");
+        // Both end: the cached blocks stay, parked, and count as free.
+        let a_blocks = c.seq_blocks(a).unwrap().to_vec();
+        c.free_seq(a).unwrap();
+        c.free_seq(b).unwrap();
+        assert_eq!(c.used_blocks(), 0);
+        assert_eq!(c.free_blocks(), 8);
+        assert_eq!(
+            c.cached_blocks(),
+            3,
+            "b's third block (8..12) is cached too"
+        );
+        assert_eq!(c.lookup_prefix(&hashes(&b_toks)), (3, 3));
+        // A prompt that is exactly two cached blocks recomputes its last block (the last
+        // token's logits are needed), so it takes one.
+        let d = filled(&mut c, &a_toks[..8]);
+        assert_eq!(c.seq_blocks(d).unwrap()[0], a_blocks[0]);
+        assert_ne!(c.seq_blocks(d).unwrap()[1], a_blocks[1]);
+    }
+
+    #[test]
+    fn cached_blocks_are_evicted_least_recently_used_and_only_when_needed() {
+        let mut c = cache(4);
+        c.set_prefix_caching(true);
+        let x: Vec<TokenId> = (0..4).collect();
+        let y: Vec<TokenId> = (100..104).collect();
+        let sx = filled(&mut c, &x);
+        let sy = filled(&mut c, &y);
+        c.free_seq(sx).unwrap(); // released first: evicted first
+        c.free_seq(sy).unwrap();
+        assert_eq!(c.cached_blocks(), 2);
+        // Two free blocks are taken before any cached one.
+        let s = c.new_seq();
+        c.reserve(s, 8).unwrap();
+        assert_eq!(c.cached_blocks(), 2, "free blocks go first");
+        c.reserve(s, 12).unwrap(); // a third block: evicts x's (least recently used)
+        assert_eq!(c.lookup_prefix(&hashes(&x)), (0, 0));
+        assert_eq!(c.lookup_prefix(&hashes(&y)), (1, 1));
+        assert_eq!(
+            c.reserve(s, 20),
+            Err(KvError::OutOfBlocks { needed: 2, free: 1 }),
+            "evictable blocks count as free"
+        );
+    }
+
+    #[test]
+    fn a_sequence_cut_back_into_a_cached_block_does_not_change_the_cache() {
+        let mut c = cache(8);
+        c.set_prefix_caching(true);
+        let toks: Vec<TokenId> = (0..8).collect();
+        let a = filled(&mut c, &toks);
+        let b = filled(&mut c, &[0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(c.seq_blocks(a).unwrap()[1], c.seq_blocks(b).unwrap()[1]);
+        // b rolls back into the shared cached block and writes: copy-on-write.
+        c.truncate(b, 6).unwrap();
+        c.reserve(b, 1).unwrap();
+        let (blk, slot) = c.slot(b, 6).unwrap();
+        assert_ne!(blk, c.seq_blocks(a).unwrap()[1]);
+        c.write(0, blk, slot, &[77.0; 8], &[77.0; 8]);
+        c.commit(b, 1).unwrap();
+        assert_eq!(keys_of(&c, a), (0..8).map(|t| t as f32).collect::<Vec<_>>());
+        // a alone rolls back into its cached block: the block leaves the cache first.
+        c.free_seq(b).unwrap();
+        c.truncate(a, 5).unwrap();
+        assert_eq!(c.lookup_prefix(&hashes(&toks)), (1, 0));
+        c.reserve(a, 1).unwrap();
+        let (blk, slot) = c.slot(a, 5).unwrap();
+        c.write(0, blk, slot, &[55.0; 8], &[55.0; 8]);
+        // Turning caching off drops every cached prefix.
+        c.free_seq(a).unwrap();
+        c.set_prefix_caching(false);
+        assert_eq!(c.cached_blocks(), 0);
+        assert_eq!(c.free_blocks(), 8);
     }
 
     #[test]

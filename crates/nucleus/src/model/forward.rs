@@ -16,6 +16,15 @@ use super::weights::Matrix;
 use super::{Activation, Model, ModelError};
 use crate::kernels::tile;
 
+/// What of a token's arithmetic its place in its prompt decides (the product kernels, and
+/// the tiled attention of a 64+ token micro-batch), as a small number: two tokens with the same
+/// class, the same position and the same tokens before them get the same keys and values, bit
+/// for bit. The prefix cache keys blocks by it ([`crate::kv_cache::extend_block_hashes`]).
+pub fn arithmetic_class(slot: PromptSlot) -> u8 {
+    let tiled = u8::from(slot.ubatch_len() >= TILED_MIN_BATCH);
+    slot.matmul_class() | tiled << 3
+}
+
 /// Tokens to evaluate: each with its position, its sequence, and whether its logits are wanted.
 /// A sequence's tokens must continue it: positions `len, len+1, …` in batch order.
 #[derive(Clone, Debug, Default)]

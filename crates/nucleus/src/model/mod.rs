@@ -6,7 +6,7 @@ mod forward;
 mod hparams;
 mod weights;
 
-pub use forward::{Batch, ForwardState};
+pub use forward::{arithmetic_class, Batch, ForwardState};
 pub use hparams::{Activation, Arch, HParams, RopeStyle};
 
 use std::path::Path;

@@ -1,0 +1,496 @@
+//! The scheduler thread: each step it takes new requests, admits what fits in the KV cache,
+//! plans one batch (decode tokens first, then prefill chunks), runs one forward and hands each
+//! sequence its logits row. See the [module above](super) for the policy.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::{Counters, Event, Finished, Pending, Shared, TokenEvent};
+use crate::engine::sequence::Sequence;
+use crate::kernels::PromptSlot;
+use crate::kv_cache::{extend_block_hashes, BlockHash, KvCache, SeqId};
+use crate::model::{arithmetic_class, Batch, ForwardState, Model};
+use crate::tokenizer::{TokenId, Tokenizer};
+
+struct Seq<'t> {
+    tx: UnboundedSender<Event>,
+    /// Hashes of the full blocks of the prompt, for the prefix cache.
+    hashes: Vec<BlockHash>,
+    /// Prompt tokens taken from the prefix cache since the last admission.
+    cached_tokens: usize,
+    /// The decoding state; its context (prompt, then the generated tokens: the last one not yet
+    /// in the cache while decoding) is what the batches feed.
+    seq: Sequence<'t>,
+    kv_seq: Option<SeqId>,
+    n_cached: usize,
+    /// Admission order; the highest is the newest (preempted first).
+    order: u64,
+    preemptions: usize,
+}
+
+impl Seq<'_> {
+    fn tokens(&self) -> &[TokenId] {
+        self.seq.context()
+    }
+
+    /// Hashes of the cached blocks this sequence may take: full prompt blocks before its last
+    /// uncached token (whose logits must be computed).
+    fn reusable_hashes(&self, block_size: usize) -> &[BlockHash] {
+        let n = (self.tokens().len() - 1) / block_size;
+        &self.hashes[..n.min(self.hashes.len())]
+    }
+
+    fn uncached(&self) -> usize {
+        self.tokens().len() - self.n_cached
+    }
+}
+
+pub(super) struct Scheduler<'a> {
+    shared: &'a Shared,
+    model: &'a Model,
+    tok: &'a Tokenizer,
+    kv: KvCache,
+    state: ForwardState,
+    batch: Batch,
+    running: Vec<Seq<'a>>,
+    waiting: VecDeque<Seq<'a>>,
+    next_order: u64,
+}
+
+/// Extends `s` (at a block edge) with the cached blocks that continue its prompt.
+fn take_cached(kv: &mut KvCache, counters: &Counters, block_size: usize, s: &mut Seq) {
+    let Some(id) = s.kv_seq else { return };
+    let added = kv
+        .attach_cached(id, s.reusable_hashes(block_size))
+        .unwrap_or(0);
+    s.n_cached += added;
+    s.cached_tokens += added;
+    if s.preemptions == 0 {
+        counters
+            .prefix_hits
+            .fetch_add(added as u64, Ordering::Relaxed);
+    }
+}
+
+/// The arithmetic token `index` of a prompt of `len` tokens gets (see `Batch::push_prompt`).
+fn prompt_slot(len: usize, index: usize) -> PromptSlot {
+    PromptSlot {
+        len,
+        index,
+        all_logits: false,
+    }
+}
+
+impl<'a> Scheduler<'a> {
+    pub(super) fn new(
+        shared: &'a Shared,
+        model: &'a Model,
+        tok: &'a Tokenizer,
+        kv: KvCache,
+    ) -> Scheduler<'a> {
+        Scheduler {
+            shared,
+            model,
+            tok,
+            kv,
+            state: ForwardState::new(),
+            batch: Batch::new(),
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            next_order: 0,
+        }
+    }
+
+    pub(super) fn run(&mut self) {
+        loop {
+            if !self.take_incoming() {
+                self.fail_all("the server is shutting down");
+                self.publish();
+                return;
+            }
+            self.drop_cancelled();
+            self.admit();
+            self.publish();
+            if self.running.is_empty() {
+                continue;
+            }
+            let plan = self.plan();
+            if !plan.is_empty() {
+                self.step(&plan);
+            }
+            self.publish();
+        }
+    }
+
+    /// Moves new requests into the waiting queue, sleeping while there is nothing to do.
+    /// Returns false on shutdown.
+    fn take_incoming(&mut self) -> bool {
+        let mut inbox = self.shared.inbox.lock().expect("inbox lock");
+        while self.running.is_empty()
+            && self.waiting.is_empty()
+            && inbox.incoming.is_empty()
+            && !inbox.shutdown
+        {
+            inbox = self.shared.wake.wait(inbox).expect("inbox lock");
+        }
+        if inbox.shutdown {
+            return false;
+        }
+        let bs = self.shared.cfg.block_size;
+        for p in inbox.incoming.drain(..) {
+            let mut hashes = Vec::new();
+            if self.kv.prefix_caching() {
+                let n = p.prompt.len();
+                let class = |i| arithmetic_class(prompt_slot(n, i));
+                extend_block_hashes(&p.prompt, class, bs, &mut hashes);
+            }
+            self.waiting.push_back(Seq {
+                tx: p.tx,
+                hashes,
+                cached_tokens: 0,
+                seq: Sequence::with_sampler(self.tok, &p.prompt, &p.req, p.sampler),
+                kv_seq: None,
+                n_cached: 0,
+                order: 0,
+                preemptions: 0,
+            });
+        }
+        self.shared
+            .counters
+            .waiting
+            .store(self.waiting.len(), Ordering::Relaxed);
+        true
+    }
+
+    fn release(&mut self, seq: &mut Seq) {
+        if let Some(id) = seq.kv_seq.take() {
+            let _ = self.kv.free_seq(id);
+        }
+        seq.n_cached = 0;
+    }
+
+    fn drop_cancelled(&mut self) {
+        let c = &self.shared.counters;
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].tx.is_closed() {
+                let mut s = self.running.remove(i);
+                self.release(&mut s);
+                c.cancelled.fetch_add(1, Ordering::Relaxed);
+            } else {
+                i += 1;
+            }
+        }
+        let before = self.waiting.len();
+        self.waiting.retain(|s| !s.tx.is_closed());
+        c.cancelled
+            .fetch_add((before - self.waiting.len()) as u64, Ordering::Relaxed);
+    }
+
+    /// Blocks the running sequences still need for their uncached tokens.
+    fn promised_blocks(&self) -> usize {
+        self.running
+            .iter()
+            .map(|s| match s.kv_seq {
+                Some(id) => self.kv.blocks_needed(id, s.uncached()).unwrap_or(0),
+                None => s.tokens().len().div_ceil(self.shared.cfg.block_size),
+            })
+            .sum()
+    }
+
+    fn admit(&mut self) {
+        let cfg = &self.shared.cfg;
+        while self.running.len() < cfg.max_running {
+            let Some(front) = self.waiting.front() else {
+                break;
+            };
+            // Cached blocks cost nothing, unless no sequence holds them (then they are taken
+            // from the free ones).
+            let (found, parked) = self.kv.lookup_prefix(front.reusable_hashes(cfg.block_size));
+            let need = front.tokens().len().div_ceil(cfg.block_size) - found
+                + parked
+                + cfg.headroom_blocks;
+            let free = self.kv.free_blocks();
+            if free < self.promised_blocks() + need {
+                if self.running.is_empty() && self.kv.used_blocks() == 0 {
+                    // Can never fit (submit checks the prompt; this is a preempted sequence that
+                    // grew past the whole pool).
+                    let mut s = self.waiting.pop_front().expect("front exists");
+                    self.fail(&mut s, "the sequence no longer fits in the KV cache");
+                    continue;
+                }
+                break;
+            }
+            let mut s = self.waiting.pop_front().expect("front exists");
+            let id = self.kv.new_seq();
+            s.kv_seq = Some(id);
+            s.n_cached = 0;
+            s.cached_tokens = 0;
+            s.order = self.next_order;
+            self.next_order += 1;
+            let c = &self.shared.counters;
+            if s.preemptions == 0 {
+                let n = s.seq.prompt().len() as u64;
+                c.prompt_tokens.fetch_add(n, Ordering::Relaxed);
+                if self.kv.prefix_caching() {
+                    c.prefix_queries.fetch_add(n, Ordering::Relaxed);
+                }
+            }
+            take_cached(&mut self.kv, c, cfg.block_size, &mut s);
+            self.running.push(s);
+        }
+    }
+
+    /// Whether running sequence `i` should wait for an older running sequence that is
+    /// computing the very block `i` would compute next (equal prefix hashes): it takes the
+    /// block from the cache once that one is done, instead of computing it twice.
+    fn waits_for_shared_prefix(&self, i: usize) -> bool {
+        let bs = self.shared.cfg.block_size;
+        let s = &self.running[i];
+        let next = s.n_cached / bs;
+        let Some(&hash) = s.reusable_hashes(bs).get(next) else {
+            return false;
+        };
+        self.running.iter().any(|o| {
+            o.order < s.order && o.n_cached < (next + 1) * bs && o.hashes.get(next) == Some(&hash)
+        })
+    }
+
+    /// Which tokens of which sequences go into this step's batch: (running index, count).
+    /// Preempts the newest sequences while the KV pool cannot hold the step.
+    fn plan(&mut self) -> Vec<(usize, usize)> {
+        let budget = self.shared.cfg.step_token_budget;
+        if self.kv.prefix_caching() {
+            // Prompts still being computed may find their next blocks cached by now.
+            let bs = self.shared.cfg.block_size;
+            for s in self.running.iter_mut().filter(|s| s.uncached() > 1) {
+                take_cached(&mut self.kv, &self.shared.counters, bs, s);
+            }
+        }
+        loop {
+            let mut plan = Vec::new();
+            let mut left = budget;
+            // Decode tokens first: they are what running streams wait for.
+            for (i, s) in self.running.iter().enumerate() {
+                if s.uncached() == 1 && left > 0 {
+                    plan.push((i, 1));
+                    left -= 1;
+                }
+            }
+            // Then prefill chunks, oldest first.
+            let mut order: Vec<usize> = (0..self.running.len())
+                .filter(|&i| self.running[i].uncached() > 1 && !self.waits_for_shared_prefix(i))
+                .collect();
+            order.sort_by_key(|&i| self.running[i].order);
+            for i in order {
+                if left == 0 {
+                    break;
+                }
+                let n = self.running[i].uncached().min(left);
+                plan.push((i, n));
+                left -= n;
+            }
+            let needed: usize = plan
+                .iter()
+                .map(|&(i, n)| {
+                    let id = self.running[i]
+                        .kv_seq
+                        .expect("running sequences have a cache seq");
+                    self.kv.blocks_needed(id, n).unwrap_or(usize::MAX / 4)
+                })
+                .sum();
+            let free = self.kv.free_blocks();
+            if needed <= free {
+                return plan;
+            }
+            if self.running.len() > 1 {
+                self.preempt_newest();
+                continue;
+            }
+            // A single sequence: shrink its chunk to what fits.
+            let (i, n) = plan[0];
+            let id = self.running[i].kv_seq.expect("running");
+            let mut fit = n;
+            while fit > 0 && self.kv.blocks_needed(id, fit).unwrap_or(usize::MAX) > free {
+                fit -= 1;
+            }
+            if fit == 0 {
+                let mut s = self.running.remove(i);
+                self.fail(&mut s, "the KV cache is too small for this sequence");
+                return Vec::new();
+            }
+            return vec![(i, fit)];
+        }
+    }
+
+    fn preempt_newest(&mut self) {
+        let i = (0..self.running.len())
+            .max_by_key(|&i| self.running[i].order)
+            .expect("at least one running");
+        let mut s = self.running.remove(i);
+        self.release(&mut s);
+        s.preemptions += 1;
+        self.shared
+            .counters
+            .preemptions
+            .fetch_add(1, Ordering::Relaxed);
+        self.waiting.push_front(s);
+    }
+
+    fn step(&mut self, plan: &[(usize, usize)]) {
+        self.batch.clear();
+        for &(i, n) in plan {
+            let s = &self.running[i];
+            let id = s.kv_seq.expect("running");
+            let last = n == s.uncached();
+            // Prompt tokens (also when recomputed after preemption) get prompt arithmetic,
+            // generated ones decode arithmetic, whatever the chunking: see `Batch::push_prompt`.
+            let n_prompt = s.seq.prompt().len();
+            for k in 0..n {
+                let pos = s.n_cached + k;
+                let logits = last && k + 1 == n;
+                if pos < n_prompt {
+                    let slot = prompt_slot(n_prompt, pos);
+                    self.batch
+                        .push_prompt(s.tokens()[pos], pos, id, logits, slot);
+                } else {
+                    self.batch.push(s.tokens()[pos], pos, id, logits);
+                }
+            }
+        }
+        let c = &self.shared.counters;
+        c.steps.fetch_add(1, Ordering::Relaxed);
+        c.forward_tokens
+            .fetch_add(self.batch.len() as u64, Ordering::Relaxed);
+        if let Err(e) = self
+            .model
+            .forward(&self.batch, &mut self.kv, &mut self.state)
+        {
+            // Should not happen (the plan fits); fail the sequences of this batch, keep serving.
+            let msg = format!("forward pass failed: {e}");
+            let mut idx: Vec<usize> = plan.iter().map(|&(i, _)| i).collect();
+            idx.sort_unstable_by(|a, b| b.cmp(a));
+            for i in idx {
+                let mut s = self.running.remove(i);
+                self.fail(&mut s, &msg);
+            }
+            return;
+        }
+        let n_vocab = self.model.hp.n_vocab;
+        let all_logits = self.state.logits();
+        let mut buf: Vec<f32> = Vec::with_capacity(n_vocab);
+        let mut row = 0;
+        let mut done: Vec<usize> = Vec::new();
+        let mut finals: Vec<(UnboundedSender<Event>, Finished)> = Vec::new();
+        for &(i, n) in plan {
+            let s = &mut self.running[i];
+            let last = n == s.uncached();
+            s.n_cached += n;
+            if let Some(id) = s.kv_seq {
+                let _ = self.kv.offer_blocks(id, &s.hashes);
+            }
+            if !last {
+                continue;
+            }
+            let r = row;
+            row += 1;
+            buf.clear();
+            buf.extend_from_slice(&all_logits[r * n_vocab..(r + 1) * n_vocab]);
+            match s.seq.step(&mut buf) {
+                Err(e) => {
+                    c.failed.fetch_add(1, Ordering::Relaxed);
+                    let _ = s.tx.send(Event::Error(format!("sampling failed: {e}")));
+                    done.push(i);
+                }
+                Ok(out) => {
+                    c.generation_tokens.fetch_add(1, Ordering::Relaxed);
+                    // An EOS token is not output: its text (held text released) comes with
+                    // `Done`. The sequence has fed every other token into its context.
+                    let end_text = if out.is_eos {
+                        out.text
+                    } else {
+                        let (logprob, top_logprobs) = match out.logprob {
+                            Some(lp) => (
+                                Some(lp.logprob),
+                                lp.top_logprobs
+                                    .iter()
+                                    .map(|t| (t.token, t.logprob))
+                                    .collect(),
+                            ),
+                            None => (None, Vec::new()),
+                        };
+                        let _ = s.tx.send(Event::Token(TokenEvent {
+                            token: out.token,
+                            text: out.text,
+                            logprob,
+                            top_logprobs,
+                        }));
+                        String::new()
+                    };
+                    if let Some(reason) = out.finish {
+                        c.finished.fetch_add(1, Ordering::Relaxed);
+                        // Sent after the blocks are freed and the stats published, so that a
+                        // client that saw its request end sees the engine without it.
+                        finals.push((
+                            s.tx.clone(),
+                            Finished {
+                                text: end_text,
+                                finish_reason: reason,
+                                prompt_tokens: s.seq.prompt().len(),
+                                // Sampled tokens: the generated ones and an ending EOS.
+                                completion_tokens: s.seq.tokens().len() + usize::from(out.is_eos),
+                                preemptions: s.preemptions,
+                                cached_tokens: s.cached_tokens,
+                            },
+                        ));
+                        done.push(i);
+                    }
+                }
+            }
+        }
+        done.sort_unstable_by(|a, b| b.cmp(a));
+        for i in done {
+            let mut s = self.running.remove(i);
+            self.release(&mut s);
+        }
+        self.publish();
+        for (tx, f) in finals {
+            let _ = tx.send(Event::Done(f));
+        }
+    }
+
+    fn fail(&mut self, s: &mut Seq, msg: &str) {
+        self.release(s);
+        self.shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+        let _ = s.tx.send(Event::Error(msg.to_string()));
+    }
+
+    fn fail_all(&mut self, msg: &str) {
+        let mut all: Vec<Seq> = self.running.drain(..).collect();
+        all.extend(self.waiting.drain(..));
+        let incoming: Vec<Pending> = self
+            .shared
+            .inbox
+            .lock()
+            .map(|mut i| i.incoming.drain(..).collect())
+            .unwrap_or_default();
+        for p in incoming {
+            let _ = p.tx.send(Event::Error(msg.to_string()));
+        }
+        for mut s in all {
+            self.fail(&mut s, msg);
+        }
+    }
+
+    fn publish(&self) {
+        let c = &self.shared.counters;
+        c.running.store(self.running.len(), Ordering::Relaxed);
+        c.waiting.store(self.waiting.len(), Ordering::Relaxed);
+        c.kv_used.store(self.kv.used_blocks(), Ordering::Relaxed);
+        c.kv_free.store(self.kv.free_blocks(), Ordering::Relaxed);
+        c.kv_cached
+            .store(self.kv.cached_blocks(), Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,399 @@
+//! Continuous batching: many requests share one model and one paged KV cache.
+//!
+//! A scheduler thread owns the model's KV cache. At every step it builds ONE batch from the next
+//! token of every running sequence (decode) plus chunks of the prompts of newly admitted ones
+//! (chunked prefill, bounded by a per-step token budget so a long prompt never stalls the running
+//! streams), runs one forward, and hands each sequence's logits row to its own [`Sequence`]
+//! (sampling, detokenization, stop conditions). Results are streamed to each request's [`Event`]
+//! channel.
+//!
+//! A sequence is just its tokens (prompt + generated: [`Sequence::context`]) of which the first
+//! `n_cached` are in the KV cache. A step feeds some of the uncached tokens; when it feeds the
+//! last one, that position's logits are sampled. Decode (one uncached token) and prefill (many)
+//! are the same thing, and so is recomputation after preemption (`n_cached = 0`, all tokens
+//! uncached again, except what the prefix cache still holds).
+//!
+//! Admission is by KV blocks: the request at the head of the queue is admitted when its tokens,
+//! plus a little headroom, fit in the free blocks not already promised to running sequences.
+//! When the pool runs short anyway (sequences grow), the newest running sequence is preempted:
+//! its blocks are freed and it goes back to the front of the waiting queue, to be recomputed
+//! later. Its decoding state (its [`Sequence`]: sampler and RNG stream, detokenizer, stop
+//! conditions) is kept, so its output does not change.
+//!
+//! Prefix caching: the full blocks of every prompt stay in the pool after their request ends,
+//! under the hash of their prefix (see [`crate::kv_cache::prefix`]). An admitted request takes
+//! every cached block its prompt starts with and computes only the rest; a request whose next
+//! block is being computed right now by an older running request waits for it rather than
+//! computing it twice (so `n` identical prompts compute their prefix once). Because a block's
+//! hash includes the arithmetic of its tokens, a request's output never depends on what was
+//! cached: it is the output of the same request on a fresh engine.
+//!
+//! Cancellation: a request whose event receiver is dropped is removed before the next step and
+//! its blocks return to the pool. Every admitted request ends with [`Event::Done`] or
+//! [`Event::Error`].
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use super::sequence::GenerateRequest;
+use crate::model::Model;
+use crate::sampling::{FinishReason, Sampler, SamplingError, SamplingParams};
+use crate::tokenizer::{TokenId, Tokenizer};
+use batching::Scheduler;
+
+mod batching;
+
+/// Sizes and limits of an [`Engine`].
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Sequences decoded together at most.
+    pub max_running: usize,
+    /// Requests waiting for admission at most; beyond that `submit` fails with
+    /// [`SubmitError::QueueFull`].
+    pub queue_capacity: usize,
+    /// Tokens the KV cache holds in all (shared by every sequence).
+    pub kv_tokens: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Tokens per forward at most (decode tokens first, then prefill chunks).
+    pub step_token_budget: usize,
+    /// Context window of one sequence (prompt + generated).
+    pub n_ctx: usize,
+    /// Extra free blocks a request needs beyond its tokens to be admitted.
+    pub headroom_blocks: usize,
+    /// Keep the full blocks of prompts in the cache after their request ends and give them to
+    /// later requests whose prompts start the same way (automatic prefix caching).
+    pub prefix_caching: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_running: 16,
+            queue_capacity: 64,
+            kv_tokens: 32768,
+            block_size: 16,
+            step_token_budget: 256,
+            n_ctx: 4096,
+            headroom_blocks: 1,
+            prefix_caching: true,
+        }
+    }
+}
+
+/// One generation request, already tokenized.
+#[derive(Clone, Debug)]
+pub struct GenRequest {
+    pub prompt_tokens: Vec<TokenId>,
+    /// The sampler chain; `sampling.logprobs` asks for logprobs in the token events.
+    pub sampling: SamplingParams,
+    /// Stop strings (never part of the streamed text).
+    pub stop: Vec<String>,
+    /// New tokens at most; `None`: up to the end of the context window.
+    pub max_tokens: Option<usize>,
+    /// Keep going past end-of-generation tokens.
+    pub ignore_eos: bool,
+}
+
+impl GenRequest {
+    pub fn new(prompt_tokens: Vec<TokenId>, sampling: SamplingParams) -> GenRequest {
+        GenRequest {
+            prompt_tokens,
+            sampling,
+            stop: Vec::new(),
+            max_tokens: None,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// One generated token and the text it made safe to show (may be empty: part of a UTF-8
+/// character, or text held back as a possible start of a stop string).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenEvent {
+    pub token: TokenId,
+    pub text: String,
+    /// ln p(token) under the model (with `sampling.logprobs`).
+    pub logprob: Option<f32>,
+    /// The most likely alternatives with their logprobs, most likely first.
+    pub top_logprobs: Vec<(TokenId, f32)>,
+}
+
+/// The end of a request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finished {
+    /// Text released at the end (held-back text after an end-of-generation token).
+    pub text: String,
+    pub finish_reason: FinishReason,
+    pub prompt_tokens: usize,
+    /// Tokens sampled, including a final end-of-generation token.
+    pub completion_tokens: usize,
+    /// How many times the request was preempted and recomputed.
+    pub preemptions: usize,
+    /// Prompt tokens whose keys and values came from the prefix cache instead of being
+    /// computed (in the run that produced the output, if the request was preempted).
+    pub cached_tokens: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Token(TokenEvent),
+    Done(Finished),
+    Error(String),
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the request queue is full ({0} waiting); retry later")]
+    QueueFull(usize),
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error(
+        "the prompt ({prompt} tokens) plus max_tokens ({max_tokens}) exceeds the context window of {n_ctx} tokens"
+    )]
+    TooLong {
+        prompt: usize,
+        max_tokens: usize,
+        n_ctx: usize,
+    },
+    #[error("the prompt ({prompt} tokens) does not fit in the KV cache ({capacity} tokens)")]
+    KvTooSmall { prompt: usize, capacity: usize },
+    #[error("token id {token} is outside the vocabulary of {vocab}")]
+    BadToken { token: TokenId, vocab: usize },
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
+}
+
+/// A snapshot of the engine's counters (for `/metrics`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_used_blocks: usize,
+    pub kv_free_blocks: usize,
+    pub kv_total_blocks: usize,
+    /// Blocks holding a cached prefix (in use or kept for reuse).
+    pub kv_cached_blocks: usize,
+    /// Prompt tokens looked up in the prefix cache (each admitted request's prompt, once).
+    pub prefix_cache_queries_tokens: u64,
+    /// Of those, tokens found in the cache.
+    pub prefix_cache_hits_tokens: u64,
+    /// Prompt tokens of admitted requests (counted once, not per recomputation).
+    pub prompt_tokens_total: u64,
+    pub generation_tokens_total: u64,
+    /// Tokens through the forward pass (prefill, decode and recomputation).
+    pub forward_tokens_total: u64,
+    pub steps_total: u64,
+    pub requests_finished: u64,
+    pub requests_cancelled: u64,
+    pub requests_failed: u64,
+    pub preemptions_total: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    running: AtomicUsize,
+    waiting: AtomicUsize,
+    kv_used: AtomicUsize,
+    kv_free: AtomicUsize,
+    kv_total: AtomicUsize,
+    kv_cached: AtomicUsize,
+    prefix_queries: AtomicU64,
+    prefix_hits: AtomicU64,
+    prompt_tokens: AtomicU64,
+    generation_tokens: AtomicU64,
+    forward_tokens: AtomicU64,
+    steps: AtomicU64,
+    finished: AtomicU64,
+    cancelled: AtomicU64,
+    failed: AtomicU64,
+    preemptions: AtomicU64,
+}
+
+struct Pending {
+    tx: UnboundedSender<Event>,
+    prompt: Vec<TokenId>,
+    /// Validated, with `max_tokens` resolved.
+    req: GenerateRequest,
+    /// Built from `req.sampling` at submission.
+    sampler: Sampler,
+}
+
+#[derive(Default)]
+struct Inbox {
+    incoming: VecDeque<Pending>,
+    shutdown: bool,
+}
+
+struct Shared {
+    inbox: Mutex<Inbox>,
+    wake: Condvar,
+    counters: Counters,
+    cfg: EngineConfig,
+    n_vocab: usize,
+}
+
+/// The engine: use [`Engine::start`] to get a handle.
+pub struct Engine;
+
+/// A handle to a running engine; cheap to clone, usable from any thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    shared: Arc<Shared>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl Engine {
+    /// Starts the scheduler thread. `cfg.n_ctx` is capped at the model's training context.
+    pub fn start(
+        model: Arc<Model>,
+        tokenizer: Arc<Tokenizer>,
+        mut cfg: EngineConfig,
+    ) -> EngineHandle {
+        cfg.max_running = cfg.max_running.max(1);
+        cfg.block_size = cfg.block_size.max(1);
+        cfg.step_token_budget = cfg.step_token_budget.max(cfg.max_running).max(1);
+        cfg.n_ctx = cfg.n_ctx.min(model.hp.n_ctx_train.max(1)).max(2);
+        let mut kv = model.new_kv_cache(cfg.kv_tokens.max(cfg.block_size), cfg.block_size);
+        kv.set_prefix_caching(cfg.prefix_caching);
+        let shared = Arc::new(Shared {
+            inbox: Mutex::new(Inbox::default()),
+            wake: Condvar::new(),
+            counters: Counters::default(),
+            cfg,
+            n_vocab: model.hp.n_vocab,
+        });
+        shared
+            .counters
+            .kv_total
+            .store(kv.config().n_blocks, Ordering::Relaxed);
+        shared
+            .counters
+            .kv_free
+            .store(kv.free_blocks(), Ordering::Relaxed);
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("nucleus-scheduler".into())
+            .spawn(move || {
+                let mut sched = Scheduler::new(&s, &model, &tokenizer, kv);
+                sched.run();
+            })
+            .expect("spawn the scheduler thread");
+        EngineHandle {
+            shared,
+            thread: Arc::new(Mutex::new(Some(thread))),
+        }
+    }
+}
+
+impl EngineHandle {
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.cfg
+    }
+
+    /// Queues a request. Its events arrive on the returned receiver; dropping the receiver
+    /// cancels the request.
+    pub fn submit(&self, req: GenRequest) -> Result<UnboundedReceiver<Event>, SubmitError> {
+        let cfg = &self.shared.cfg;
+        let prompt = req.prompt_tokens.len();
+        if prompt == 0 {
+            return Err(SubmitError::EmptyPrompt);
+        }
+        if let Some(&token) = req
+            .prompt_tokens
+            .iter()
+            .find(|&&t| t as usize >= self.shared.n_vocab)
+        {
+            return Err(SubmitError::BadToken {
+                token,
+                vocab: self.shared.n_vocab,
+            });
+        }
+        let room = cfg.n_ctx.saturating_sub(prompt);
+        let max_tokens = req.max_tokens.unwrap_or(room);
+        if prompt + max_tokens.max(1) > cfg.n_ctx {
+            return Err(SubmitError::TooLong {
+                prompt,
+                max_tokens,
+                n_ctx: cfg.n_ctx,
+            });
+        }
+        let capacity = self.shared.counters.kv_total.load(Ordering::Relaxed) * cfg.block_size;
+        if (prompt + 1).div_ceil(cfg.block_size) + cfg.headroom_blocks > capacity / cfg.block_size {
+            return Err(SubmitError::KvTooSmall { prompt, capacity });
+        }
+        let gen = GenerateRequest {
+            sampling: req.sampling,
+            stop: req.stop,
+            max_tokens,
+            ignore_eos: req.ignore_eos,
+            ..GenerateRequest::default()
+        };
+        gen.validate()?;
+        let sampler = Sampler::new(gen.sampling.clone())?;
+        let (tx, rx) = unbounded_channel();
+        let mut inbox = self.shared.inbox.lock().expect("inbox lock");
+        if inbox.shutdown {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let waiting = inbox.incoming.len() + self.shared.counters.waiting.load(Ordering::Relaxed);
+        if waiting >= cfg.queue_capacity {
+            return Err(SubmitError::QueueFull(waiting));
+        }
+        inbox.incoming.push_back(Pending {
+            tx,
+            prompt: req.prompt_tokens,
+            req: gen,
+            sampler,
+        });
+        drop(inbox);
+        self.shared.wake.notify_one();
+        Ok(rx)
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        let c = &self.shared.counters;
+        let incoming = self.shared.inbox.lock().map_or(0, |i| i.incoming.len());
+        EngineStats {
+            running: c.running.load(Ordering::Relaxed),
+            waiting: c.waiting.load(Ordering::Relaxed) + incoming,
+            kv_used_blocks: c.kv_used.load(Ordering::Relaxed),
+            kv_free_blocks: c.kv_free.load(Ordering::Relaxed),
+            kv_total_blocks: c.kv_total.load(Ordering::Relaxed),
+            kv_cached_blocks: c.kv_cached.load(Ordering::Relaxed),
+            prefix_cache_queries_tokens: c.prefix_queries.load(Ordering::Relaxed),
+            prefix_cache_hits_tokens: c.prefix_hits.load(Ordering::Relaxed),
+            prompt_tokens_total: c.prompt_tokens.load(Ordering::Relaxed),
+            generation_tokens_total: c.generation_tokens.load(Ordering::Relaxed),
+            forward_tokens_total: c.forward_tokens.load(Ordering::Relaxed),
+            steps_total: c.steps.load(Ordering::Relaxed),
+            requests_finished: c.finished.load(Ordering::Relaxed),
+            requests_cancelled: c.cancelled.load(Ordering::Relaxed),
+            requests_failed: c.failed.load(Ordering::Relaxed),
+            preemptions_total: c.preemptions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the engine: new requests are refused, every queued or running request ends with an
+    /// [`Event::Error`], and the scheduler thread is joined. (A server drains first, then calls
+    /// this.) Idempotent.
+    pub fn shutdown(&self) {
+        self.shared.inbox.lock().expect("inbox lock").shutdown = true;
+        self.shared.wake.notify_all();
+        let handle = self.thread.lock().expect("thread lock").take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+
+    /// True once [`shutdown`](Self::shutdown) was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.shared.inbox.lock().map_or(true, |i| i.shutdown)
+    }
+}

@@ -1,0 +1,187 @@
+//! Automatic prefix caching, vLLM's scheme: a full block is known by the hash of its tokens
+//! chained with the hash of the blocks before it, so equal hashes mean equal prefixes. Full
+//! blocks of finished sequences stay in the pool under their hash and are handed to the next
+//! sequence whose prompt starts the same way; they are evicted least-recently-used, and only
+//! when a block is needed and none is free.
+//!
+//! What goes into a hash is everything a block's keys and values depend on, so that a block
+//! taken from the cache holds the same bits as the block the new sequence would compute: the
+//! tokens of the prefix, and for each token the arithmetic it was computed with
+//! ([`crate::model::arithmetic_class`]: the kernels llama.cpp would use for the token's place in
+//! its prompt). Two prompts that share tokens but would compute them with different kernels
+//! share no blocks, and the output of a request never depends on what was cached before it.
+//!
+//! The hash is SHA-256 of the parent's hash and the block's (token, class) pairs, cut to 128
+//! bits: a collision (which would hand a sequence another prefix's keys) is not a practical
+//! concern, as in vLLM's sha256 mode.
+
+use std::collections::{BTreeMap, HashMap};
+
+use sha2::{Digest, Sha256};
+
+use super::BlockId;
+use crate::tokenizer::TokenId;
+
+/// The identity of a full block: its tokens and everything before them.
+pub type BlockHash = u128;
+
+/// Hashes of the full blocks of `tokens`, where token `i` was computed with arithmetic class
+/// `class(i)`. Appends to `out` the hashes of blocks `out.len()..` (so a caller can extend a
+/// sequence's hashes as it grows), stopping at the first block not wholly within `tokens`.
+pub fn extend_block_hashes(
+    tokens: &[TokenId],
+    class: impl Fn(usize) -> u8,
+    block_size: usize,
+    out: &mut Vec<BlockHash>,
+) {
+    while (out.len() + 1) * block_size <= tokens.len() {
+        let b = out.len();
+        let parent = out.last().copied().unwrap_or(0);
+        let mut h = Sha256::new();
+        h.update(parent.to_le_bytes());
+        for i in b * block_size..(b + 1) * block_size {
+            h.update(tokens[i].to_le_bytes());
+            h.update([class(i)]);
+        }
+        let d = h.finalize();
+        let mut first = [0u8; 16];
+        first.copy_from_slice(&d[..16]);
+        out.push(u128::from_le_bytes(first));
+    }
+}
+
+/// Which blocks hold a cached prefix, and the order in which unused ones are evicted.
+#[derive(Default)]
+pub(super) struct PrefixIndex {
+    by_hash: HashMap<BlockHash, BlockId>,
+    hash_of: HashMap<BlockId, BlockHash>,
+    /// Cached blocks no sequence uses, by when they were last released (oldest first).
+    lru: BTreeMap<u64, BlockId>,
+    released_at: HashMap<BlockId, u64>,
+    clock: u64,
+}
+
+impl PrefixIndex {
+    pub fn lookup(&self, hash: BlockHash) -> Option<BlockId> {
+        self.by_hash.get(&hash).copied()
+    }
+
+    pub fn is_cached(&self, b: BlockId) -> bool {
+        self.hash_of.contains_key(&b)
+    }
+
+    /// Blocks that hold a cached prefix (in use or not).
+    pub fn n_cached(&self) -> usize {
+        self.hash_of.len()
+    }
+
+    /// Cached blocks no sequence uses: free for the taking, evicted when needed.
+    pub fn n_evictable(&self) -> usize {
+        self.lru.len()
+    }
+
+    pub fn is_evictable(&self, b: BlockId) -> bool {
+        self.released_at.contains_key(&b)
+    }
+
+    /// Makes `b` (a full block in use) findable under `hash`, unless another block already
+    /// is: the first to finish a prefix keeps it. Returns whether `b` was registered.
+    pub fn register(&mut self, b: BlockId, hash: BlockHash) -> bool {
+        if self.by_hash.contains_key(&hash) || self.hash_of.contains_key(&b) {
+            return false;
+        }
+        self.by_hash.insert(hash, b);
+        self.hash_of.insert(b, hash);
+        true
+    }
+
+    /// Forgets `b` (its contents are about to change); it stays with its sequences.
+    pub fn unregister(&mut self, b: BlockId) {
+        if let Some(h) = self.hash_of.remove(&b) {
+            self.by_hash.remove(&h);
+        }
+        if let Some(t) = self.released_at.remove(&b) {
+            self.lru.remove(&t);
+        }
+    }
+
+    /// `b`, a cached block, is no longer used by any sequence: it waits for reuse or eviction.
+    pub fn park(&mut self, b: BlockId) {
+        debug_assert!(self.is_cached(b));
+        self.clock += 1;
+        self.lru.insert(self.clock, b);
+        self.released_at.insert(b, self.clock);
+    }
+
+    /// `b`, a parked block, is taken by a sequence again.
+    pub fn unpark(&mut self, b: BlockId) {
+        if let Some(t) = self.released_at.remove(&b) {
+            self.lru.remove(&t);
+        }
+    }
+
+    /// Takes the least recently used parked block out of the cache, for a new use.
+    pub fn evict_lru(&mut self) -> Option<BlockId> {
+        let (_, b) = self.lru.pop_first()?;
+        self.released_at.remove(&b);
+        if let Some(h) = self.hash_of.remove(&b) {
+            self.by_hash.remove(&h);
+        }
+        Some(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_chain_and_cover_full_blocks_only() {
+        let toks: Vec<TokenId> = (0..10).collect();
+        let mut h = Vec::new();
+        extend_block_hashes(&toks, |_| 0, 4, &mut h);
+        assert_eq!(h.len(), 2, "10 tokens: two full blocks of 4");
+        // Extending with more tokens keeps the existing hashes and adds the new full block.
+        let toks2: Vec<TokenId> = (0..12).collect();
+        let mut h2 = h.clone();
+        extend_block_hashes(&toks2, |_| 0, 4, &mut h2);
+        assert_eq!(&h2[..2], &h[..]);
+        assert_eq!(h2.len(), 3);
+        // The same block of tokens after a different prefix has a different hash (chaining).
+        let other: Vec<TokenId> = [99, 1, 2, 3, 4, 5, 6, 7].to_vec();
+        let mut ho = Vec::new();
+        extend_block_hashes(&other, |_| 0, 4, &mut ho);
+        assert_ne!(ho[0], h[0]);
+        assert_ne!(
+            ho[1], h[1],
+            "block 1 has the same tokens but another parent"
+        );
+        // The arithmetic class is part of the identity.
+        let mut hc = Vec::new();
+        extend_block_hashes(&toks, |i| u8::from(i == 5), 4, &mut hc);
+        assert_eq!(hc[0], h[0]);
+        assert_ne!(hc[1], h[1]);
+    }
+
+    #[test]
+    fn eviction_is_least_recently_released_first() {
+        let mut p = PrefixIndex::default();
+        for b in 0..3 {
+            assert!(p.register(b, 100 + b as u128));
+        }
+        assert!(!p.register(7, 100), "the first block of a prefix keeps it");
+        p.park(2);
+        p.park(0);
+        p.park(1);
+        assert_eq!(p.n_evictable(), 3);
+        p.unpark(0); // taken again: not evictable
+        assert_eq!(p.evict_lru(), Some(2));
+        assert_eq!(p.lookup(102), None, "an evicted block is no longer found");
+        assert_eq!(p.evict_lru(), Some(1));
+        assert_eq!(p.evict_lru(), None);
+        assert_eq!(p.lookup(100), Some(0));
+        p.unregister(0);
+        assert_eq!(p.lookup(100), None);
+        assert_eq!(p.n_cached(), 0);
+    }
+}
