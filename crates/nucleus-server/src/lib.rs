@@ -603,16 +603,20 @@ struct Choice {
     text: String,
     finish: Option<FinishReason>,
     completion_tokens: usize,
+    cached_tokens: usize,
     chat_lp: Vec<Value>,
     cmpl_lp: CompletionLogprobs,
     error: Option<String>,
 }
 
-fn usage(prompt: usize, completion: usize) -> Value {
+/// OpenAI's usage object; `cached` is the prompt tokens taken from the prefix cache (for
+/// `n > 1`, the fewest of any choice: the prompt is counted once).
+fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
 }
 
@@ -653,6 +657,7 @@ async fn collect_response(
                 c.text.push_str(&f.text);
                 c.finish = Some(f.finish_reason);
                 c.completion_tokens = f.completion_tokens;
+                c.cached_tokens = f.cached_tokens;
             }
             Event::Error(e) => c.error = Some(e),
         }
@@ -666,6 +671,7 @@ async fn collect_response(
         return Err(ApiError::new(status, "server_error", e));
     }
     let completion: usize = choices.iter().map(|c| c.completion_tokens).sum();
+    let cached = choices.iter().map(|c| c.cached_tokens).min().unwrap_or(0);
     let finish = |c: &Choice| c.finish.map(FinishReason::as_str);
     let out: Vec<Value> = choices
         .iter()
@@ -695,7 +701,7 @@ async fn collect_response(
         "created": unix_now(),
         "model": st.model_id,
         "choices": out,
-        "usage": usage(n_prompt, completion),
+        "usage": usage(n_prompt, completion, cached),
         "system_fingerprint": "nucleus",
     }))
     .into_response())
@@ -740,6 +746,7 @@ fn stream_response(
     tokio::spawn(async move {
         let mut offsets = vec![0usize; n];
         let mut completion = 0;
+        let mut cached = usize::MAX;
         if ep == Endpoint::Chat {
             for i in 0..n {
                 let c = chunk(
@@ -781,6 +788,7 @@ fn stream_response(
                 }
                 Event::Done(f) => {
                     completion += f.completion_tokens;
+                    cached = cached.min(f.cached_tokens);
                     let reason = f.finish_reason.as_str();
                     match ep {
                         Endpoint::Chat => {
@@ -809,7 +817,10 @@ fn stream_response(
         }
         if include_usage {
             let _ = btx
-                .send(Ok(chunk(Value::Null, Some(usage(n_prompt, completion)))))
+                .send(Ok(chunk(
+                    Value::Null,
+                    Some(usage(n_prompt, completion, cached.min(n_prompt))),
+                )))
                 .await;
         }
         let _ = btx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;

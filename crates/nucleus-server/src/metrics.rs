@@ -134,6 +134,24 @@ impl Metrics {
             "gauge",
         );
         gauge(
+            "nucleus_kv_blocks_cached",
+            "KV cache blocks holding a cached prefix (in use, or kept for reuse and counted free).",
+            s.kv_cached_blocks as u64,
+            "gauge",
+        );
+        gauge(
+            "nucleus_prefix_cache_queries_total",
+            "Prompt tokens looked up in the prefix cache.",
+            s.prefix_cache_queries_tokens,
+            "counter",
+        );
+        gauge(
+            "nucleus_prefix_cache_hits_total",
+            "Prompt tokens found in the prefix cache (not computed).",
+            s.prefix_cache_hits_tokens,
+            "counter",
+        );
+        gauge(
             "nucleus_prompt_tokens_total",
             "Prompt tokens of admitted requests.",
             s.prompt_tokens_total,
@@ -180,6 +198,17 @@ impl Metrics {
             "Sequences that ended with an error.",
             s.requests_failed,
             "counter",
+        );
+        let usage = if s.kv_total_blocks == 0 {
+            0.0
+        } else {
+            s.kv_used_blocks as f64 / s.kv_total_blocks as f64
+        };
+        let _ = writeln!(
+            out,
+            "# HELP nucleus_kv_cache_usage_ratio Fraction of the KV cache's blocks in use by \
+             sequences (cached blocks kept for reuse count as free).\n\
+             # TYPE nucleus_kv_cache_usage_ratio gauge\nnucleus_kv_cache_usage_ratio {usage}"
         );
         let _ = writeln!(
             out,
