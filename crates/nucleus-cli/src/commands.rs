@@ -110,13 +110,20 @@ impl SamplingArgs {
 }
 
 /// A session with room for the request's beams.
-fn session_for<'m>(model: &'m Model, n_ctx: usize, req: &GenerateRequest) -> Session<'m> {
+fn session_for<'m>(
+    args: &ModelArgs,
+    model: &'m Model,
+    n_ctx: usize,
+    req: &GenerateRequest,
+) -> Session<'m> {
     let kv_tokens = if req.beams > 1 {
         Session::kv_tokens_for_beams(n_ctx, req.beams, req.max_tokens)
     } else {
         n_ctx
     };
-    Session::with_kv_tokens(model, n_ctx, kv_tokens)
+    let mut session = Session::with_kv_tokens(model, n_ctx, kv_tokens);
+    session.set_prefix_caching(!args.no_prefix_cache);
+    session
 }
 
 /// What `--explain` and `--logprobs` print to stderr for one token (nothing otherwise).
@@ -174,7 +181,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             prompt_tokens.len()
         );
     }
-    let mut session = session_for(&model, n_ctx, &req);
+    let mut session = session_for(&args.model, &model, n_ctx, &req);
     let stdout = std::io::stdout();
     let gen = session.generate(&tokenizer, &prompt_tokens, &req, |step| {
         report_step(&tokenizer, step, !args.json);
@@ -222,7 +229,7 @@ pub fn chat(
     };
     let template = ChatTemplate::new(source, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?;
     let n_ctx = context_size(&args, &model);
-    let mut session = session_for(&model, n_ctx, &req);
+    let mut session = session_for(&args, &model, n_ctx, &req);
     let mut messages = Vec::new();
     if let Some(s) = system {
         messages.push(Message::new("system", &s));
@@ -248,20 +255,13 @@ pub fn chat(
                 tokens.len()
             );
         }
-        // Reuse the session's prefix of the conversation; recompute from where it differs.
-        let common = session
-            .tokens()
-            .iter()
-            .zip(&tokens)
-            .take_while(|(a, b)| a == b)
-            .count();
-        if common < session.len() || common == tokens.len() {
-            session.reset();
-        }
-        let new = tokens[session.len()..].to_vec();
+        // Each turn is the whole conversation as one prompt, computed as a fresh run would
+        // compute it; the prefix cache gives back the blocks of the earlier turns' prompts, so
+        // only the new part is computed.
+        session.reset();
         // A different stream each turn, reproducible with --seed.
         req.sampling.seed = sampling.seed.map(|s| s.wrapping_add(turn));
-        let gen = session.generate(&tokenizer, &new, &req, |step| {
+        let gen = session.generate(&tokenizer, &tokens, &req, |step| {
             report_step(&tokenizer, step, true);
             let _ = stdout.write_all(step.text.as_bytes());
             let _ = stdout.flush();
@@ -393,6 +393,8 @@ pub fn bench(
         })
         .collect();
     let mut session = Session::new(&model, n_ctx);
+    // Every repetition computes its prompt.
+    session.set_prefix_caching(false);
     // Warm-up: touch every weight once.
     session.feed(&prompt[..prompt.len().min(8)], 512, false)?;
     let (mut best_pp, mut best_tg) = (0f64, 0f64);

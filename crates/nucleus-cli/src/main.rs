@@ -30,6 +30,11 @@ pub struct ModelArgs {
     /// Context window in tokens (default: the model's, capped at 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
+    /// Compute every prompt in full (by default a prompt that starts like an earlier one of
+    /// the same process, such as the conversation so far in `chat`, reuses its KV blocks;
+    /// the output is the same either way). `bench` never reuses.
+    #[arg(long)]
+    pub no_prefix_cache: bool,
 }
 
 /// Decoding settings, shared by `run` and `chat`. Defaults as llama.cpp's.

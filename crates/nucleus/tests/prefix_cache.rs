@@ -12,6 +12,7 @@ mod common;
 use std::sync::Arc;
 
 use nucleus::engine::scheduler::{Engine, EngineConfig, Event, Finished, GenRequest};
+use nucleus::engine::{GenerateRequest, Generation, Session};
 use nucleus::kernels::PromptSlot;
 use nucleus::model::{arithmetic_class, Model};
 use nucleus::sampling::SamplingParams;
@@ -210,5 +211,44 @@ fn identical_prompts_together_compute_the_prefix_once() {
             out.0, alone.0,
             "choice {seed} differs from the same request alone"
         );
+    }
+}
+
+/// The CLI's sessions (`run`, `chat`, beams): a prompt fed after `reset` takes the blocks of an
+/// earlier prompt of the session and gives what a fresh session gives, sampling and beams alike.
+#[test]
+fn session_reuses_earlier_prompts_with_the_same_output() {
+    let Some((model, tok, text)) = real("qwen2.5-coder-0.5b-instruct-q4_k_m") else {
+        return;
+    };
+    let first = [&text[..200], &text[2000..2030]].concat();
+    let second = [&text[..200], &text[3000..3030]].concat();
+    let mut sampled = GenerateRequest::greedy(N_GEN);
+    sampled.sampling = SamplingParams::unrestricted(5);
+    sampled.sampling.logprobs = Some(2);
+    sampled.ignore_eos = true;
+    let mut beams = GenerateRequest::greedy(N_GEN);
+    beams.beams = 3;
+    let kv_tokens = Session::kv_tokens_for_beams(1024, 3, N_GEN);
+    for req in [sampled, beams] {
+        let run = |s: &mut Session, p: &[TokenId]| -> Generation {
+            s.reset();
+            s.generate(&tok, p, &req, |_| {}).unwrap()
+        };
+        let mut warm = Session::with_kv_tokens(&model, 1024, kv_tokens);
+        assert_eq!(run(&mut warm, &first).cached_tokens, 0);
+        let cached = run(&mut warm, &second);
+        assert_eq!(cached.cached_tokens, expected_hit(&first, &second));
+        assert_eq!(cached.cached_tokens, 192);
+        let mut fresh = Session::with_kv_tokens(&model, 1024, kv_tokens);
+        fresh.set_prefix_caching(false);
+        let alone = run(&mut fresh, &second);
+        assert_eq!(alone.cached_tokens, 0);
+        assert_eq!(cached.tokens, alone.tokens, "beams: {}", req.beams);
+        let bits = |g: &Generation| -> Vec<u32> {
+            let lps = g.logprobs.iter().flatten().map(|l| l.logprob.to_bits());
+            lps.chain(g.sum_logprob.map(f32::to_bits)).collect()
+        };
+        assert_eq!(bits(&cached), bits(&alone), "beams: {}", req.beams);
     }
 }

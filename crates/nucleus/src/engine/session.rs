@@ -6,8 +6,8 @@ use std::time::Instant;
 use super::beams::KvBeams;
 use super::sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob};
 use crate::kernels::PromptSlot;
-use crate::kv_cache::{KvCache, SeqId};
-use crate::model::{Batch, ForwardState, Model, ModelError};
+use crate::kv_cache::{extend_block_hashes, KvCache, SeqId};
+use crate::model::{arithmetic_class, Batch, ForwardState, Model, ModelError};
 use crate::sampling::{beam_search, BeamError, BeamId, BeamParams, FinishReason, SamplingError};
 use crate::tokenizer::{TokenId, Tokenizer};
 
@@ -59,6 +59,8 @@ pub struct Generation {
     /// EOS included). Sampling with logprobs: the sum of the tokens' logprobs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sum_logprob: Option<f32>,
+    /// Prompt tokens taken from the prefix cache instead of being computed.
+    pub cached_tokens: usize,
     pub timings: Timings,
 }
 
@@ -76,6 +78,8 @@ pub struct Session<'m> {
     /// The session's tokens, in order: those in `seq`, then `n_unfed` not yet evaluated.
     tokens: Vec<TokenId>,
     n_unfed: usize,
+    /// Tokens of the last prompt taken from the prefix cache.
+    cached_tokens: usize,
 }
 
 impl<'m> Session<'m> {
@@ -89,6 +93,7 @@ impl<'m> Session<'m> {
     /// `beams × (max_tokens + 2 × BLOCK_SIZE)` tokens; the prompt's blocks are shared).
     pub fn with_kv_tokens(model: &'m Model, n_ctx: usize, kv_tokens: usize) -> Session<'m> {
         let mut kv = model.new_kv_cache(kv_tokens.max(n_ctx), BLOCK_SIZE);
+        kv.set_prefix_caching(true);
         let seq = kv.new_seq();
         Session {
             model,
@@ -99,6 +104,7 @@ impl<'m> Session<'m> {
             batch: Batch::new(),
             tokens: Vec::new(),
             n_unfed: 0,
+            cached_tokens: 0,
         }
     }
 
@@ -107,6 +113,12 @@ impl<'m> Session<'m> {
     /// sequence, so even one beam needs a little room).
     pub fn kv_tokens_for_beams(n_ctx: usize, beams: usize, max_tokens: usize) -> usize {
         n_ctx + beams * (max_tokens.min(n_ctx) + 2 * BLOCK_SIZE)
+    }
+
+    /// Tokens of the last prompt fed that came from the prefix cache instead of being
+    /// computed.
+    pub fn cached_tokens(&self) -> usize {
+        self.cached_tokens
     }
 
     /// The session's tokens, in order. After a beam search the last ones may not be in the KV
@@ -128,7 +140,15 @@ impl<'m> Session<'m> {
         self.len() == 0
     }
 
-    /// Forgets the sequence (a new conversation).
+    /// Prefix caching (on by default): a prompt fed to an empty session takes the blocks of
+    /// an earlier prompt of this session that started the same way (kept in the KV pool after
+    /// [`reset`](Self::reset) until their room is needed), and computes only the rest, with
+    /// the same results. Turning it off drops what is cached.
+    pub fn set_prefix_caching(&mut self, on: bool) {
+        self.kv.set_prefix_caching(on);
+    }
+
+    /// Forgets the sequence (a new conversation). Its prompt's blocks stay in the prefix cache.
     pub fn reset(&mut self) {
         let _ = self.kv.free_seq(self.seq);
         self.seq = self.kv.new_seq();
@@ -171,19 +191,39 @@ impl<'m> Session<'m> {
                 self.len()
             )));
         }
+        let slot = |index| PromptSlot {
+            len: tokens.len(),
+            index,
+            all_logits,
+        };
+        // A prompt that starts the sequence is looked up in the prefix cache (unless every
+        // position's logits are wanted); its full blocks are offered to it once computed.
+        let mut hashes = Vec::new();
+        let mut skip = 0;
+        let starts = self.is_empty();
+        if starts && self.kv.prefix_caching() && !tokens.is_empty() {
+            let bs = self.kv.config().block_size;
+            extend_block_hashes(tokens, |i| arithmetic_class(slot(i)), bs, &mut hashes);
+            if !all_logits {
+                let reusable = (tokens.len() - 1) / bs;
+                skip = self
+                    .kv
+                    .attach_cached(self.seq, &hashes[..reusable.min(hashes.len())])?;
+                self.tokens.extend_from_slice(&tokens[..skip]);
+            }
+        }
+        let chunk = chunk.max(1);
         let mut out = Vec::new();
-        for (ci, part) in tokens.chunks(chunk.max(1)).enumerate() {
-            let last_chunk = (ci + 1) * chunk.max(1) >= tokens.len();
+        let rest = &tokens[skip..];
+        for (ci, part) in rest.chunks(chunk).enumerate() {
+            let last_chunk = (ci + 1) * chunk >= rest.len();
             self.batch.clear();
             let start = self.kv.seq_len(self.seq)?;
             for (i, &tok) in part.iter().enumerate() {
                 let want = all_logits || (last_chunk && i + 1 == part.len());
-                let slot = PromptSlot {
-                    len: tokens.len(),
-                    index: ci * chunk.max(1) + i,
-                    all_logits,
-                };
-                self.batch.push_prompt(tok, start + i, self.seq, want, slot);
+                let index = skip + ci * chunk + i;
+                self.batch
+                    .push_prompt(tok, start + i, self.seq, want, slot(index));
             }
             self.model
                 .forward(&self.batch, &mut self.kv, &mut self.state)?;
@@ -191,6 +231,10 @@ impl<'m> Session<'m> {
             if all_logits || last_chunk {
                 out.extend_from_slice(self.state.logits());
             }
+        }
+        self.kv.offer_blocks(self.seq, &hashes)?;
+        if starts {
+            self.cached_tokens = skip;
         }
         Ok(out)
     }
@@ -261,7 +305,9 @@ impl Session<'_> {
         req.max_tokens = req.max_tokens.min(self.n_ctx - used + 1);
 
         let t0 = Instant::now();
+        let starts = self.is_empty();
         let mut logits = self.feed(prompt, req.prefill_chunk, false)?;
+        let cached_tokens = if starts { self.cached_tokens } else { 0 };
         let prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t1 = Instant::now();
         let mut seq = Sequence::new(tokenizer, &self.tokens, &req)?;
@@ -299,6 +345,7 @@ impl Session<'_> {
                 .map(|_| seq.logprobs().to_vec())
                 .filter(|_| req.beams <= 1),
             sum_logprob,
+            cached_tokens,
         })
     }
 

@@ -295,7 +295,7 @@ impl KvCache {
         let dropped: Vec<BlockId> = t.blocks.drain(keep..).collect();
         // The last block is partial again and will be written: it no longer holds its prefix.
         // (When other sequences share it, the write copies it first; the cached prefix stays.)
-        let last = (len % bs != 0).then(|| t.blocks[keep - 1]);
+        let last = (!len.is_multiple_of(bs)).then(|| t.blocks[keep - 1]);
         if let Some(b) = last {
             if self.refcount[b as usize] == 1 {
                 self.prefix.unregister(b);

@@ -39,9 +39,10 @@ pub fn extend_block_hashes(
         let parent = out.last().copied().unwrap_or(0);
         let mut h = Sha256::new();
         h.update(parent.to_le_bytes());
-        for i in b * block_size..(b + 1) * block_size {
-            h.update(tokens[i].to_le_bytes());
-            h.update([class(i)]);
+        let start = b * block_size;
+        for (i, t) in tokens[start..start + block_size].iter().enumerate() {
+            h.update(t.to_le_bytes());
+            h.update([class(start + i)]);
         }
         let d = h.finalize();
         let mut first = [0u8; 16];
