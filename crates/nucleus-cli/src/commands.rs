@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use nucleus::chat::{ChatTemplate, Message};
-use nucleus::engine::{GenerateRequest, SequenceStep, Session};
+use nucleus::engine::context::{truncate_prompt, SINK_TOKENS};
+use nucleus::engine::{ContextPolicy, GenerateRequest, SequenceStep, Session};
 use nucleus::gguf::GgufFile;
 use nucleus::model::Model;
 use nucleus::sampling::{SamplingError, SamplingParams};
@@ -115,7 +116,7 @@ fn session_for<'m>(
     model: &'m Model,
     n_ctx: usize,
     req: &GenerateRequest,
-) -> Session<'m> {
+) -> Result<Session<'m>> {
     let kv_tokens = if req.beams > 1 {
         Session::kv_tokens_for_beams(n_ctx, req.beams, req.max_tokens)
     } else {
@@ -123,7 +124,36 @@ fn session_for<'m>(
     };
     let mut session = Session::with_kv_tokens(model, n_ctx, kv_tokens);
     session.set_prefix_caching(!args.no_prefix_cache);
-    session
+    session.set_context_policy(args.context_policy)?;
+    Ok(session)
+}
+
+/// The prompt as `--context-policy` has it fit a window of `n_ctx` tokens with room for
+/// `max_tokens` (at least a quarter of the window is left to answer): unchanged, truncated
+/// after its first `keep` tokens (`truncate`; a note says how many were dropped), or refused.
+/// `stream` takes any prompt.
+fn fit_prompt(
+    policy: ContextPolicy,
+    prompt: Vec<TokenId>,
+    keep: usize,
+    n_ctx: usize,
+    max_tokens: usize,
+) -> Result<(Vec<TokenId>, usize)> {
+    match policy {
+        ContextPolicy::Stream => Ok((prompt, 0)),
+        _ if prompt.len() < n_ctx => Ok((prompt, 0)),
+        ContextPolicy::Error => bail!(
+            "the prompt is {} tokens but the context window is {n_ctx}; shorten it, raise --ctx \
+             or use --context-policy truncate or stream",
+            prompt.len()
+        ),
+        ContextPolicy::Truncate => {
+            let room = max_tokens.clamp(1, (n_ctx / 4).max(1));
+            let (p, dropped) = truncate_prompt(&prompt, keep, n_ctx - room);
+            eprintln!("note: the prompt was truncated: {dropped} tokens dropped to fit the context window of {n_ctx}");
+            Ok((p, dropped))
+        }
+    }
 }
 
 /// What `--explain` and `--logprobs` print to stderr for one token (nothing otherwise).
@@ -175,13 +205,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("the prompt is empty");
     }
     let n_ctx = context_size(&args.model, &model);
-    if prompt_tokens.len() >= n_ctx {
-        bail!(
-            "the prompt is {} tokens but the context window is {n_ctx}; shorten it or raise --ctx",
-            prompt_tokens.len()
-        );
-    }
-    let mut session = session_for(&args.model, &model, n_ctx, &req);
+    let policy = args.model.context_policy;
+    let (prompt_tokens, dropped) =
+        fit_prompt(policy, prompt_tokens, SINK_TOKENS, n_ctx, req.max_tokens)?;
+    let mut session = session_for(&args.model, &model, n_ctx, &req)?;
     let stdout = std::io::stdout();
     let gen = session.generate(&tokenizer, &prompt_tokens, &req, |step| {
         report_step(&tokenizer, step, !args.json);
@@ -192,7 +219,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
     })?;
     if args.json {
-        println!("{}", serde_json::to_string(&gen)?);
+        let mut v = serde_json::to_value(&gen)?;
+        if policy != ContextPolicy::Error {
+            v["dropped_tokens"] = (dropped + session.evicted_tokens()).into();
+        }
+        println!("{v}");
     } else {
         println!();
         if args.verbose {
@@ -229,7 +260,7 @@ pub fn chat(
     };
     let template = ChatTemplate::new(source, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?;
     let n_ctx = context_size(&args, &model);
-    let mut session = session_for(&args, &model, n_ctx, &req);
+    let mut session = session_for(&args, &model, n_ctx, &req)?;
     let mut messages = Vec::new();
     if let Some(s) = system {
         messages.push(Message::new("system", &s));
@@ -249,12 +280,21 @@ pub fn chat(
         messages.push(Message::new("user", line.trim_end()));
         let prompt = template.render(&messages, true)?;
         let tokens = tokenizer.encode(&prompt, true, true)?;
-        if tokens.len() + 1 >= n_ctx {
-            bail!(
-                "the conversation is {} tokens, more than the context window of {n_ctx}",
-                tokens.len()
-            );
-        }
+        // `truncate` keeps the system message (when it fits) and drops the oldest turns.
+        let keep = match messages.first() {
+            Some(m) if m.role == "system" => {
+                let sys = template.render(&messages[..1], false)?;
+                let sys = tokenizer.encode(&sys, true, true)?;
+                if tokens.starts_with(&sys) {
+                    sys.len()
+                } else {
+                    SINK_TOKENS
+                }
+            }
+            _ => SINK_TOKENS,
+        };
+        let policy = args.context_policy;
+        let (tokens, _) = fit_prompt(policy, tokens, keep, n_ctx, req.max_tokens)?;
         // Each turn is the whole conversation as one prompt, computed as a fresh run would
         // compute it; the prefix cache gives back the blocks of the earlier turns' prompts, so
         // only the new part is computed.

@@ -35,6 +35,12 @@ pub struct ModelArgs {
     /// the output is the same either way). `bench` never reuses.
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// When a prompt or a generation outgrows the context window: `error` (refuse),
+    /// `truncate` (drop the prompt's oldest tokens after the first few, or after the system
+    /// message in `chat`), `stream` (keep the first tokens and the most recent ones and run on
+    /// without end, StreamingLLM). `bench` ignores it.
+    #[arg(long, default_value = "error")]
+    pub context_policy: nucleus::engine::ContextPolicy,
 }
 
 /// Decoding settings, shared by `run` and `chat`. Defaults as llama.cpp's.

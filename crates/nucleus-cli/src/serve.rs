@@ -50,6 +50,12 @@ pub struct ServeArgs {
     /// default: a request whose prompt starts like an earlier one computes only the rest).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// What a request that does not fit the context window gets, unless it sets
+    /// `context_policy`: `error` (HTTP 400, context_length_exceeded), `truncate` (the prompt's
+    /// oldest tokens after the system message or the first few are dropped) or `stream` (the
+    /// window slides: attention sinks plus recent tokens).
+    #[arg(long, default_value = "error")]
+    pub context_policy: nucleus::engine::ContextPolicy,
     /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM before cancelling them.
     #[arg(long, default_value_t = 10)]
     pub drain_secs: u64,
@@ -86,12 +92,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let tokenizer = Arc::new(tokenizer);
     let engine = Engine::start(Arc::new(model), tokenizer.clone(), cfg.clone());
     let n_ctx = engine.config().n_ctx;
-    let state = Arc::new(AppState::new(
-        engine,
-        tokenizer,
-        model_id.clone(),
-        args.api_key.clone(),
-    ));
+    let mut state = AppState::new(engine, tokenizer, model_id.clone(), args.api_key.clone());
+    state.context_policy = args.context_policy;
+    let state = Arc::new(state);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use nucleus::engine::ContextPolicy;
 use nucleus::sampling::{SamplingError, SamplingParams};
 use serde::Deserialize;
 use serde_json::Value;
@@ -77,6 +78,9 @@ pub struct ApiRequest {
     pub repeat_last_n: Option<i64>,
     pub no_repeat_ngram: Option<i64>,
     pub ignore_eos: Option<bool>,
+    /// `error`, `truncate` or `stream`: what to do when the prompt and the answer do not fit
+    /// the context window (default: the server's `--context-policy`).
+    pub context_policy: Option<String>,
 }
 
 /// Parses a JSON body; the error names the offending field.
@@ -122,6 +126,8 @@ pub struct GenSettings {
     pub stop: Vec<String>,
     pub max_tokens: Option<usize>,
     pub ignore_eos: bool,
+    /// `None`: the server's default.
+    pub context_policy: Option<ContextPolicy>,
 }
 
 fn range_f32(name: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
@@ -306,6 +312,13 @@ impl ApiRequest {
             stop,
             max_tokens,
             ignore_eos: self.ignore_eos.unwrap_or(false),
+            context_policy: match &self.context_policy {
+                None => None,
+                Some(name) => Some(
+                    name.parse()
+                        .map_err(|e: String| ApiError::param("context_policy", e))?,
+                ),
+            },
         })
     }
 }

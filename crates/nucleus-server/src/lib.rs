@@ -27,7 +27,9 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use nucleus::chat::{ChatTemplate, Message};
+use nucleus::engine::context::SINK_TOKENS;
 use nucleus::engine::scheduler::{EngineHandle, Event, GenRequest, SubmitError};
+use nucleus::engine::ContextPolicy;
 use nucleus::sampling::FinishReason;
 use nucleus::tokenizer::{TokenId, Tokenizer};
 
@@ -46,6 +48,8 @@ pub struct AppState {
     pub model_id: String,
     pub api_key: Option<String>,
     pub max_body: usize,
+    /// What a request that does not fit its window gets, unless it says (`context_policy`).
+    pub context_policy: ContextPolicy,
     pub metrics: Metrics,
     pub created: u64,
     pub shutting_down: AtomicBool,
@@ -73,6 +77,7 @@ impl AppState {
             model_id: model_id.into(),
             api_key: api_key.filter(|k| !k.is_empty()),
             max_body: DEFAULT_MAX_BODY,
+            context_policy: ContextPolicy::Error,
             metrics: Metrics::default(),
             created: unix_now(),
             shutting_down: AtomicBool::new(false),
@@ -273,15 +278,12 @@ async fn completions(
         let req = api::parse(&body)?;
         let settings = req.settings(Endpoint::Completions, st.tokenizer.vocab_size())?;
         let tokens = completion_prompt(&st, &req)?;
-        generate(
-            st.clone(),
-            Endpoint::Completions,
+        let prompt = Prompt {
             tokens,
-            settings,
-            t0,
-            "prompt",
-        )
-        .await
+            keep: SINK_TOKENS,
+            param: "prompt",
+        };
+        generate(st.clone(), Endpoint::Completions, prompt, settings, t0).await
     }
     .await;
     finish_response(&st, r)
@@ -296,8 +298,8 @@ async fn chat_completions(
         let body = body_bytes(body)?;
         let req = api::parse(&body)?;
         let settings = req.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
-        let tokens = chat_prompt(&st, &req)?;
-        generate(st.clone(), Endpoint::Chat, tokens, settings, t0, "messages").await
+        let prompt = chat_prompt(&st, &req)?;
+        generate(st.clone(), Endpoint::Chat, prompt, settings, t0).await
     }
     .await;
     finish_response(&st, r)
@@ -360,7 +362,15 @@ fn completion_prompt(st: &AppState, req: &ApiRequest) -> Result<Vec<TokenId>, Ap
     Ok(tokens)
 }
 
-fn chat_prompt(st: &AppState, req: &ApiRequest) -> Result<Vec<TokenId>, ApiError> {
+/// A request's prompt: its tokens, how many of them `truncate` keeps at the start, and the
+/// request field it came from (for errors).
+struct Prompt {
+    tokens: Vec<TokenId>,
+    keep: usize,
+    param: &'static str,
+}
+
+fn chat_prompt(st: &AppState, req: &ApiRequest) -> Result<Prompt, ApiError> {
     let msgs = match &req.messages {
         Some(m) if !m.is_empty() => m,
         Some(_) => return Err(ApiError::param("messages", "`messages` must not be empty")),
@@ -405,12 +415,28 @@ fn chat_prompt(st: &AppState, req: &ApiRequest) -> Result<Vec<TokenId>, ApiError
         };
         messages.push(Message::new(role, &content));
     }
-    let text = template
-        .render(&messages, true)
-        .map_err(|e| ApiError::param("messages", e.to_string()))?;
-    st.tokenizer
-        .encode(&text, true, true)
-        .map_err(|e| ApiError::param("messages", format!("cannot tokenize: {e}")))
+    let encode = |msgs: &[Message], gen: bool| -> Result<Vec<TokenId>, ApiError> {
+        let text = template
+            .render(msgs, gen)
+            .map_err(|e| ApiError::param("messages", e.to_string()))?;
+        st.tokenizer
+            .encode(&text, true, true)
+            .map_err(|e| ApiError::param("messages", format!("cannot tokenize: {e}")))
+    };
+    let tokens = encode(&messages, true)?;
+    // `truncate` keeps the system message when it is the start of the prompt.
+    let mut keep = SINK_TOKENS;
+    if messages.len() > 1 && messages[0].role == "system" {
+        let system = encode(&messages[..1], false)?;
+        if tokens.starts_with(&system) {
+            keep = system.len();
+        }
+    }
+    Ok(Prompt {
+        tokens,
+        keep,
+        param: "messages",
+    })
 }
 
 fn submit_error(e: SubmitError) -> ApiError {
@@ -432,22 +458,28 @@ fn submit_error(e: SubmitError) -> ApiError {
         SubmitError::EmptyPrompt => ApiError::param("prompt", e.to_string()),
         SubmitError::BadToken { .. } => ApiError::param("prompt", e.to_string()),
         SubmitError::Sampling(se) => ApiError::invalid(se.to_string()),
+        SubmitError::Context(ce) => ApiError::param("context_policy", ce.to_string()),
     }
 }
 
 async fn generate(
     st: Arc<AppState>,
     ep: Endpoint,
-    prompt: Vec<TokenId>,
+    prompt: Prompt,
     s: GenSettings,
     t0: Instant,
-    prompt_param: &str,
 ) -> Result<Response, ApiError> {
     if st.shutting_down.load(Ordering::SeqCst) {
         return Err(submit_error(SubmitError::ShuttingDown));
     }
+    let Prompt {
+        tokens: prompt,
+        keep,
+        param: prompt_param,
+    } = prompt;
     let n_ctx = st.engine.config().n_ctx;
-    if prompt.len() >= n_ctx {
+    let policy = s.context_policy.unwrap_or(st.context_policy);
+    if policy == ContextPolicy::Error && prompt.len() >= n_ctx {
         return Err(ApiError::param(
             prompt_param,
             format!(
@@ -457,7 +489,7 @@ async fn generate(
         )
         .with_code("context_length_exceeded"));
     }
-    if let Some(m) = s.max_tokens {
+    if let Some(m) = s.max_tokens.filter(|_| policy == ContextPolicy::Error) {
         if prompt.len() + m > n_ctx {
             return Err(ApiError::param(
                 "max_tokens",
@@ -469,7 +501,6 @@ async fn generate(
             .with_code("context_length_exceeded"));
         }
     }
-    let n_prompt = prompt.len();
     let mut rxs = Vec::with_capacity(s.n);
     for i in 0..s.n {
         let mut sampling = s.sampling.clone();
@@ -480,6 +511,8 @@ async fn generate(
             stop: s.stop.clone(),
             max_tokens: s.max_tokens,
             ignore_eos: s.ignore_eos,
+            context_policy: policy,
+            keep_tokens: keep,
         };
         // On failure the receivers already made are dropped, which cancels them.
         rxs.push(st.engine.submit(req).map_err(submit_error)?);
@@ -500,13 +533,13 @@ async fn generate(
             ep,
             id,
             s.n,
-            n_prompt,
+            policy,
             want_logprobs,
             s.include_usage,
             mrx,
         ))
     } else {
-        collect_response(st, ep, id, s.n, n_prompt, want_logprobs, mrx).await
+        collect_response(st, ep, id, s.n, policy, want_logprobs, mrx).await
     }
 }
 
@@ -603,7 +636,9 @@ struct Choice {
     text: String,
     finish: Option<FinishReason>,
     completion_tokens: usize,
+    prompt_tokens: usize,
     cached_tokens: usize,
+    dropped_tokens: usize,
     chat_lp: Vec<Value>,
     cmpl_lp: CompletionLogprobs,
     error: Option<String>,
@@ -625,7 +660,7 @@ async fn collect_response(
     ep: Endpoint,
     id: String,
     n: usize,
-    n_prompt: usize,
+    policy: ContextPolicy,
     want_logprobs: bool,
     mut rx: UnboundedReceiver<(usize, Event)>,
 ) -> Result<Response, ApiError> {
@@ -657,7 +692,9 @@ async fn collect_response(
                 c.text.push_str(&f.text);
                 c.finish = Some(f.finish_reason);
                 c.completion_tokens = f.completion_tokens;
+                c.prompt_tokens = f.prompt_tokens;
                 c.cached_tokens = f.cached_tokens;
+                c.dropped_tokens = f.dropped_tokens;
             }
             Event::Error(e) => c.error = Some(e),
         }
@@ -672,6 +709,8 @@ async fn collect_response(
     }
     let completion: usize = choices.iter().map(|c| c.completion_tokens).sum();
     let cached = choices.iter().map(|c| c.cached_tokens).min().unwrap_or(0);
+    // Every choice has the same prompt (truncated alike).
+    let n_prompt = choices.iter().map(|c| c.prompt_tokens).min().unwrap_or(0);
     let finish = |c: &Choice| c.finish.map(FinishReason::as_str);
     let out: Vec<Value> = choices
         .iter()
@@ -695,7 +734,7 @@ async fn collect_response(
         Endpoint::Chat => "chat.completion",
         Endpoint::Completions => "text_completion",
     };
-    Ok(Json(json!({
+    let mut body = json!({
         "id": id,
         "object": object,
         "created": unix_now(),
@@ -703,8 +742,13 @@ async fn collect_response(
         "choices": out,
         "usage": usage(n_prompt, completion, cached),
         "system_fingerprint": "nucleus",
-    }))
-    .into_response())
+    });
+    if policy != ContextPolicy::Error {
+        // Tokens dropped from the context (the most of any choice): the prompt's, by
+        // `truncate`; those the window evicted, by `stream`.
+        body["dropped_tokens"] = json!(choices.iter().map(|c| c.dropped_tokens).max());
+    }
+    Ok(Json(body).into_response())
 }
 
 fn sse(v: &Value) -> Bytes {
@@ -717,7 +761,7 @@ fn stream_response(
     ep: Endpoint,
     id: String,
     n: usize,
-    n_prompt: usize,
+    policy: ContextPolicy,
     want_logprobs: bool,
     include_usage: bool,
     mut rx: UnboundedReceiver<(usize, Event)>,
@@ -747,6 +791,7 @@ fn stream_response(
         let mut offsets = vec![0usize; n];
         let mut completion = 0;
         let mut cached = usize::MAX;
+        let mut n_prompt = usize::MAX;
         if ep == Endpoint::Chat {
             for i in 0..n {
                 let c = chunk(
@@ -789,8 +834,9 @@ fn stream_response(
                 Event::Done(f) => {
                     completion += f.completion_tokens;
                     cached = cached.min(f.cached_tokens);
+                    n_prompt = n_prompt.min(f.prompt_tokens);
                     let reason = f.finish_reason.as_str();
-                    match ep {
+                    let mut choice = match ep {
                         Endpoint::Chat => {
                             let delta = if f.text.is_empty() {
                                 json!({})
@@ -802,7 +848,11 @@ fn stream_response(
                         Endpoint::Completions => {
                             json!({"index": i, "text": f.text, "logprobs": Value::Null, "finish_reason": reason})
                         }
+                    };
+                    if policy != ContextPolicy::Error {
+                        choice["dropped_tokens"] = json!(f.dropped_tokens);
                     }
+                    choice
                 }
                 Event::Error(e) => {
                     let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);

@@ -8,16 +8,19 @@
 //!   [`GenerateRequest`] (sampling or beam search) to a [`Generation`].
 //! - [`KvBeams`]: beam search's [`BeamModel`](crate::sampling::BeamModel) over the paged KV
 //!   cache (forks share blocks, one batched forward per step).
+//! - [`context`]: what happens when a sequence outgrows its window (error, truncate, stream).
 //! - [`scheduler`]: the serving engine: a request queue and continuous batching of many
 //!   sequences (decode tokens plus chunked prefill in one forward per step), admission and
 //!   preemption by KV blocks, cancellation.
 
 mod beams;
+pub mod context;
 pub mod scheduler;
 mod sequence;
 mod session;
 
 pub use crate::sampling::FinishReason;
 pub use beams::KvBeams;
+pub use context::ContextPolicy;
 pub use sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob, TopLogprob};
 pub use session::{argmax, EngineError, Generation, Session, Timings, BLOCK_SIZE};

@@ -4,6 +4,9 @@
 use std::time::Instant;
 
 use super::beams::KvBeams;
+use super::context::{
+    check_stream_window, slide_window, ContextError, ContextPolicy, SINK_BLOCKS,
+};
 use super::sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob};
 use crate::kernels::PromptSlot;
 use crate::kv_cache::{extend_block_hashes, KvCache, SeqId};
@@ -80,6 +83,10 @@ pub struct Session<'m> {
     n_unfed: usize,
     /// Tokens of the last prompt taken from the prefix cache.
     cached_tokens: usize,
+    policy: ContextPolicy,
+    sink_blocks: usize,
+    /// Tokens evicted from the KV cache by the streamed window (`ContextPolicy::Stream`).
+    n_evicted: usize,
 }
 
 impl<'m> Session<'m> {
@@ -105,6 +112,9 @@ impl<'m> Session<'m> {
             tokens: Vec::new(),
             n_unfed: 0,
             cached_tokens: 0,
+            policy: ContextPolicy::Error,
+            sink_blocks: SINK_BLOCKS,
+            n_evicted: 0,
         }
     }
 
@@ -148,12 +158,41 @@ impl<'m> Session<'m> {
         self.kv.set_prefix_caching(on);
     }
 
+    /// What to do when the session outgrows its window: [`ContextPolicy::Error`] (the
+    /// default) refuses; [`ContextPolicy::Stream`] slides the window (see
+    /// [`crate::engine::context`]). `Truncate` is for whole prompts, before a session sees
+    /// them ([`crate::engine::context::truncate_prompt`]); here it acts as `Error`.
+    pub fn set_context_policy(&mut self, policy: ContextPolicy) -> Result<(), ContextError> {
+        if policy == ContextPolicy::Stream {
+            check_stream_window(self.n_ctx, self.kv.config().block_size)?;
+        }
+        self.policy = policy;
+        Ok(())
+    }
+
+    /// Blocks a streamed window keeps at its start (default [`SINK_BLOCKS`]). 0 gives a plain
+    /// window of recent tokens, without attention sinks: only for measuring what sinks are
+    /// worth (StreamingLLM's comparison).
+    pub fn set_sink_blocks(&mut self, n: usize) {
+        self.sink_blocks = n;
+    }
+
+    /// Tokens the streamed window has evicted from the cache so far.
+    pub fn evicted_tokens(&self) -> usize {
+        self.n_evicted
+    }
+
+    fn streams(&self) -> bool {
+        self.policy == ContextPolicy::Stream
+    }
+
     /// Forgets the sequence (a new conversation). Its prompt's blocks stay in the prefix cache.
     pub fn reset(&mut self) {
         let _ = self.kv.free_seq(self.seq);
         self.seq = self.kv.new_seq();
         self.tokens.clear();
         self.n_unfed = 0;
+        self.n_evicted = 0;
     }
 
     /// Appends `tokens`, `chunk` at a time; returns the logits after the last one. With
@@ -183,7 +222,7 @@ impl<'m> Session<'m> {
         chunk: usize,
         all_logits: bool,
     ) -> Result<Vec<f32>, ModelError> {
-        if self.len() + tokens.len() > self.n_ctx {
+        if !self.streams() && self.len() + tokens.len() > self.n_ctx {
             return Err(ModelError::BadBatch(format!(
                 "{} tokens do not fit: the context window holds {} and {} are used",
                 tokens.len(),
@@ -212,12 +251,27 @@ impl<'m> Session<'m> {
                 self.tokens.extend_from_slice(&tokens[..skip]);
             }
         }
-        let chunk = chunk.max(1);
+        let mut chunk = chunk.max(1);
+        if self.streams() {
+            // A chunk must fit the window beside the sinks.
+            chunk = chunk.min(self.n_ctx / 2);
+        }
+        let evicted_before = self.n_evicted;
         let mut out = Vec::new();
         let rest = &tokens[skip..];
         for (ci, part) in rest.chunks(chunk).enumerate() {
             let last_chunk = (ci + 1) * chunk >= rest.len();
             self.batch.clear();
+            if self.streams() {
+                self.n_evicted += slide_window(
+                    self.model,
+                    &mut self.kv,
+                    self.seq,
+                    self.sink_blocks,
+                    self.n_ctx,
+                    part.len(),
+                )?;
+            }
             let start = self.kv.seq_len(self.seq)?;
             for (i, &tok) in part.iter().enumerate() {
                 let want = all_logits || (last_chunk && i + 1 == part.len());
@@ -232,7 +286,10 @@ impl<'m> Session<'m> {
                 out.extend_from_slice(self.state.logits());
             }
         }
-        self.kv.offer_blocks(self.seq, &hashes)?;
+        if self.n_evicted == evicted_before {
+            // (After an eviction the blocks no longer hold the prompt's positions.)
+            self.kv.offer_blocks(self.seq, &hashes)?;
+        }
         if starts {
             self.cached_tokens = skip;
         }
@@ -291,8 +348,15 @@ impl Session<'_> {
         if prompt.is_empty() {
             return Err(EngineError::Request("the prompt is empty".into()));
         }
+        if self.streams() && req.beams > 1 {
+            return Err(EngineError::Request(
+                "beam search cannot stream past the context window; use the error or truncate \
+                 context policy with --beams"
+                    .into(),
+            ));
+        }
         let used = self.len() + prompt.len();
-        if used > self.n_ctx {
+        if used > self.n_ctx && !self.streams() {
             return Err(EngineError::Request(format!(
                 "the prompt is {} tokens but the context window holds {} ({} used)",
                 prompt.len(),
@@ -302,7 +366,9 @@ impl Session<'_> {
         }
         // The last token is never fed, hence the + 1.
         let mut req = req.clone();
-        req.max_tokens = req.max_tokens.min(self.n_ctx - used + 1);
+        if !self.streams() {
+            req.max_tokens = req.max_tokens.min(self.n_ctx - used + 1);
+        }
 
         let t0 = Instant::now();
         let starts = self.is_empty();

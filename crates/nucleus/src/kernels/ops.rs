@@ -38,7 +38,8 @@ pub fn rmsnorm_chunks(x: &mut [f32], weight: &[f32], eps: f32, dim: usize) {
     }
 }
 
-/// Rotary embeddings applied in place to `n_heads` heads of `head_dim` for one position.
+/// Rotary embeddings applied in place to `n_heads` heads of `head_dim` for one position (a
+/// negative one rotates back: a cached key moved to an earlier position, see `Model::shift_keys`).
 ///
 /// The angles follow llama.cpp: theta_i = pos · base^(-2i/rope_dim), computed by repeated f32
 /// multiplication so that rounding matches the reference. `freq_factors` (Llama 3.1's
@@ -49,7 +50,7 @@ pub fn rope(
     n_heads: usize,
     head_dim: usize,
     rope_dim: usize,
-    pos: usize,
+    pos: i64,
     base: f32,
     freq_scale: f32,
     style: RopeStyle,
@@ -382,6 +383,26 @@ mod tests {
             &mut cs,
         );
         assert!((x[0] - 2f32.cos()).abs() < 1e-6 && (x[2] - 2f32.sin()).abs() < 1e-6);
+    }
+
+    /// Rotating to position p and then by -d lands (to rounding) where rotating to p - d does:
+    /// what re-rotating a cached key after the window slid relies on.
+    #[test]
+    fn rope_by_a_negative_position_moves_a_key_back() {
+        let mut cs = Vec::new();
+        for style in [RopeStyle::Interleaved, RopeStyle::Neox] {
+            let orig: Vec<f32> = (0..16).map(|i| (i as f32 * 0.37).sin()).collect();
+            let at = |p: i64| {
+                let mut x = orig.clone();
+                rope(&mut x, 2, 8, 8, p, 10000.0, 1.0, style, None, &mut Vec::new());
+                x
+            };
+            let mut moved = at(1000);
+            rope(&mut moved, 2, 8, 8, -960, 10000.0, 1.0, style, None, &mut cs);
+            for (a, b) in moved.iter().zip(at(40)) {
+                assert!((a - b).abs() < 2e-4, "{style:?}: {a} vs {b}");
+            }
+        }
     }
 
     /// The SIMD SiLU gives the scalar emulation's bits, and `expf_ggml` is a faithful e^x

@@ -307,6 +307,86 @@ impl KvCache {
         Ok(())
     }
 
+    /// Removes `count` full blocks of `seq` starting at block `first` (the middle of a
+    /// sequence that has outgrown its window): the tokens after them move down by
+    /// `count × block_size` positions in the block table. Their keys still carry their old
+    /// positions; the caller re-rotates them ([`update_keys`](Self::update_keys)) after
+    /// [`make_private`](Self::make_private).
+    pub fn evict_blocks(&mut self, seq: SeqId, first: usize, count: usize) -> Result<(), KvError> {
+        let bs = self.cfg.block_size;
+        let t = self.table_mut(seq)?;
+        if (first + count) * bs > t.len {
+            return Err(KvError::BadTruncate {
+                seq,
+                len: t.len,
+                to: first * bs,
+            });
+        }
+        let dropped: Vec<BlockId> = t.blocks.drain(first..first + count).collect();
+        t.len -= count * bs;
+        t.offered = t.offered.min(first);
+        for b in dropped {
+            self.release(b);
+        }
+        Ok(())
+    }
+
+    /// Makes the blocks of `seq` from block `first` on its own and out of the prefix cache, so
+    /// that they can be rewritten in place: shared blocks are copied, cached ones forgotten.
+    /// All or nothing.
+    pub fn make_private(&mut self, seq: SeqId, first: usize) -> Result<(), KvError> {
+        let blocks = self.table(seq)?.blocks.clone();
+        let shared = blocks[first.min(blocks.len())..]
+            .iter()
+            .filter(|&&b| self.refcount[b as usize] > 1)
+            .count();
+        if shared > self.free_blocks() {
+            return Err(KvError::OutOfBlocks {
+                needed: shared,
+                free: self.free_blocks(),
+            });
+        }
+        for (i, &b) in blocks.iter().enumerate().skip(first) {
+            if self.refcount[b as usize] > 1 {
+                let copy = self.alloc_block();
+                self.copy_block(b, copy);
+                self.release(b);
+                self.table_mut(seq)?.blocks[i] = copy;
+            } else {
+                self.prefix.unregister(b);
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites the keys of slots `slots` of `block` in `layer`: `f(kv_head, key)` gets each
+    /// key as f32 and changes it in place. For re-rotating keys whose position changed; the
+    /// block must be private ([`make_private`](Self::make_private)).
+    pub fn update_keys(
+        &mut self,
+        layer: usize,
+        block: BlockId,
+        slots: std::ops::Range<usize>,
+        mut f: impl FnMut(usize, &mut [f32]),
+    ) {
+        let c = self.cfg;
+        debug_assert!(!self.prefix.is_cached(block) && self.refcount[block as usize] == 1);
+        let mut row = vec![0f32; c.head_dim_k];
+        for h in 0..c.n_kv_heads {
+            for slot in slots.clone() {
+                let o = ((block as usize * c.n_kv_heads + h) * c.block_size + slot) * c.head_dim_k;
+                let key = &mut self.k[layer][o..o + c.head_dim_k];
+                for (r, k) in row.iter_mut().zip(key.iter()) {
+                    *r = k.to_f32();
+                }
+                f(h, &mut row);
+                for (k, r) in key.iter_mut().zip(&row) {
+                    *k = f16::from_f32(*r);
+                }
+            }
+        }
+    }
+
     /// Blocks needed to grow `seq` by `n` tokens (including a copy of a shared partial block).
     pub fn blocks_needed(&self, seq: SeqId, n: usize) -> Result<usize, KvError> {
         let t = self.table(seq)?;
@@ -640,6 +720,31 @@ mod tests {
         c.set_prefix_caching(false);
         assert_eq!(c.cached_blocks(), 0);
         assert_eq!(c.free_blocks(), 8);
+    }
+
+    #[test]
+    fn evicting_the_middle_keeps_the_ends_and_frees_the_rest() {
+        let mut c = cache(8);
+        c.set_prefix_caching(true);
+        let toks: Vec<TokenId> = (0..16).collect();
+        let other = filled(&mut c, &toks); // `s` takes its 4 blocks
+        let s = filled(&mut c, &(0..18).collect::<Vec<_>>());
+        assert_eq!(c.used_blocks(), 4 + 1);
+        c.evict_blocks(s, 1, 2).unwrap();
+        assert_eq!(c.seq_len(s).unwrap(), 10);
+        assert_eq!(keys_of(&c, s), [0., 1., 2., 3., 12., 13., 14., 15., 16., 17.]);
+        // Block 1 of `s` (tokens 12..16) is still `other`'s and cached: made private, it is
+        // copied, and rewriting it leaves `other` alone.
+        assert_eq!(c.seq_blocks(s).unwrap()[1], c.seq_blocks(other).unwrap()[3]);
+        c.make_private(s, 1).unwrap();
+        assert_ne!(c.seq_blocks(s).unwrap()[1], c.seq_blocks(other).unwrap()[3]);
+        for (i, &b) in c.seq_blocks(s).unwrap().to_vec().iter().enumerate().skip(1) {
+            let n = if i == 1 { 4 } else { 2 };
+            c.update_keys(0, b, 0..n, |_, k| k.iter_mut().for_each(|x| *x += 100.0));
+        }
+        assert_eq!(keys_of(&c, s), [0., 1., 2., 3., 112., 113., 114., 115., 116., 117.]);
+        assert_eq!(keys_of(&c, other), (0..16).map(|t| t as f32).collect::<Vec<_>>());
+        assert!(c.evict_blocks(s, 1, 5).is_err(), "past the end");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 mod attention;
 mod forward;
 mod hparams;
+mod kv_shift;
 mod weights;
 
 pub use forward::{arithmetic_class, Batch, ForwardState};

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Counters, Event, Finished, Pending, Shared, TokenEvent};
+use crate::engine::context::{slide_window, ContextPolicy, SINK_BLOCKS};
 use crate::engine::sequence::Sequence;
 use crate::kernels::PromptSlot;
 use crate::kv_cache::{extend_block_hashes, BlockHash, KvCache, SeqId};
@@ -28,6 +29,13 @@ struct Seq<'t> {
     /// Admission order; the highest is the newest (preempted first).
     order: u64,
     preemptions: usize,
+    /// `stream`: the window slides instead of the sequence ending.
+    streams: bool,
+    /// Context tokens after the sinks that the streamed window evicted from the cache (the
+    /// cache holds the sinks, then the context from `SINK_BLOCKS × block_size + n_evicted`).
+    n_evicted: usize,
+    /// Tokens dropped from the context: the prompt's by `truncate`, and every eviction.
+    dropped_tokens: usize,
 }
 
 impl Seq<'_> {
@@ -43,7 +51,26 @@ impl Seq<'_> {
     }
 
     fn uncached(&self) -> usize {
-        self.tokens().len() - self.n_cached
+        self.tokens().len() - self.n_evicted - self.n_cached
+    }
+
+    /// Index in the context of the token at cache position `pos`.
+    fn context_index(&self, pos: usize, block_size: usize) -> usize {
+        if self.n_evicted > 0 && pos >= SINK_BLOCKS * block_size {
+            pos + self.n_evicted
+        } else {
+            pos
+        }
+    }
+
+    /// Uncached tokens that will need room in the cache before the next ones can come:
+    /// all of them, or for a streamed sequence, what is left of its window.
+    fn kv_demand(&self, n_ctx: usize) -> usize {
+        if self.streams {
+            self.uncached().min(n_ctx.saturating_sub(self.n_cached))
+        } else {
+            self.uncached()
+        }
     }
 }
 
@@ -155,6 +182,9 @@ impl<'a> Scheduler<'a> {
                 n_cached: 0,
                 order: 0,
                 preemptions: 0,
+                streams: p.policy == ContextPolicy::Stream,
+                n_evicted: 0,
+                dropped_tokens: p.dropped_tokens,
             });
         }
         self.shared
@@ -169,6 +199,8 @@ impl<'a> Scheduler<'a> {
             let _ = self.kv.free_seq(id);
         }
         seq.n_cached = 0;
+        // A streamed sequence is recomputed from its start, sliding through its window again.
+        seq.n_evicted = 0;
     }
 
     fn drop_cancelled(&mut self) {
@@ -194,7 +226,10 @@ impl<'a> Scheduler<'a> {
         self.running
             .iter()
             .map(|s| match s.kv_seq {
-                Some(id) => self.kv.blocks_needed(id, s.uncached()).unwrap_or(0),
+                Some(id) => {
+                    let demand = s.kv_demand(self.shared.cfg.n_ctx);
+                    self.kv.blocks_needed(id, demand).unwrap_or(0)
+                }
                 None => s.tokens().len().div_ceil(self.shared.cfg.block_size),
             })
             .sum()
@@ -209,9 +244,11 @@ impl<'a> Scheduler<'a> {
             // Cached blocks cost nothing, unless no sequence holds them (then they are taken
             // from the free ones).
             let (found, parked) = self.kv.lookup_prefix(front.reusable_hashes(cfg.block_size));
-            let need = front.tokens().len().div_ceil(cfg.block_size) - found
-                + parked
-                + cfg.headroom_blocks;
+            let tokens = match front.streams {
+                true => front.tokens().len().min(cfg.n_ctx),
+                false => front.tokens().len(),
+            };
+            let need = tokens.div_ceil(cfg.block_size) - found + parked + cfg.headroom_blocks;
             let free = self.kv.free_blocks();
             if free < self.promised_blocks() + need {
                 if self.running.is_empty() && self.kv.used_blocks() == 0 {
@@ -269,6 +306,8 @@ impl<'a> Scheduler<'a> {
                 take_cached(&mut self.kv, &self.shared.counters, bs, s);
             }
         }
+        self.slide_windows();
+        let n_ctx = self.shared.cfg.n_ctx;
         loop {
             let mut plan = Vec::new();
             let mut left = budget;
@@ -288,9 +327,11 @@ impl<'a> Scheduler<'a> {
                 if left == 0 {
                     break;
                 }
-                let n = self.running[i].uncached().min(left);
-                plan.push((i, n));
-                left -= n;
+                let n = self.running[i].kv_demand(n_ctx).min(left);
+                if n > 0 {
+                    plan.push((i, n));
+                    left -= n;
+                }
             }
             let needed: usize = plan
                 .iter()
@@ -339,6 +380,34 @@ impl<'a> Scheduler<'a> {
         self.waiting.push_front(s);
     }
 
+    /// Makes room in the windows of streamed sequences that are full: each evicts its oldest
+    /// blocks after the sinks (see [`slide_window`]) for its next chunk.
+    fn slide_windows(&mut self) {
+        let cfg = &self.shared.cfg;
+        let mut failed = Vec::new();
+        for (i, s) in self.running.iter_mut().enumerate() {
+            let Some(id) = s.kv_seq.filter(|_| s.streams && s.uncached() > 0) else {
+                continue;
+            };
+            let want = s.uncached().min(cfg.step_token_budget).min(cfg.n_ctx / 2);
+            match slide_window(self.model, &mut self.kv, id, SINK_BLOCKS, cfg.n_ctx, want) {
+                Ok(0) => {}
+                Ok(evicted) => {
+                    s.n_cached -= evicted;
+                    s.n_evicted += evicted;
+                    s.dropped_tokens += evicted;
+                    // The blocks no longer hold the prompt's positions.
+                    s.hashes.clear();
+                }
+                Err(e) => failed.push((i, e.to_string())),
+            }
+        }
+        for (i, e) in failed.into_iter().rev() {
+            let mut s = self.running.remove(i);
+            self.fail(&mut s, &format!("cannot slide the context window: {e}"));
+        }
+    }
+
     fn step(&mut self, plan: &[(usize, usize)]) {
         self.batch.clear();
         for &(i, n) in plan {
@@ -348,15 +417,17 @@ impl<'a> Scheduler<'a> {
             // Prompt tokens (also when recomputed after preemption) get prompt arithmetic,
             // generated ones decode arithmetic, whatever the chunking: see `Batch::push_prompt`.
             let n_prompt = s.seq.prompt().len();
+            let bs = self.shared.cfg.block_size;
             for k in 0..n {
                 let pos = s.n_cached + k;
+                let index = s.context_index(pos, bs);
                 let logits = last && k + 1 == n;
-                if pos < n_prompt {
-                    let slot = prompt_slot(n_prompt, pos);
+                if index < n_prompt {
+                    let slot = prompt_slot(n_prompt, index);
                     self.batch
-                        .push_prompt(s.tokens()[pos], pos, id, logits, slot);
+                        .push_prompt(s.tokens()[index], pos, id, logits, slot);
                 } else {
-                    self.batch.push(s.tokens()[pos], pos, id, logits);
+                    self.batch.push(s.tokens()[index], pos, id, logits);
                 }
             }
         }
@@ -443,6 +514,7 @@ impl<'a> Scheduler<'a> {
                                 completion_tokens: s.seq.tokens().len() + usize::from(out.is_eos),
                                 preemptions: s.preemptions,
                                 cached_tokens: s.cached_tokens,
+                                dropped_tokens: s.dropped_tokens,
                             },
                         ));
                         done.push(i);

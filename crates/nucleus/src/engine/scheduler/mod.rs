@@ -39,6 +39,9 @@ use std::thread::JoinHandle;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+use super::context::{
+    check_stream_window, truncate_prompt, ContextError, ContextPolicy, SINK_TOKENS,
+};
 use super::sequence::GenerateRequest;
 use crate::model::Model;
 use crate::sampling::{FinishReason, Sampler, SamplingError, SamplingParams};
@@ -97,6 +100,11 @@ pub struct GenRequest {
     pub max_tokens: Option<usize>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// What to do when the prompt and `max_tokens` do not fit the context window.
+    pub context_policy: ContextPolicy,
+    /// `truncate`: prompt tokens kept at the start (a chat's system message), when they leave
+    /// room; otherwise the attention sinks.
+    pub keep_tokens: usize,
 }
 
 impl GenRequest {
@@ -107,6 +115,8 @@ impl GenRequest {
             stop: Vec::new(),
             max_tokens: None,
             ignore_eos: false,
+            context_policy: ContextPolicy::Error,
+            keep_tokens: SINK_TOKENS,
         }
     }
 }
@@ -137,6 +147,9 @@ pub struct Finished {
     /// Prompt tokens whose keys and values came from the prefix cache instead of being
     /// computed (in the run that produced the output, if the request was preempted).
     pub cached_tokens: usize,
+    /// Tokens removed from the context: the prompt's, by `truncate`; those the window evicted,
+    /// by `stream`.
+    pub dropped_tokens: usize,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -164,6 +177,8 @@ pub enum SubmitError {
     },
     #[error("the prompt ({prompt} tokens) does not fit in the KV cache ({capacity} tokens)")]
     KvTooSmall { prompt: usize, capacity: usize },
+    #[error(transparent)]
+    Context(#[from] ContextError),
     #[error("token id {token} is outside the vocabulary of {vocab}")]
     BadToken { token: TokenId, vocab: usize },
     #[error(transparent)]
@@ -223,6 +238,9 @@ struct Pending {
     req: GenerateRequest,
     /// Built from `req.sampling` at submission.
     sampler: Sampler,
+    policy: ContextPolicy,
+    /// Prompt tokens `truncate` dropped.
+    dropped_tokens: usize,
 }
 
 #[derive(Default)]
@@ -315,17 +333,41 @@ impl EngineHandle {
                 vocab: self.shared.n_vocab,
             });
         }
-        let room = cfg.n_ctx.saturating_sub(prompt);
-        let max_tokens = req.max_tokens.unwrap_or(room);
-        if prompt + max_tokens.max(1) > cfg.n_ctx {
-            return Err(SubmitError::TooLong {
-                prompt,
-                max_tokens,
-                n_ctx: cfg.n_ctx,
-            });
-        }
+        let mut prompt_tokens = req.prompt_tokens;
+        let mut dropped_tokens = 0;
+        let max_tokens = match req.context_policy {
+            ContextPolicy::Stream => {
+                check_stream_window(cfg.n_ctx, cfg.block_size)?;
+                req.max_tokens.unwrap_or(usize::MAX)
+            }
+            policy => {
+                if policy == ContextPolicy::Truncate && prompt + 1 > cfg.n_ctx {
+                    let room = req.max_tokens.unwrap_or(0).clamp(1, (cfg.n_ctx / 4).max(1));
+                    let keep = req.keep_tokens;
+                    (prompt_tokens, dropped_tokens) =
+                        truncate_prompt(&prompt_tokens, keep, cfg.n_ctx - room);
+                }
+                let prompt = prompt_tokens.len();
+                let room = cfg.n_ctx.saturating_sub(prompt);
+                let max_tokens = match policy {
+                    // Truncate: the answer ends with the window.
+                    ContextPolicy::Truncate => req.max_tokens.unwrap_or(room).min(room),
+                    _ => req.max_tokens.unwrap_or(room),
+                };
+                if prompt + max_tokens.max(1) > cfg.n_ctx {
+                    return Err(SubmitError::TooLong {
+                        prompt,
+                        max_tokens,
+                        n_ctx: cfg.n_ctx,
+                    });
+                }
+                max_tokens
+            }
+        };
+        let prompt = prompt_tokens.len();
         let capacity = self.shared.counters.kv_total.load(Ordering::Relaxed) * cfg.block_size;
-        if (prompt + 1).div_ceil(cfg.block_size) + cfg.headroom_blocks > capacity / cfg.block_size {
+        let kv_need = (prompt + 1).min(cfg.n_ctx);
+        if kv_need.div_ceil(cfg.block_size) + cfg.headroom_blocks > capacity / cfg.block_size {
             return Err(SubmitError::KvTooSmall { prompt, capacity });
         }
         let gen = GenerateRequest {
@@ -348,9 +390,11 @@ impl EngineHandle {
         }
         inbox.incoming.push_back(Pending {
             tx,
-            prompt: req.prompt_tokens,
+            prompt: prompt_tokens,
             req: gen,
             sampler,
+            policy: req.context_policy,
+            dropped_tokens,
         });
         drop(inbox);
         self.shared.wake.notify_one();

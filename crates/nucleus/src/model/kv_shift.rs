@@ -1,0 +1,49 @@
+//! Moving cached keys to new positions: when a streamed sequence's window slides, the keys
+//! after the evicted blocks move down, and RoPE's rotation is relative, so rotating a key by
+//! the position difference puts it where it would have been computed (llama.cpp's "K-shift",
+//! StreamingLLM's positions inside the cache). Values carry no position.
+
+use super::{Model, ModelError};
+use crate::kernels::ops;
+use crate::kv_cache::{KvCache, SeqId};
+
+impl Model {
+    /// Rotates the keys of `seq` from block `first_block` on by `delta` positions (negative:
+    /// towards the start), in every layer with that layer's RoPE. The blocks must be private to
+    /// `seq` ([`KvCache::make_private`]).
+    pub fn shift_keys(
+        &self,
+        kv: &mut KvCache,
+        seq: SeqId,
+        first_block: usize,
+        delta: i64,
+    ) -> Result<(), ModelError> {
+        let hp = &self.hp;
+        let bs = kv.config().block_size;
+        let len = kv.seq_len(seq)?;
+        let blocks = kv.seq_blocks(seq)?.to_vec();
+        let ff = self.weights.rope_freqs.as_deref();
+        let mut cos_sin = Vec::new();
+        for layer in 0..hp.n_layers {
+            let base = hp.layer_rope_base(layer);
+            for (i, &b) in blocks.iter().enumerate().skip(first_block) {
+                let slots = 0..bs.min(len - i * bs);
+                kv.update_keys(layer, b, slots, |_, key| {
+                    ops::rope(
+                        key,
+                        1,
+                        hp.head_dim,
+                        hp.rope_dim,
+                        delta,
+                        base,
+                        hp.rope_freq_scale,
+                        hp.rope_style,
+                        ff,
+                        &mut cos_sin,
+                    )
+                });
+            }
+        }
+        Ok(())
+    }
+}
