@@ -376,6 +376,51 @@ fn prefix_cache_reports_cached_tokens_and_changes_nothing() {
     );
 }
 
+/// `context_policy` per request: `error` (the server's default) refuses a prompt longer than
+/// the window, `truncate` answers and says how many prompt tokens it dropped, `stream` runs
+/// past the window; an unknown policy is a 400 naming the field.
+#[test]
+fn context_policies_per_request() {
+    let Some(srv) = start(
+        EngineConfig {
+            n_ctx: 64,
+            kv_tokens: 1024,
+            ..Default::default()
+        },
+        None,
+    ) else {
+        return;
+    };
+    let prompt = "one two three four five six seven eight nine ten ".repeat(12);
+    let ask = |policy: Option<&str>, max_tokens: usize| {
+        let mut req = json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": true});
+        if let Some(p) = policy {
+            req["context_policy"] = json!(p);
+        }
+        post(srv.addr, "/v1/completions", &req)
+    };
+    let r = ask(None, 4);
+    assert_error(&r, 400, Some("prompt"));
+    assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+    let r = ask(Some("truncate"), 4);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let dropped = v["dropped_tokens"].as_u64().unwrap();
+    let prompt_tokens = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(dropped > 0);
+    assert_eq!(prompt_tokens, 60, "room left for the 4 tokens asked");
+    assert_eq!(v["usage"]["completion_tokens"], 4);
+    let r = ask(Some("stream"), 100);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["usage"]["completion_tokens"], 100);
+    assert!(v["dropped_tokens"].as_u64().unwrap() >= dropped + 100 - 64);
+    let r = ask(Some("rolling"), 4);
+    assert_error(&r, 400, Some("context_policy"));
+    assert!(r.text().contains("rolling"));
+}
+
 #[test]
 fn completion_with_usage_logprobs_and_stream_framing() {
     let Some(srv) = start(small(), None) else {

@@ -4,9 +4,7 @@
 use std::time::Instant;
 
 use super::beams::KvBeams;
-use super::context::{
-    check_stream_window, slide_window, ContextError, ContextPolicy, SINK_BLOCKS,
-};
+use super::context::{check_stream_window, slide_window, ContextError, ContextPolicy, SINK_BLOCKS};
 use super::sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob};
 use crate::kernels::PromptSlot;
 use crate::kv_cache::{extend_block_hashes, KvCache, SeqId};

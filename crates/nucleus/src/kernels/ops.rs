@@ -394,11 +394,24 @@ mod tests {
             let orig: Vec<f32> = (0..16).map(|i| (i as f32 * 0.37).sin()).collect();
             let at = |p: i64| {
                 let mut x = orig.clone();
-                rope(&mut x, 2, 8, 8, p, 10000.0, 1.0, style, None, &mut Vec::new());
+                rope(
+                    &mut x,
+                    2,
+                    8,
+                    8,
+                    p,
+                    10000.0,
+                    1.0,
+                    style,
+                    None,
+                    &mut Vec::new(),
+                );
                 x
             };
             let mut moved = at(1000);
-            rope(&mut moved, 2, 8, 8, -960, 10000.0, 1.0, style, None, &mut cs);
+            rope(
+                &mut moved, 2, 8, 8, -960, 10000.0, 1.0, style, None, &mut cs,
+            );
             for (a, b) in moved.iter().zip(at(40)) {
                 assert!((a - b).abs() < 2e-4, "{style:?}: {a} vs {b}");
             }

@@ -732,7 +732,10 @@ mod tests {
         assert_eq!(c.used_blocks(), 4 + 1);
         c.evict_blocks(s, 1, 2).unwrap();
         assert_eq!(c.seq_len(s).unwrap(), 10);
-        assert_eq!(keys_of(&c, s), [0., 1., 2., 3., 12., 13., 14., 15., 16., 17.]);
+        assert_eq!(
+            keys_of(&c, s),
+            [0., 1., 2., 3., 12., 13., 14., 15., 16., 17.]
+        );
         // Block 1 of `s` (tokens 12..16) is still `other`'s and cached: made private, it is
         // copied, and rewriting it leaves `other` alone.
         assert_eq!(c.seq_blocks(s).unwrap()[1], c.seq_blocks(other).unwrap()[3]);
@@ -742,8 +745,14 @@ mod tests {
             let n = if i == 1 { 4 } else { 2 };
             c.update_keys(0, b, 0..n, |_, k| k.iter_mut().for_each(|x| *x += 100.0));
         }
-        assert_eq!(keys_of(&c, s), [0., 1., 2., 3., 112., 113., 114., 115., 116., 117.]);
-        assert_eq!(keys_of(&c, other), (0..16).map(|t| t as f32).collect::<Vec<_>>());
+        assert_eq!(
+            keys_of(&c, s),
+            [0., 1., 2., 3., 112., 113., 114., 115., 116., 117.]
+        );
+        assert_eq!(
+            keys_of(&c, other),
+            (0..16).map(|t| t as f32).collect::<Vec<_>>()
+        );
         assert!(c.evict_blocks(s, 1, 5).is_err(), "past the end");
     }
 
