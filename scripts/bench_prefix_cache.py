@@ -29,13 +29,18 @@ from bench_server import build_llama_server, free_port, wait_healthy  # noqa: E4
 QUESTIONS = ["Summarise the preamble in one sentence.", "What does section 2 grant?"]
 
 
-def ask(port, system, question, max_tokens):
-    body = json.dumps({"model": "m", "messages": [{"role": "system", "content": system},
-                                                  {"role": "user", "content": question}],
-                       "max_tokens": max_tokens, "temperature": 0})
+def ask(port, system, question, max_tokens, completions):
+    if completions:  # a model without a chat template: the same shared start as plain text
+        path = "/v1/completions"
+        body = {"prompt": f"{system}\n\nQuestion: {question}\nAnswer:"}
+    else:
+        path = "/v1/chat/completions"
+        body = {"messages": [{"role": "system", "content": system},
+                             {"role": "user", "content": question}]}
+    body = json.dumps({"model": "m", "max_tokens": max_tokens, "temperature": 0, **body})
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
     t0 = time.monotonic()
-    conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    conn.request("POST", path, body, {"Content-Type": "application/json"})
     resp = conn.getresponse()
     data = json.loads(resp.read())
     wall = time.monotonic() - t0
@@ -45,19 +50,19 @@ def ask(port, system, question, max_tokens):
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     if cached is None and "timings" in data:  # llama-server reports it in its timings
         cached = data["timings"].get("cache_n")
-    return wall, usage.get("prompt_tokens"), cached, data["choices"][0]["message"]["content"]
+    return wall, usage.get("prompt_tokens"), cached
 
 
-def pair(name, cmd, port, system, max_tokens, log_dir):
+def pair(name, cmd, port, system, max_tokens, log_dir, completions):
     log = open(os.path.join(log_dir, f"prefix-{name}.log"), "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(port, proc)
-        rows = [ask(port, system, q, max_tokens) for q in QUESTIONS]
+        rows = [ask(port, system, q, max_tokens, completions) for q in QUESTIONS]
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    (w1, p1, c1, _), (w2, p2, c2, _) = rows
+    (w1, p1, c1), (w2, p2, c2) = rows
     print(f"{name:<32} first {w1:7.2f} s ({p1} prompt, {c1} cached)   "
           f"second {w2:7.2f} s ({p2} prompt, {c2} cached)   second/first {w2 / w1:.3f}",
           flush=True)
@@ -71,11 +76,13 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--nucleus", default=os.path.join(here, "..", "target", "release", "nucleus"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--system-chars", type=int, default=8500)
+    ap.add_argument("--system-chars", type=int, default=9300)
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"))
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--log-dir", default="/tmp")
+    ap.add_argument("--completions", action="store_true",
+                    help="use /v1/completions (for a model without a chat template)")
     ap.add_argument("--json")
     args = ap.parse_args()
     corpus = os.path.join(here, "..", "..", "shared", "corpus", "gpl-3.txt")
@@ -86,18 +93,18 @@ def main():
             "--max-running", "1"]
     port = free_port()
     results["nucleus"] = pair("nucleus", base + ["--port", str(port)], port, system,
-                              args.max_tokens, args.log_dir)
+                              args.max_tokens, args.log_dir, args.completions)
     port = free_port()
     results["nucleus_no_cache"] = pair("nucleus --no-prefix-cache",
                                        base + ["--port", str(port), "--no-prefix-cache"], port,
-                                       system, args.max_tokens, args.log_dir)
+                                       system, args.max_tokens, args.log_dir, args.completions)
     if not args.skip_llama:
         ls = args.llama_server or shutil.which("llama-server") or build_llama_server()
         port = free_port()
         results["llama.cpp"] = pair("llama-server (cache_prompt)",
                                     [ls, "-m", args.model, "--host", "127.0.0.1", "--port",
                                      str(port), "-t", str(args.threads), "-np", "1", "-c", "4096"],
-                                    port, system, args.max_tokens, args.log_dir)
+                                    port, system, args.max_tokens, args.log_dir, args.completions)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -151,3 +151,34 @@ def test_health_and_metrics(base_url):
         "nucleus_inter_token_latency_seconds_count",
     ):
         assert name in text
+
+
+def test_prefix_cache_reports_cached_tokens_through_the_client(client, model_id):
+    system = "You are a meticulous reviewer of Python code. " * 12
+    ask = lambda q: client.chat.completions.create(  # noqa: E731
+        model=model_id,
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": q}],
+        max_tokens=8,
+        temperature=0,
+    )
+    first = ask("Is `x = 1` valid Python?")
+    second = ask("Is `def f(): pass` valid Python?")
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    # The shared system prompt is served from the cache, in whole blocks of 16 tokens.
+    assert cached >= first.usage.prompt_tokens // 2, second.usage
+    assert cached % 16 == 0 and cached < second.usage.prompt_tokens
+
+
+def test_context_policy_truncate_is_an_extension_field(client, model_id):
+    long_prompt = "word " * 5000  # longer than the server's window
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=model_id, prompt=long_prompt, max_tokens=4)
+    r = client.completions.create(
+        model=model_id,
+        prompt=long_prompt,
+        max_tokens=4,
+        temperature=0,
+        extra_body={"context_policy": "truncate"},
+    )
+    assert r.usage.completion_tokens == 4
+    assert r.model_extra["dropped_tokens"] > 0
