@@ -80,6 +80,7 @@ impl SamplingArgs {
             no_repeat_ngram: self.no_repeat_ngram,
             logit_bias: self.logit_bias.clone(),
             seed: self.seed,
+            stream: 0,
             logprobs: self.logprobs,
         };
         let req = GenerateRequest {
@@ -300,7 +301,7 @@ pub fn chat(
         // only the new part is computed.
         session.reset();
         // A different stream each turn, reproducible with --seed.
-        req.sampling.seed = sampling.seed.map(|s| s.wrapping_add(turn));
+        req.sampling.stream = turn;
         let gen = session.generate(&tokenizer, &tokens, &req, |step| {
             report_step(&tokenizer, step, true);
             let _ = stdout.write_all(step.text.as_bytes());

@@ -503,8 +503,9 @@ async fn generate(
     }
     let mut rxs = Vec::with_capacity(s.n);
     for i in 0..s.n {
-        let mut sampling = s.sampling.clone();
-        sampling.seed = sampling.seed.map(|x| x.wrapping_add(i as u64));
+        // Each choice draws from its own stream of the seed (independent of every other
+        // request's and choice's).
+        let sampling = s.sampling.for_choice(i);
         let req = GenRequest {
             prompt_tokens: prompt.clone(),
             sampling,

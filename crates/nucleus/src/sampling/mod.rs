@@ -106,6 +106,10 @@ pub struct SamplingParams {
     pub logit_bias: Vec<(TokenId, f32)>,
     /// RNG seed; `None` seeds from the clock (not reproducible).
     pub seed: Option<u64>,
+    /// Which of the seed's random streams to draw from ([`Rng::for_stream`]): several
+    /// sequences that share a seed (the `n` choices of a request, the turns of a chat) each
+    /// take their own, independent of every other (seed, stream) pair. 0: the seed's own.
+    pub stream: u64,
     /// Report the chosen token's logprob and this many top alternatives (`Some(0)`: just the
     /// chosen one); `None` = off.
     pub logprobs: Option<usize>,
@@ -126,6 +130,7 @@ impl Default for SamplingParams {
             no_repeat_ngram: 0,
             logit_bias: Vec::new(),
             seed: None,
+            stream: 0,
             logprobs: None,
         }
     }
@@ -152,6 +157,15 @@ impl SamplingParams {
             min_p: 0.0,
             seed: Some(seed),
             ..Default::default()
+        }
+    }
+
+    /// The settings of choice `index` of a request with these settings: the same, drawing from
+    /// the seed's stream `index` (choice 0 draws what `n = 1` draws).
+    pub fn for_choice(&self, index: usize) -> SamplingParams {
+        SamplingParams {
+            stream: index as u64,
+            ..self.clone()
         }
     }
 
@@ -277,7 +291,9 @@ impl Sampler {
     /// Validate `params` and build the chain.
     pub fn new(params: SamplingParams) -> Result<Self, SamplingError> {
         params.validate()?;
-        let rng = params.seed.map_or_else(Rng::from_entropy, Rng::new);
+        let rng = params
+            .seed
+            .map_or_else(Rng::from_entropy, |s| Rng::for_stream(s, params.stream));
         Ok(Sampler {
             params,
             rng,

@@ -390,3 +390,62 @@ fn chi2_detects_a_wrong_target() {
     // tokens cut at 0.8 but not at 0.95 have count 0 against a non-zero target
     assert!(chi2_pvalue(&counts, &t95) < 1e-6);
 }
+
+/// Issue 15: the first 32 random draws of every choice of requests `seed = 1 … 50`, `n = 16`,
+/// through the samplers the server builds (`SamplingParams::for_choice`): no two (seed, index)
+/// pairs share a draw, so no stream is another's, shifted or not. The old rule (choice `i`
+/// seeded with `seed + i`) fails this: choice 1 of seed 1 was choice 0 of seed 2.
+#[test]
+fn choices_of_neighbouring_seeds_share_no_draws() {
+    use std::collections::HashSet;
+    let first_draws = |p: SamplingParams| -> Vec<u64> {
+        let mut s = Sampler::new(p).unwrap();
+        (0..32).map(|_| s.rng.next_u64()).collect()
+    };
+    let mut new_rule = HashSet::new();
+    let mut old_rule = HashSet::new();
+    for seed in 1..=50u64 {
+        for i in 0..16 {
+            new_rule.extend(first_draws(base(seed).for_choice(i)));
+            old_rule.extend(first_draws(base(seed + i as u64)));
+        }
+    }
+    assert_eq!(
+        new_rule.len(),
+        50 * 16 * 32,
+        "two choices share a random draw"
+    );
+    assert_eq!(
+        old_rule.len(),
+        (50 + 15) * 32,
+        "the old rule's overlap, for contrast"
+    );
+}
+
+/// Issue 15: the first sampled token over 2,000 draws taken as 125 requests × 16 choices with
+/// consecutive seeds follows the exact distribution (chi-square), as independent draws must;
+/// the same draws under the old rule (`seed + i`) are mostly repeats and fail.
+#[test]
+fn chi2_choices_with_consecutive_seeds() {
+    let logits = logits8();
+    let target = reference(&logits, &base(0));
+    let first_tokens = |params: &dyn Fn(u64, usize) -> SamplingParams| -> Vec<usize> {
+        let mut counts = vec![0usize; logits.len()];
+        for seed in 1..=125u64 {
+            for i in 0..16 {
+                let mut s = Sampler::new(params(seed, i)).unwrap();
+                let mut buf = logits.clone();
+                counts[s.sample(&mut buf, &[]).unwrap().token as usize] += 1;
+            }
+        }
+        counts
+    };
+    let p_new = chi2_pvalue(&first_tokens(&|seed, i| base(seed).for_choice(i)), &target);
+    let p_old = chi2_pvalue(&first_tokens(&|seed, i| base(seed + i as u64)), &target);
+    eprintln!("choices with consecutive seeds: p = {p_new:.4} (old rule: p = {p_old:.2e})");
+    assert!(p_new > 0.001, "chi-square p-value {p_new}");
+    assert!(
+        p_old < 1e-6,
+        "the old rule's repeats should show: p = {p_old}"
+    );
+}
