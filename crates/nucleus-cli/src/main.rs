@@ -2,6 +2,7 @@
 
 mod catalog;
 mod commands;
+mod perplexity;
 mod pull;
 mod serve;
 
@@ -213,6 +214,8 @@ enum Command {
     },
     /// Serve the model over an OpenAI-compatible HTTP API (continuous batching).
     Serve(serve::ServeArgs),
+    /// Perplexity on a text (llama-perplexity's method), and KL divergence from a saved run.
+    Perplexity(perplexity::PerplexityArgs),
 }
 
 fn main() {
@@ -272,6 +275,7 @@ fn main() {
             json,
         } => commands::bench(model, name, prompt_tokens, gen_tokens, reps, json),
         Command::Serve(args) => serve::serve(args),
+        Command::Perplexity(args) => perplexity::perplexity(args),
     };
     if let Err(err) = result {
         // One clear line, no backtrace.

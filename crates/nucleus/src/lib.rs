@@ -6,6 +6,7 @@
 
 pub mod chat;
 pub mod engine;
+pub mod eval;
 pub mod gguf;
 pub mod kernels;
 pub mod kv_cache;

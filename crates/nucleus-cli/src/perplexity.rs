@@ -1,0 +1,232 @@
+//! `nucleus perplexity MODEL FILE`: llama-perplexity's measure, and the KL divergence of a run
+//! from a saved base run (see `nucleus::eval`).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use nucleus::engine::ContextPolicy;
+use nucleus::eval::kl::{Base, BaseHeader, BaseWriter, KlStats};
+use nucleus::eval::{evaluate, Mode, NllStats, Scored};
+use serde_json::json;
+
+#[derive(Args, Clone, Debug)]
+pub struct PerplexityArgs {
+    /// Model: a catalog name or a path to a GGUF file.
+    pub model: String,
+    /// The text to measure on (UTF-8).
+    pub file: PathBuf,
+    /// Window in tokens: the text is cut into windows of this size, each evaluated fresh, and
+    /// the second half of each is scored (llama-perplexity's method).
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+    /// `error` or `truncate`: fresh windows (the default; no window is ever too long).
+    /// `stream`: the whole text as one sequence through a window of --ctx tokens that keeps
+    /// the attention sinks and the most recent tokens (StreamingLLM's evaluation).
+    #[arg(long, default_value = "error")]
+    pub context_policy: ContextPolicy,
+    /// With `stream`: blocks of 16 tokens kept at the start as attention sinks (default 1;
+    /// 0 measures a plain window of recent tokens, the comparison StreamingLLM makes).
+    #[arg(long, default_value_t = 1)]
+    pub stream_sinks: usize,
+    /// Threads for the forward pass (0 = all cores).
+    #[arg(short, long, default_value_t = 0)]
+    pub threads: usize,
+    /// Save this run's distributions (top --kl-top-k tokens per scored position) to OUT.
+    #[arg(long, value_name = "OUT")]
+    pub kl_divergence_base: Option<PathBuf>,
+    /// Compare this run with a base saved by --kl-divergence-base: mean KL divergence, top-1
+    /// agreement, perplexity ratio.
+    #[arg(long, value_name = "BASE")]
+    pub kl_divergence: Option<PathBuf>,
+    /// Tokens saved per position in a KL base.
+    #[arg(long, default_value_t = 32)]
+    pub kl_top_k: usize,
+    /// Print one JSON object (for scripts) instead of the running figures.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn perplexity(args: PerplexityArgs) -> Result<()> {
+    if args.kl_divergence.is_some() && args.kl_divergence_base.is_some() {
+        bail!("--kl-divergence-base saves a base and --kl-divergence compares with one; use one at a time");
+    }
+    let text = std::fs::read(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let text = String::from_utf8(text)
+        .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", args.file.display()))?;
+    let path = crate::commands::resolve_model(Some(&args.model))?;
+    let crate::commands::Loaded { model, tokenizer } =
+        crate::commands::load_path(&path, args.threads)?;
+    let tokens = tokenizer.encode(&text, true, false)?;
+    nucleus::eval::perplexity::check(&model, tokens.len(), args.ctx)?;
+    let mode = match args.context_policy {
+        ContextPolicy::Stream => Mode::Stream {
+            sink_blocks: args.stream_sinks,
+        },
+        _ => Mode::Windows,
+    };
+    if mode == Mode::Windows && args.stream_sinks != 1 {
+        bail!("--stream-sinks is for --context-policy stream");
+    }
+    let header = BaseHeader {
+        n_vocab: model.hp.n_vocab,
+        n_ctx: args.ctx,
+        k: args.kl_top_k.clamp(1, model.hp.n_vocab),
+        mode,
+        tokens: tokens.clone(),
+    };
+    let base = match &args.kl_divergence {
+        Some(p) => {
+            let base = Base::load(p).with_context(|| format!("cannot read the KL base {}", p.display()))?;
+            if base.header.n_vocab != header.n_vocab {
+                bail!("the KL base was made with a vocabulary of {} tokens, this model has {}", base.header.n_vocab, header.n_vocab);
+            }
+            if base.header.n_ctx != header.n_ctx || base.header.mode != header.mode {
+                bail!("the KL base was made with --ctx {} ({:?}); this run is --ctx {} ({:?})", base.header.n_ctx, base.header.mode, header.n_ctx, header.mode);
+            }
+            if base.header.tokens != header.tokens {
+                bail!("the KL base was made on another text (or another tokenization)");
+            }
+            Some(base)
+        }
+        None => None,
+    };
+    let mut writer = match &args.kl_divergence_base {
+        Some(p) => Some(BaseWriter::create(p, &header).with_context(|| format!("cannot write {}", p.display()))?),
+        None => None,
+    };
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(match mode {
+        Mode::Windows => "windows",
+        Mode::Stream { .. } => "stream chunks",
+    });
+    let mut kl = KlStats::default();
+    let mut next_base = 0;
+    let mut failure: Option<anyhow::Error> = None;
+    let mut running = Vec::new();
+    let t0 = Instant::now();
+    let bos = tokenizer.bos().filter(|_| tokenizer.add_bos());
+    let stats = evaluate(
+        &model,
+        &tokens,
+        args.ctx,
+        mode,
+        bos,
+        |s: &Scored| {
+            if let Some(w) = writer.as_mut() {
+                if let Err(e) = w.push(s) {
+                    failure.get_or_insert(e.into());
+                }
+            }
+            if let Some(b) = &base {
+                match b.positions.get(next_base) {
+                    Some(p) if p.target_index == s.target_index => kl.push(p, s),
+                    _ => {
+                        failure.get_or_insert(anyhow::anyhow!(
+                            "the KL base does not have position {} where this run does",
+                            s.target_index
+                        ));
+                    }
+                }
+                next_base += 1;
+            }
+        },
+        |done, total, st: &NllStats| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            if mode == Mode::Windows {
+                running.push(st.ppl());
+            }
+        },
+    )?;
+    bar.finish_and_clear();
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if let Some(w) = writer {
+        w.finish().context("cannot write the KL base")?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let mode_name = match mode {
+        Mode::Windows => "windows".to_string(),
+        Mode::Stream { sink_blocks } => format!("stream, {sink_blocks} sink block(s)"),
+    };
+    if args.json {
+        let mut v = json!({
+            "model": path.display().to_string(),
+            "file": args.file.display().to_string(),
+            "ctx": args.ctx,
+            "mode": mode_name,
+            "tokens": tokens.len(),
+            "tokens_scored": stats.count,
+            "ppl": stats.ppl(),
+            "ppl_stderr": stats.ppl_stderr(),
+            "mean_nll": stats.mean(),
+            "seconds": secs,
+        });
+        if base.is_some() {
+            v["kl_divergence"] = kl_json(&kl);
+        }
+        println!("{v}");
+        return Ok(());
+    }
+    if !running.is_empty() {
+        let parts: Vec<String> = running
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("[{}]{p:.4}", i + 1))
+            .collect();
+        println!("{}", parts.join(","));
+    }
+    println!(
+        "{mode_name}, ctx {}: {} tokens, {} scored in {secs:.1} s",
+        args.ctx,
+        tokens.len(),
+        stats.count
+    );
+    println!(
+        "Final estimate: PPL = {:.4} +/- {:.5}",
+        stats.ppl(),
+        stats.ppl_stderr()
+    );
+    if base.is_some() {
+        println!(
+            "KL divergence from the base: mean {:.6} ± {:.6}, 99% {:.6}, max {:.6}; top-1 agreement {:.2}%; PPL base {:.4}, this run {:.4}, ratio {:.4}",
+            kl.mean_kl(),
+            kl.kl_stderr(),
+            kl.kl_quantile(0.99),
+            kl.kl_quantile(1.0),
+            100.0 * kl.top1_agreement(),
+            kl.base_nll.ppl(),
+            kl.new_nll.ppl(),
+            kl.new_nll.ppl() / kl.base_nll.ppl()
+        );
+    }
+    Ok(())
+}
+
+fn kl_json(kl: &KlStats) -> serde_json::Value {
+    json!({
+        "mean": kl.mean_kl(),
+        "stderr": kl.kl_stderr(),
+        "p99": kl.kl_quantile(0.99),
+        "max": kl.kl_quantile(1.0),
+        "top1_agreement": kl.top1_agreement(),
+        "ppl_base": kl.base_nll.ppl(),
+        "ppl": kl.new_nll.ppl(),
+        "ppl_ratio": kl.new_nll.ppl() / kl.base_nll.ppl(),
+        "positions": kl.kl.len(),
+    })
+}
