@@ -80,12 +80,23 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
     };
     let base = match &args.kl_divergence {
         Some(p) => {
-            let base = Base::load(p).with_context(|| format!("cannot read the KL base {}", p.display()))?;
+            let base = Base::load(p)
+                .with_context(|| format!("cannot read the KL base {}", p.display()))?;
             if base.header.n_vocab != header.n_vocab {
-                bail!("the KL base was made with a vocabulary of {} tokens, this model has {}", base.header.n_vocab, header.n_vocab);
+                bail!(
+                    "the KL base was made with a vocabulary of {} tokens, this model has {}",
+                    base.header.n_vocab,
+                    header.n_vocab
+                );
             }
             if base.header.n_ctx != header.n_ctx || base.header.mode != header.mode {
-                bail!("the KL base was made with --ctx {} ({:?}); this run is --ctx {} ({:?})", base.header.n_ctx, base.header.mode, header.n_ctx, header.mode);
+                bail!(
+                    "the KL base was made with --ctx {} ({:?}); this run is --ctx {} ({:?})",
+                    base.header.n_ctx,
+                    base.header.mode,
+                    header.n_ctx,
+                    header.mode
+                );
             }
             if base.header.tokens != header.tokens {
                 bail!("the KL base was made on another text (or another tokenization)");
@@ -95,7 +106,10 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
         None => None,
     };
     let mut writer = match &args.kl_divergence_base {
-        Some(p) => Some(BaseWriter::create(p, &header).with_context(|| format!("cannot write {}", p.display()))?),
+        Some(p) => Some(
+            BaseWriter::create(p, &header)
+                .with_context(|| format!("cannot write {}", p.display()))?,
+        ),
         None => None,
     };
     let bar = if args.json {

@@ -52,7 +52,11 @@ pub struct BasePosition {
 /// log Σ exp(logits), in f64.
 fn log_sum_exp(logits: &[f32]) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    max + logits.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln()
+    max + logits
+        .iter()
+        .map(|&l| (l as f64 - max).exp())
+        .sum::<f64>()
+        .ln()
 }
 
 /// The `k` largest logits with their tokens, largest first (ties: lower id first).
@@ -161,7 +165,9 @@ impl Base {
         }
         let [version, n_vocab, n_ctx, k, mode, sinks] = u32s;
         if version != VERSION {
-            return Err(bad(format!("KL base version {version}; this build reads {VERSION}")));
+            return Err(bad(format!(
+                "KL base version {version}; this build reads {VERSION}"
+            )));
         }
         let mode = match mode {
             0 => Mode::Windows,
@@ -181,7 +187,11 @@ impl Base {
         let n_pos = read_u64(&mut r)?;
         let per = 16 + 8 * k as u64;
         let header_len = 8 + 24 + 8 + 4 * n_tokens + 8;
-        if n_pos.checked_mul(per).and_then(|b| b.checked_add(header_len)) != Some(len) {
+        if n_pos
+            .checked_mul(per)
+            .and_then(|b| b.checked_add(header_len))
+            != Some(len)
+        {
             return Err(bad(format!(
                 "KL base file is truncated or corrupt: {n_pos} positions of {per} bytes do not fill its {len} bytes"
             )));
@@ -329,18 +339,36 @@ mod tests {
 
     #[test]
     fn top_k_kl_is_exact_with_the_whole_vocabulary_and_a_lower_bound_otherwise() {
-        let p: Vec<f32> = (0..50).map(|i| ((i * 37 % 50) as f32 * 0.13).sin() * 3.0).collect();
-        let q: Vec<f32> = p.iter().enumerate().map(|(i, x)| x + (i as f32 * 0.7).cos() * 0.4).collect();
+        let p: Vec<f32> = (0..50)
+            .map(|i| ((i * 37 % 50) as f32 * 0.13).sin() * 3.0)
+            .collect();
+        let q: Vec<f32> = p
+            .iter()
+            .enumerate()
+            .map(|(i, x)| x + (i as f32 * 0.7).cos() * 0.4)
+            .collect();
         let exact = exact_kl(&p, &q);
-        assert!((kl_top_k(&position(&p, 50), &q) - exact).abs() < 1e-6, "{exact}");
+        assert!(
+            (kl_top_k(&position(&p, 50), &q) - exact).abs() < 1e-6,
+            "{exact}"
+        );
         let approx = kl_top_k(&position(&p, 8), &q);
-        assert!(approx <= exact + 1e-9 && approx > 0.2 * exact, "{approx} vs {exact}");
-        assert!(kl_top_k(&position(&p, 8), &p).abs() < 1e-7, "a run against itself");
+        assert!(
+            approx <= exact + 1e-9 && approx > 0.2 * exact,
+            "{approx} vs {exact}"
+        );
+        assert!(
+            kl_top_k(&position(&p, 8), &p).abs() < 1e-7,
+            "a run against itself"
+        );
     }
 
     #[test]
     fn top_k_is_sorted_and_breaks_ties_by_id() {
-        assert_eq!(top_k(&[1.0, 3.0, 3.0, 2.0], 3), [(1, 3.0), (2, 3.0), (3, 2.0)]);
+        assert_eq!(
+            top_k(&[1.0, 3.0, 3.0, 2.0], 3),
+            [(1, 3.0), (2, 3.0), (3, 2.0)]
+        );
     }
 
     #[test]
@@ -378,7 +406,11 @@ mod tests {
         let e = Base::load(&path).err().unwrap().to_string();
         assert!(e.contains("truncated"), "{e}");
         std::fs::write(&path, b"GGUF....").unwrap();
-        assert!(Base::load(&path).err().unwrap().to_string().contains("magic"));
+        assert!(Base::load(&path)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("magic"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

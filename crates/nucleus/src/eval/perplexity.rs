@@ -85,7 +85,9 @@ pub fn nll_of(logits: &[f32], target: TokenId) -> f64 {
 pub enum EvalError {
     #[error("the text has {tokens} tokens; perplexity needs at least two windows (2 × {n_ctx} = {} tokens)", 2 * n_ctx)]
     TooShort { tokens: usize, n_ctx: usize },
-    #[error("the window must be at least 8 tokens and at most the model's context ({max}); got {n_ctx}")]
+    #[error(
+        "the window must be at least 8 tokens and at most the model's context ({max}); got {n_ctx}"
+    )]
     BadWindow { n_ctx: usize, max: usize },
     #[error(transparent)]
     Model(#[from] ModelError),
