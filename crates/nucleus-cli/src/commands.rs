@@ -123,7 +123,7 @@ fn session_for<'m>(
     } else {
         n_ctx
     };
-    let mut session = Session::with_kv_tokens(model, n_ctx, kv_tokens);
+    let mut session = Session::with_kv_type(model, n_ctx, kv_tokens, args.kv_type)?;
     session.set_prefix_caching(!args.no_prefix_cache);
     session.set_context_policy(args.context_policy)?;
     Ok(session)
@@ -433,7 +433,7 @@ pub fn bench(
             (state % vocab) as TokenId
         })
         .collect();
-    let mut session = Session::new(&model, n_ctx);
+    let mut session = Session::with_kv_type(&model, n_ctx, n_ctx, args.kv_type)?;
     // Every repetition computes its prompt.
     session.set_prefix_caching(false);
     // Warm-up: touch every weight once.
@@ -457,7 +457,7 @@ pub fn bench(
             best_tg = best_tg.max(n_gen as f64 / t.elapsed().as_secs_f64());
         }
     }
-    let kv_bytes = model.hp.kv_bytes_per_token();
+    let kv_bytes = session.kv.config().bytes_per_token();
     if json {
         println!(
             "{}",
@@ -469,6 +469,7 @@ pub fn bench(
                 "prefill_tokens_per_s": best_pp,
                 "decode_tokens_per_s": best_tg,
                 "kv_bytes_per_token": kv_bytes,
+                "kv_type": args.kv_type.name(),
             })
         );
     } else {
@@ -479,7 +480,7 @@ pub fn bench(
         );
         println!("prefill pp{n_prompt}: {best_pp:.1} tok/s");
         println!("decode  tg{n_gen}: {best_tg:.1} tok/s");
-        println!("KV cache: {kv_bytes} bytes/token (f16)");
+        println!("KV cache: {kv_bytes} bytes/token ({})", args.kv_type);
     }
     Ok(())
 }

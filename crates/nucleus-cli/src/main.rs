@@ -42,6 +42,10 @@ pub struct ModelArgs {
     /// without end, StreamingLLM). `bench` ignores it.
     #[arg(long, default_value = "error")]
     pub context_policy: nucleus::engine::ContextPolicy,
+    /// How the KV cache stores keys and values: `f16` (llama.cpp's default), `q8_0` (about
+    /// half the memory) or `q4_0` (about a quarter); attention reads the blocks directly.
+    #[arg(long, default_value = "f16")]
+    pub kv_type: nucleus::kv_cache::KvType,
 }
 
 /// Decoding settings, shared by `run` and `chat`. Defaults as llama.cpp's.

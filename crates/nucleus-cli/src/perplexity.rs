@@ -31,6 +31,9 @@ pub struct PerplexityArgs {
     /// 0 measures a plain window of recent tokens, the comparison StreamingLLM makes).
     #[arg(long, default_value_t = 1)]
     pub stream_sinks: usize,
+    /// How the KV cache stores keys and values: `f16`, `q8_0` or `q4_0`.
+    #[arg(long, default_value = "f16")]
+    pub kv_type: nucleus::kv_cache::KvType,
     /// Threads for the forward pass (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     pub threads: usize,
@@ -137,6 +140,7 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
         &tokens,
         args.ctx,
         mode,
+        args.kv_type,
         bos,
         |s: &Scored| {
             if let Some(w) = writer.as_mut() {
@@ -183,6 +187,7 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
             "file": args.file.display().to_string(),
             "ctx": args.ctx,
             "mode": mode_name,
+            "kv_type": args.kv_type.name(),
             "tokens": tokens.len(),
             "tokens_scored": stats.count,
             "ppl": stats.ppl(),
@@ -205,8 +210,9 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
         println!("{}", parts.join(","));
     }
     println!(
-        "{mode_name}, ctx {}: {} tokens, {} scored in {secs:.1} s",
+        "{mode_name}, ctx {}, {} KV cache: {} tokens, {} scored in {secs:.1} s",
         args.ctx,
+        args.kv_type,
         tokens.len(),
         stats.count
     );

@@ -56,6 +56,9 @@ pub struct ServeArgs {
     /// window slides: attention sinks plus recent tokens).
     #[arg(long, default_value = "error")]
     pub context_policy: nucleus::engine::ContextPolicy,
+    /// How the KV cache stores keys and values: `f16`, `q8_0` or `q4_0`.
+    #[arg(long, default_value = "f16")]
+    pub kv_type: nucleus::kv_cache::KvType,
     /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM before cancelling them.
     #[arg(long, default_value_t = 10)]
     pub drain_secs: u64,
@@ -87,7 +90,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         n_ctx,
         headroom_blocks: 1,
         prefix_caching: !args.no_prefix_cache,
+        kv_type: args.kv_type,
     };
+    model
+        .kv_config(cfg.kv_tokens, cfg.block_size.max(1), cfg.kv_type)
+        .check()
+        .map_err(anyhow::Error::msg)?;
     let threads = model.n_threads();
     let tokenizer = Arc::new(tokenizer);
     let engine = Engine::start(Arc::new(model), tokenizer.clone(), cfg.clone());

@@ -8,6 +8,7 @@ mod common;
 
 use nucleus::eval::kl::{Base, BaseHeader, BaseWriter, KlStats};
 use nucleus::eval::{evaluate, Mode};
+use nucleus::kv_cache::KvType;
 use nucleus::model::Model;
 use nucleus::tokenizer::Tokenizer;
 
@@ -30,6 +31,7 @@ fn perplexity_and_kl_against_a_saved_base() {
         &tokens[..200],
         n_ctx,
         Mode::Windows,
+        KvType::F16,
         bos,
         |_| {},
         |_, _, _| {}
@@ -52,6 +54,7 @@ fn perplexity_and_kl_against_a_saved_base() {
         &tokens,
         n_ctx,
         Mode::Windows,
+        KvType::F16,
         bos,
         |s| w.push(s).unwrap(),
         |_, _, _| {},
@@ -73,6 +76,7 @@ fn perplexity_and_kl_against_a_saved_base() {
             &tokens,
             n_ctx,
             mode,
+            KvType::F16,
             bos,
             |s| {
                 let p = &base.positions[i];

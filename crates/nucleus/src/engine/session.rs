@@ -7,7 +7,7 @@ use super::beams::KvBeams;
 use super::context::{check_stream_window, slide_window, ContextError, ContextPolicy, SINK_BLOCKS};
 use super::sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob};
 use crate::kernels::PromptSlot;
-use crate::kv_cache::{extend_block_hashes, KvCache, SeqId};
+use crate::kv_cache::{extend_block_hashes, KvCache, KvType, SeqId};
 use crate::model::{arithmetic_class, Batch, ForwardState, Model, ModelError};
 use crate::sampling::{beam_search, BeamError, BeamId, BeamParams, FinishReason, SamplingError};
 use crate::tokenizer::{TokenId, Tokenizer};
@@ -97,10 +97,22 @@ impl<'m> Session<'m> {
     /// tokens: beam search needs room beyond the context for the beams' own blocks (about
     /// `beams × (max_tokens + 2 × BLOCK_SIZE)` tokens; the prompt's blocks are shared).
     pub fn with_kv_tokens(model: &'m Model, n_ctx: usize, kv_tokens: usize) -> Session<'m> {
-        let mut kv = model.new_kv_cache(kv_tokens.max(n_ctx), BLOCK_SIZE);
+        Self::with_kv_type(model, n_ctx, kv_tokens, KvType::F16)
+            .expect("an f16 cache fits any model")
+    }
+
+    /// [`with_kv_tokens`](Self::with_kv_tokens) with keys and values stored as `ty`; an error
+    /// when the model's head dimension does not fit the type.
+    pub fn with_kv_type(
+        model: &'m Model,
+        n_ctx: usize,
+        kv_tokens: usize,
+        ty: KvType,
+    ) -> Result<Session<'m>, ModelError> {
+        let mut kv = model.new_kv_cache_of(kv_tokens.max(n_ctx), BLOCK_SIZE, ty)?;
         kv.set_prefix_caching(true);
         let seq = kv.new_seq();
-        Session {
+        Ok(Session {
             model,
             kv,
             state: ForwardState::new(),
@@ -113,7 +125,7 @@ impl<'m> Session<'m> {
             policy: ContextPolicy::Error,
             sink_blocks: SINK_BLOCKS,
             n_evicted: 0,
-        }
+        })
     }
 
     /// KV-cache tokens [`with_kv_tokens`](Self::with_kv_tokens) needs for a context of `n_ctx`

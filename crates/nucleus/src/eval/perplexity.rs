@@ -15,6 +15,7 @@
 //! evaluation. With no sinks it is the plain window of recent tokens the paper compares with.
 
 use crate::engine::{ContextPolicy, Session};
+use crate::kv_cache::KvType;
 use crate::model::{Model, ModelError};
 use crate::tokenizer::TokenId;
 
@@ -107,15 +108,17 @@ pub fn check(model: &Model, tokens: usize, n_ctx: usize) -> Result<(), EvalError
     Ok(())
 }
 
-/// Evaluates `tokens` in `mode` with windows of `n_ctx`; `bos` replaces the first token of each
+/// Evaluates `tokens` in `mode` with windows of `n_ctx` and a KV cache of `kv_type`; `bos` replaces the first token of each
 /// window in `Windows` mode (the vocabulary's BOS when it adds one). Calls `on_score` for every
 /// scored position in order and `on_progress(done, total)` after each window (or stream
 /// chunk). Returns the NLL totals.
+#[allow(clippy::too_many_arguments)]
 pub fn evaluate(
     model: &Model,
     tokens: &[TokenId],
     n_ctx: usize,
     mode: Mode,
+    kv_type: KvType,
     bos: Option<TokenId>,
     mut on_score: impl FnMut(&Scored),
     mut on_progress: impl FnMut(usize, usize, &NllStats),
@@ -124,7 +127,7 @@ pub fn evaluate(
     let n_vocab = model.hp.n_vocab;
     let first = n_ctx / 2;
     let mut stats = NllStats::default();
-    let mut session = Session::new(model, n_ctx);
+    let mut session = Session::with_kv_type(model, n_ctx, n_ctx, kv_type)?;
     session.set_prefix_caching(false);
     let mut score = |stats: &mut NllStats, logits: &[f32], target_index: usize| {
         let target = tokens[target_index];

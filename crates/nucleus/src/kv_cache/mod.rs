@@ -11,11 +11,14 @@
 //! past their end, and a sequence cut back into a cached block takes it out of the cache first.
 
 mod prefix;
+mod storage;
 
 pub use prefix::{extend_block_hashes, BlockHash};
+pub use storage::KvType;
 
 use half::f16;
 use prefix::PrefixIndex;
+use storage::Plane;
 
 /// A sequence's handle in the cache.
 pub type SeqId = usize;
@@ -40,12 +43,32 @@ pub struct KvConfig {
     /// Tokens per block.
     pub block_size: usize,
     pub n_blocks: usize,
+    /// How keys and values are stored.
+    pub ty: KvType,
 }
 
 impl KvConfig {
-    /// Bytes of K and V per token: 2 bytes × layers × kv_heads × (head_dim_k + head_dim_v).
+    /// Bytes of K and V per token: layers × kv_heads × (a key row + a value row), rows of
+    /// f16 (2 bytes a value) or of 32-value blocks (Q8_0: 34 bytes, Q4_0: 18).
     pub fn bytes_per_token(&self) -> usize {
-        2 * self.n_layers * self.n_kv_heads * (self.head_dim_k + self.head_dim_v)
+        let ty = self.ty;
+        self.n_layers
+            * self.n_kv_heads
+            * (ty.row_bytes(self.head_dim_k) + ty.row_bytes(self.head_dim_v))
+    }
+
+    /// Whether the head dimensions can be stored in the type (block types need multiples
+    /// of 32).
+    pub fn check(&self) -> Result<(), String> {
+        for dim in [self.head_dim_k, self.head_dim_v] {
+            if !self.ty.fits(dim) {
+                return Err(format!(
+                    "a {} KV cache needs head dimensions that are multiples of 32; this model's is {dim}",
+                    self.ty
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub fn bytes_per_block(&self) -> usize {
@@ -63,10 +86,10 @@ struct BlockTable {
 
 pub struct KvCache {
     cfg: KvConfig,
-    /// Per layer: `[block][kv_head][slot][head_dim]` so that one head's keys in a block are
+    /// Per layer: `[block][kv_head][slot][row]` so that one head's keys in a block are
     /// contiguous for attention.
-    k: Vec<Vec<f16>>,
-    v: Vec<Vec<f16>>,
+    k: Vec<Plane>,
+    v: Vec<Plane>,
     refcount: Vec<u32>,
     /// Blocks no sequence uses and no cached prefix holds.
     free: Vec<BlockId>,
@@ -76,14 +99,20 @@ pub struct KvCache {
 }
 
 impl KvCache {
+    /// A cache as `cfg` says. Panics when the head dimensions do not fit the type (check with
+    /// [`KvConfig::check`] first).
     pub fn new(cfg: KvConfig) -> KvCache {
         assert!(cfg.block_size > 0 && cfg.n_blocks > 0 && cfg.n_blocks <= u32::MAX as usize);
-        let k_len = cfg.n_blocks * cfg.n_kv_heads * cfg.block_size * cfg.head_dim_k;
-        let v_len = cfg.n_blocks * cfg.n_kv_heads * cfg.block_size * cfg.head_dim_v;
+        assert_eq!(cfg.check(), Ok(()));
+        let rows = cfg.n_blocks * cfg.n_kv_heads * cfg.block_size;
         KvCache {
             cfg,
-            k: (0..cfg.n_layers).map(|_| vec![f16::ZERO; k_len]).collect(),
-            v: (0..cfg.n_layers).map(|_| vec![f16::ZERO; v_len]).collect(),
+            k: (0..cfg.n_layers)
+                .map(|_| Plane::new(cfg.ty, rows, cfg.head_dim_k))
+                .collect(),
+            v: (0..cfg.n_layers)
+                .map(|_| Plane::new(cfg.ty, rows, cfg.head_dim_v))
+                .collect(),
             refcount: vec![0; cfg.n_blocks],
             // Pop from the end: hand out low block numbers first.
             free: (0..cfg.n_blocks as BlockId).rev().collect(),
@@ -374,15 +403,10 @@ impl KvCache {
         let mut row = vec![0f32; c.head_dim_k];
         for h in 0..c.n_kv_heads {
             for slot in slots.clone() {
-                let o = ((block as usize * c.n_kv_heads + h) * c.block_size + slot) * c.head_dim_k;
-                let key = &mut self.k[layer][o..o + c.head_dim_k];
-                for (r, k) in row.iter_mut().zip(key.iter()) {
-                    *r = k.to_f32();
-                }
+                let r = (block as usize * c.n_kv_heads + h) * c.block_size + slot;
+                self.k[layer].read_row(c.ty, r, &mut row);
                 f(h, &mut row);
-                for (k, r) in key.iter_mut().zip(&row) {
-                    *k = f16::from_f32(*r);
-                }
+                self.k[layer].write_row(c.ty, r, &row);
             }
         }
     }
@@ -444,21 +468,13 @@ impl KvCache {
     }
 
     fn copy_block(&mut self, from: BlockId, to: BlockId) {
-        let (kb, vb) = self.block_elems();
-        for layer in 0..self.cfg.n_layers {
-            let (f, t) = (from as usize, to as usize);
-            self.k[layer].copy_within(f * kb..(f + 1) * kb, t * kb);
-            self.v[layer].copy_within(f * vb..(f + 1) * vb, t * vb);
+        let c = self.cfg;
+        let rows = c.n_kv_heads * c.block_size;
+        let (f, t) = (from as usize * rows, to as usize * rows);
+        for layer in 0..c.n_layers {
+            self.k[layer].copy_rows(c.ty, f, t, rows, c.head_dim_k);
+            self.v[layer].copy_rows(c.ty, f, t, rows, c.head_dim_v);
         }
-    }
-
-    /// Elements of K and of V in one block of one layer.
-    fn block_elems(&self) -> (usize, usize) {
-        let c = &self.cfg;
-        (
-            c.n_kv_heads * c.block_size * c.head_dim_k,
-            c.n_kv_heads * c.block_size * c.head_dim_v,
-        )
     }
 
     /// Marks `n` tokens as appended to `seq` (after [`reserve`](Self::reserve) and the writes).
@@ -483,40 +499,71 @@ impl KvCache {
             .ok_or(KvError::UnknownSeq(seq))
     }
 
-    /// Writes one token's keys and values (all KV heads, f32 in, f16 stored) for one layer.
+    /// Writes one token's keys and values (all KV heads, f32 in, stored in the cache's type)
+    /// for one layer.
     pub fn write(&mut self, layer: usize, block: BlockId, slot: usize, k: &[f32], v: &[f32]) {
         let c = self.cfg;
         debug_assert!(!self.prefix.is_cached(block), "a cached block is read-only");
         debug_assert_eq!(k.len(), c.n_kv_heads * c.head_dim_k);
         debug_assert_eq!(v.len(), c.n_kv_heads * c.head_dim_v);
         for h in 0..c.n_kv_heads {
-            let ko = ((block as usize * c.n_kv_heads + h) * c.block_size + slot) * c.head_dim_k;
-            let src = &k[h * c.head_dim_k..(h + 1) * c.head_dim_k];
-            for (d, s) in self.k[layer][ko..ko + c.head_dim_k].iter_mut().zip(src) {
-                *d = f16::from_f32(*s);
-            }
-            let vo = ((block as usize * c.n_kv_heads + h) * c.block_size + slot) * c.head_dim_v;
-            let src = &v[h * c.head_dim_v..(h + 1) * c.head_dim_v];
-            for (d, s) in self.v[layer][vo..vo + c.head_dim_v].iter_mut().zip(src) {
-                *d = f16::from_f32(*s);
-            }
+            let row = (block as usize * c.n_kv_heads + h) * c.block_size + slot;
+            let (dk, dv) = (c.head_dim_k, c.head_dim_v);
+            self.k[layer].write_row(c.ty, row, &k[h * dk..(h + 1) * dk]);
+            self.v[layer].write_row(c.ty, row, &v[h * dv..(h + 1) * dv]);
         }
     }
 
-    /// Keys of one KV head in one block of one layer: `block_size` rows of `head_dim_k`.
+    /// Keys of one KV head in one block of one layer: `block_size` rows of `head_dim_k`
+    /// (an f16 cache).
     pub fn block_keys(&self, layer: usize, block: BlockId, head: usize) -> &[f16] {
         let c = &self.cfg;
-        let n = c.block_size * c.head_dim_k;
-        let o = (block as usize * c.n_kv_heads + head) * n;
-        &self.k[layer][o..o + n]
+        let first = (block as usize * c.n_kv_heads + head) * c.block_size;
+        self.k[layer].f16_rows(first, c.block_size, c.head_dim_k)
     }
 
-    /// Values of one KV head in one block of one layer: `block_size` rows of `head_dim_v`.
+    /// Values of one KV head in one block of one layer: `block_size` rows of `head_dim_v`
+    /// (an f16 cache).
     pub fn block_values(&self, layer: usize, block: BlockId, head: usize) -> &[f16] {
         let c = &self.cfg;
-        let n = c.block_size * c.head_dim_v;
-        let o = (block as usize * c.n_kv_heads + head) * n;
-        &self.v[layer][o..o + n]
+        let first = (block as usize * c.n_kv_heads + head) * c.block_size;
+        self.v[layer].f16_rows(first, c.block_size, c.head_dim_v)
+    }
+
+    /// The stored key of `head` at `slot` of `block` in `layer` (a quantized cache): one row
+    /// of the cache's block type.
+    pub fn key_blocks(&self, layer: usize, block: BlockId, head: usize, slot: usize) -> &[u8] {
+        let c = &self.cfg;
+        let row = (block as usize * c.n_kv_heads + head) * c.block_size + slot;
+        self.k[layer].block_row(c.ty, row, c.head_dim_k)
+    }
+
+    /// The value of `head` at `slot` of `block` in `layer`, as f32 (any type).
+    pub fn read_value(
+        &self,
+        layer: usize,
+        block: BlockId,
+        head: usize,
+        slot: usize,
+        out: &mut [f32],
+    ) {
+        let c = &self.cfg;
+        let row = (block as usize * c.n_kv_heads + head) * c.block_size + slot;
+        self.v[layer].read_row(c.ty, row, &mut out[..c.head_dim_v]);
+    }
+
+    /// The key of `head` at `slot` of `block` in `layer`, as f32 (any type).
+    pub fn read_key(
+        &self,
+        layer: usize,
+        block: BlockId,
+        head: usize,
+        slot: usize,
+        out: &mut [f32],
+    ) {
+        let c = &self.cfg;
+        let row = (block as usize * c.n_kv_heads + head) * c.block_size + slot;
+        self.k[layer].read_row(c.ty, row, &mut out[..c.head_dim_k]);
     }
 }
 
@@ -533,17 +580,37 @@ mod tests {
             head_dim_v: 4,
             block_size: 4,
             n_blocks,
+            ty: KvType::F16,
         })
     }
 
     #[test]
-    fn bytes_per_token_matches_formula() {
+    fn bytes_per_token_matches_formula_and_allocation() {
         // 2 (K and V) × layers × kv_heads × head_dim × 2 bytes.
         let c = cache(1);
         assert_eq!(c.config().bytes_per_token(), 2 * 2 * 2 * 4 * 2);
-        assert_eq!(c.total_bytes(), c.config().bytes_per_token() * 4);
-        let real: usize = c.k.iter().chain(&c.v).map(|l| l.len() * 2).sum();
-        assert_eq!(real, c.total_bytes());
+        // Rows of 64: f16 128 bytes, Q8_0 2 × 34, Q4_0 2 × 18.
+        for (ty, row) in [(KvType::F16, 128), (KvType::Q8_0, 68), (KvType::Q4_0, 36)] {
+            let c = KvCache::new(KvConfig {
+                n_layers: 3,
+                n_kv_heads: 2,
+                head_dim_k: 64,
+                head_dim_v: 64,
+                block_size: 16,
+                n_blocks: 5,
+                ty,
+            });
+            assert_eq!(c.config().bytes_per_token(), 3 * 2 * 2 * row, "{ty}");
+            assert_eq!(c.total_bytes(), c.config().bytes_per_token() * 16 * 5);
+            let real: usize = c.k.iter().chain(&c.v).map(Plane::bytes).sum();
+            assert_eq!(real, c.total_bytes(), "{ty}");
+        }
+        let odd = KvConfig {
+            head_dim_k: 48,
+            ty: KvType::Q8_0,
+            ..*c.config()
+        };
+        assert!(odd.check().unwrap_err().contains("multiples of 32"));
     }
 
     #[test]

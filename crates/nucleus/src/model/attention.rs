@@ -6,7 +6,8 @@ use half::f16;
 
 use crate::kernels::f16 as f16k;
 use crate::kernels::{ops, tile};
-use crate::kv_cache::{BlockId, KvCache};
+use crate::kv_cache::{BlockId, KvCache, KvType};
+use crate::quant::{quantize_row_act, vec_dot, vec_dot_type};
 
 /// The keys a query at position `pos` may see: `[start, pos]`, causal, limited to the last
 /// `window` positions when the layer has a sliding window.
@@ -39,6 +40,9 @@ pub fn attend_head(
     out: &mut [f32],
 ) {
     let cfg = kv.config();
+    if cfg.ty != KvType::F16 {
+        return attend_head_blocks(kv, layer, blocks, kv_head, q, (start, end), scale, out);
+    }
     let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
     debug_assert!(dk <= 512 && dv <= 512);
     let mut q16 = [f16::ZERO; 512];
@@ -85,6 +89,57 @@ pub fn attend_head(
     let inv = 1.0 / sum;
     for (o, a) in out[..dv].iter_mut().zip(acc.iter()) {
         *o = a.to_f32() * inv;
+    }
+}
+
+/// [`attend_head`] over a quantized cache (Q8_0/Q4_0 keys and values), with the arithmetic of
+/// llama.cpp's flash-attention decode path for such a cache: the query quantized to Q8_0 once
+/// and each key scored with the type's integer dot product, each value row converted to f32
+/// and folded into an f32 accumulator (rescaled when the maximum grows). Keys and values are
+/// read in their blocks, one row at a time: no dequantized copy of the cache.
+#[allow(clippy::too_many_arguments)]
+fn attend_head_blocks(
+    kv: &KvCache,
+    layer: usize,
+    blocks: &[BlockId],
+    kv_head: usize,
+    q: &[f32],
+    (start, end): (usize, usize),
+    scale: f32,
+    out: &mut [f32],
+) {
+    let cfg = kv.config();
+    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
+    debug_assert!(dk <= 512 && dv <= 512);
+    let ty = cfg.ty.ggml();
+    // Q8_0: 34 bytes per 32 values.
+    let mut q8 = [0u8; 512 / 32 * 34];
+    let q8 = &mut q8[..dk / 32 * 34];
+    quantize_row_act(vec_dot_type(ty), &q[..dk], q8);
+    let mut acc = [0f32; 512];
+    let acc = &mut acc[..dv];
+    let mut value = [0f32; 512];
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for pos in start..end {
+        let (block, slot) = (blocks[pos / bs], pos % bs);
+        let s = vec_dot(ty, kv.key_blocks(layer, block, kv_head, slot), q8, dk) * scale;
+        let (ms, vs) = if s > max {
+            let ms = (max - s).exp();
+            max = s;
+            acc.iter_mut().for_each(|a| *a *= ms);
+            (ms, 1.0)
+        } else {
+            (1.0, (s - max).exp())
+        };
+        kv.read_value(layer, block, kv_head, slot, &mut value);
+        for (a, &v) in acc.iter_mut().zip(&value[..dv]) {
+            *a = v.mul_add(vs, *a);
+        }
+        sum = sum.mul_add(ms, vs);
+    }
+    let inv = 1.0 / sum;
+    for (o, a) in out[..dv].iter_mut().zip(acc.iter()) {
+        *o = a * inv;
     }
 }
 
@@ -216,6 +271,7 @@ mod tests {
     /// A one-layer cache with `n` positions of one sequence, in blocks of 16.
     fn filled_cache(n: usize) -> (KvCache, SeqId) {
         let mut kv = KvCache::new(KvConfig {
+            ty: crate::kv_cache::KvType::F16,
             n_layers: 1,
             n_kv_heads: 1,
             head_dim_k: DK,
@@ -328,5 +384,100 @@ mod tests {
         assert_eq!(visible_range(10, None), (0, 11));
         assert_eq!(visible_range(10, Some(4)), (7, 11));
         assert_eq!(visible_range(2, Some(512)), (0, 3));
+    }
+
+    /// A Q8_0 or Q4_0 cache: attention is exactly the softmax of what the cache stores, for
+    /// the query rounded to Q8_0 (to f32 rounding), and close to the unquantized attention,
+    /// within the formats' error.
+    #[test]
+    fn quantized_cache_attention_is_the_softmax_of_what_it_stores() {
+        use crate::quant::{dequantize_row, quantize_row_act, GgmlType};
+        const D: usize = 64;
+        let k_at = |p: usize, d: usize| ((p * 13 + d * 7) as f32 * 0.37).sin();
+        let v_at = |p: usize, d: usize| ((p * 3 + d * 11) as f32 * 0.23).cos() * 2.0;
+        // Values up to 2 in size: Q4_0 steps of 2 / 8, off by up to one at the far end.
+        for (ty, loose) in [(KvType::Q8_0, 0.02), (KvType::Q4_0, 0.26)] {
+            let n = 300;
+            let mut kv = KvCache::new(KvConfig {
+                ty,
+                n_layers: 1,
+                n_kv_heads: 1,
+                head_dim_k: D,
+                head_dim_v: D,
+                block_size: 16,
+                n_blocks: n / 16 + 1,
+            });
+            let seq = kv.new_seq();
+            kv.reserve(seq, n).unwrap();
+            for p in 0..n {
+                let (b, s) = kv.slot(seq, p).unwrap();
+                let k: Vec<f32> = (0..D).map(|d| k_at(p, d)).collect();
+                let v: Vec<f32> = (0..D).map(|d| v_at(p, d)).collect();
+                kv.write(0, b, s, &k, &v);
+            }
+            kv.commit(seq, n).unwrap();
+            let blocks = kv.seq_blocks(seq).unwrap();
+            let stored = |p: usize| {
+                let (b, s) = kv.slot(seq, p).unwrap();
+                let (mut k, mut v) = (vec![0f32; D], vec![0f32; D]);
+                kv.read_key(0, b, 0, s, &mut k);
+                kv.read_value(0, b, 0, s, &mut v);
+                (k, v)
+            };
+            let softmax =
+                |q: &[f32],
+                 range: (usize, usize),
+                 kv_at: &dyn Fn(usize) -> (Vec<f32>, Vec<f32>)| {
+                    let rows: Vec<_> = (range.0..range.1).map(kv_at).collect();
+                    let sc: Vec<f64> = rows
+                        .iter()
+                        .map(|(k, _)| {
+                            0.3 * k
+                                .iter()
+                                .zip(q)
+                                .map(|(a, b)| *a as f64 * *b as f64)
+                                .sum::<f64>()
+                        })
+                        .collect();
+                    let m = sc.iter().cloned().fold(f64::MIN, f64::max);
+                    let z: f64 = sc.iter().map(|s| (s - m).exp()).sum();
+                    (0..D)
+                        .map(|d| {
+                            rows.iter()
+                                .zip(&sc)
+                                .map(|((_, v), s)| (s - m).exp() / z * v[d] as f64)
+                                .sum::<f64>()
+                        })
+                        .collect::<Vec<f64>>()
+                };
+            for (i, &(pos, window)) in CASES.iter().enumerate() {
+                let q: Vec<f32> = (0..D).map(|d| ((d + 5 * i) as f32 * 0.41).sin()).collect();
+                let range = visible_range(pos, window);
+                let mut out = vec![0.0; D];
+                attend_head(&kv, 0, blocks, 0, &q, range, 0.3, &mut out);
+                let mut q8 = vec![0u8; D / 32 * 34];
+                quantize_row_act(GgmlType::Q8_0, &q, &mut q8);
+                let mut qq = vec![0f32; D];
+                dequantize_row(GgmlType::Q8_0, &q8, &mut qq);
+                let exact = softmax(&qq, range, &stored);
+                let unquantized = softmax(&q, range, &|p| {
+                    (
+                        (0..D).map(|d| k_at(p, d)).collect(),
+                        (0..D).map(|d| v_at(p, d)).collect(),
+                    )
+                });
+                for d in 0..D {
+                    let (got, e, u) = (out[d] as f64, exact[d], unquantized[d]);
+                    assert!(
+                        (got - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                        "{ty} case {i} dim {d}: {got} vs {e}"
+                    );
+                    assert!(
+                        (got - u).abs() <= loose,
+                        "{ty} case {i} dim {d}: {got} vs unquantized {u}"
+                    );
+                }
+            }
+        }
     }
 }

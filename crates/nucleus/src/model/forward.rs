@@ -494,7 +494,9 @@ impl Model {
         // Units of work per head: a prompt token of a 64+ token micro-batch goes with up to
         // seven more of its sequence's (llama.cpp's tiled attention, see `attend_tiled`), any
         // other token alone (its one-query attention).
-        let tiled = |t: usize| batch.prompt[t].ubatch_len() >= TILED_MIN_BATCH;
+        // (A quantized cache takes the one-query path for every token.)
+        let f16_cache = kv.config().ty == crate::kv_cache::KvType::F16;
+        let tiled = |t: usize| f16_cache && batch.prompt[t].ubatch_len() >= TILED_MIN_BATCH;
         let mut units: Vec<(usize, usize)> = Vec::new();
         let mut t = 0;
         while t < batch.len() {

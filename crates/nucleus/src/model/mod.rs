@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::gguf::{GgufError, GgufFile};
 use crate::kernels::pool::ThreadPool;
-use crate::kv_cache::{KvCache, KvConfig};
+use crate::kv_cache::{KvCache, KvConfig, KvType};
 use weights::Weights;
 
 #[derive(Debug, thiserror::Error)]
@@ -82,13 +82,27 @@ impl Model {
         self.pool.n_threads()
     }
 
-    /// A KV cache for this model holding `n_tokens` tokens in blocks of `block_size`.
+    /// An f16 KV cache for this model holding `n_tokens` tokens in blocks of `block_size`.
     pub fn new_kv_cache(&self, n_tokens: usize, block_size: usize) -> KvCache {
-        KvCache::new(self.kv_config(n_tokens, block_size))
+        KvCache::new(self.kv_config(n_tokens, block_size, KvType::F16))
     }
 
-    pub fn kv_config(&self, n_tokens: usize, block_size: usize) -> KvConfig {
+    /// A KV cache storing keys and values as `ty`; an error when the model's head dimension
+    /// does not fit the type.
+    pub fn new_kv_cache_of(
+        &self,
+        n_tokens: usize,
+        block_size: usize,
+        ty: KvType,
+    ) -> Result<KvCache, ModelError> {
+        let cfg = self.kv_config(n_tokens, block_size, ty);
+        cfg.check().map_err(ModelError::Invalid)?;
+        Ok(KvCache::new(cfg))
+    }
+
+    pub fn kv_config(&self, n_tokens: usize, block_size: usize, ty: KvType) -> KvConfig {
         KvConfig {
+            ty,
             n_layers: self.hp.n_layers,
             n_kv_heads: self.hp.n_head_kv,
             head_dim_k: self.hp.head_dim,

@@ -43,6 +43,7 @@ use super::context::{
     check_stream_window, truncate_prompt, ContextError, ContextPolicy, SINK_TOKENS,
 };
 use super::sequence::GenerateRequest;
+use crate::kv_cache::KvType;
 use crate::model::Model;
 use crate::sampling::{FinishReason, Sampler, SamplingError, SamplingParams};
 use crate::tokenizer::{TokenId, Tokenizer};
@@ -68,6 +69,9 @@ pub struct EngineConfig {
     pub n_ctx: usize,
     /// Extra free blocks a request needs beyond its tokens to be admitted.
     pub headroom_blocks: usize,
+    /// How keys and values are stored (the model's head dimension must fit it: check with
+    /// [`Model::kv_config`]`(..).check()` before [`Engine::start`]).
+    pub kv_type: KvType,
     /// Keep the full blocks of prompts in the cache after their request ends and give them to
     /// later requests whose prompts start the same way (automatic prefix caching).
     pub prefix_caching: bool,
@@ -83,6 +87,7 @@ impl Default for EngineConfig {
             step_token_budget: 256,
             n_ctx: 4096,
             headroom_blocks: 1,
+            kv_type: KvType::F16,
             prefix_caching: true,
         }
     }
@@ -269,6 +274,7 @@ pub struct EngineHandle {
 
 impl Engine {
     /// Starts the scheduler thread. `cfg.n_ctx` is capped at the model's training context.
+    /// Panics when the model's head dimension does not fit `cfg.kv_type` (a caller's check).
     pub fn start(
         model: Arc<Model>,
         tokenizer: Arc<Tokenizer>,
@@ -278,7 +284,13 @@ impl Engine {
         cfg.block_size = cfg.block_size.max(1);
         cfg.step_token_budget = cfg.step_token_budget.max(cfg.max_running).max(1);
         cfg.n_ctx = cfg.n_ctx.min(model.hp.n_ctx_train.max(1)).max(2);
-        let mut kv = model.new_kv_cache(cfg.kv_tokens.max(cfg.block_size), cfg.block_size);
+        let mut kv = model
+            .new_kv_cache_of(
+                cfg.kv_tokens.max(cfg.block_size),
+                cfg.block_size,
+                cfg.kv_type,
+            )
+            .expect("the caller checked the KV cache type against the model");
         kv.set_prefix_caching(cfg.prefix_caching);
         let shared = Arc::new(Shared {
             inbox: Mutex::new(Inbox::default()),
