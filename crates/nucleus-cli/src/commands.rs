@@ -10,6 +10,7 @@ use nucleus::chat::{ChatTemplate, Message};
 use nucleus::engine::context::{truncate_prompt, SINK_TOKENS};
 use nucleus::engine::{ContextPolicy, GenerateRequest, SequenceStep, Session};
 use nucleus::gguf::GgufFile;
+use nucleus::kv_cache::KvType;
 use nucleus::model::Model;
 use nucleus::sampling::{SamplingError, SamplingParams};
 use nucleus::tokenizer::{TokenId, Tokenizer};
@@ -390,6 +391,69 @@ pub fn inspect(path: &str, all: bool) -> Result<()> {
             file.tensors.len() - shown
         );
     }
+    Ok(())
+}
+
+/// `nucleus inspect MODEL --memory`: the model's memory plan (see `nucleus::model::MemoryPlan`).
+pub fn inspect_memory(spec: &str, ctx: Option<usize>, kv_type: KvType) -> Result<()> {
+    let path = resolve_existing(spec)?;
+    let model = Model::load(&path, 1).with_context(|| format!("cannot load {}", path.display()))?;
+    let n_ctx = ctx.unwrap_or(model.hp.n_ctx_train.min(4096));
+    if n_ctx == 0 {
+        bail!("--ctx must be at least 1");
+    }
+    let plan = model.memory_plan(n_ctx, kv_type, nucleus::engine::BLOCK_SIZE, 512);
+    plan.kv.check().map_err(anyhow::Error::msg)?;
+    let mb = |b: usize| match b {
+        0..1_000_000 => format!("{:.1} kB", b as f64 / 1e3),
+        _ => format!("{:.1} MB", b as f64 / 1e6),
+    };
+    let hp = &model.hp;
+    println!(
+        "{}: context {n_ctx} tokens, {} KV cache in blocks of {} tokens",
+        path.display(),
+        kv_type,
+        plan.kv.block_size
+    );
+    println!(
+        "  weights               {:>10}  (memory-mapped from the file)",
+        mb(plan.weights_bytes)
+    );
+    println!(
+        "  KV per token          {:>10}  bytes: {} layers × {} KV heads × (key {} + value {} values) in {kv_type}",
+        plan.kv.bytes_per_token(),
+        hp.n_layers,
+        hp.n_head_kv,
+        hp.head_dim,
+        hp.head_dim_v
+    );
+    println!(
+        "    global layers       {:>10}  bytes/token ({} layers)",
+        plan.global_bytes_per_token, plan.global_layers
+    );
+    match plan.window {
+        Some(w) => println!(
+            "    local layers        {:>10}  bytes/token ({} layers, window {w}; they keep every token today)",
+            plan.local_bytes_per_token, plan.local_layers
+        ),
+        None => println!("    local layers              none"),
+    }
+    println!(
+        "  KV pool               {:>10}  ({} blocks: {} tokens rounded up to whole blocks)",
+        mb(plan.kv_pool_bytes),
+        plan.kv.n_blocks,
+        n_ctx
+    );
+    println!(
+        "  pool overhead         {:>10}  at most (reference counts, free list, prefix-cache index)",
+        mb(plan.bookkeeping_bytes)
+    );
+    println!(
+        "  forward scratch       {:>10}  (a prompt chunk of {} tokens)",
+        mb(plan.scratch_bytes),
+        plan.chunk_tokens
+    );
+    println!("  total                 {:>10}", mb(plan.total_bytes()));
     Ok(())
 }
 

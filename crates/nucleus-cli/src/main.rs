@@ -185,6 +185,16 @@ enum Command {
         /// Print every tensor (default: the first 40).
         #[arg(long)]
         all: bool,
+        /// Print what running the model costs in memory instead: weights, KV bytes per token
+        /// for each kind of layer, the KV pool for --ctx tokens, its overhead, the scratch.
+        #[arg(long)]
+        memory: bool,
+        /// With --memory: the context (default: the model's, capped at 4096, as `run` uses).
+        #[arg(long)]
+        ctx: Option<usize>,
+        /// With --memory: the KV cache type.
+        #[arg(long, default_value = "f16")]
+        kv_type: nucleus::kv_cache::KvType,
     },
     /// Print the token ids of a text as JSON.
     Tokenize {
@@ -263,7 +273,14 @@ fn main() {
         } => commands::chat(model, name, system, max_tokens, sampling),
         Command::Pull { name } => commands::pull(&name),
         Command::List => commands::list(),
-        Command::Inspect { file, all } => commands::inspect(&file, all),
+        Command::Inspect {
+            file,
+            memory: true,
+            ctx,
+            kv_type,
+            ..
+        } => commands::inspect_memory(&file, ctx, kv_type),
+        Command::Inspect { file, all, .. } => commands::inspect(&file, all),
         Command::Tokenize {
             model,
             text,

@@ -522,11 +522,19 @@ fn chat_completion_seed_n_stop_and_stream() {
     for (i, c) in choices.iter().enumerate() {
         assert_eq!(c["index"], i);
     }
-    // Choice 0 uses the request's seed, the others seed + i: different texts.
+    // Choice 0 uses the request's seed, choice i stream i of it: different texts.
     assert_eq!(choices[0]["message"]["content"], text.as_str());
     assert_ne!(
         choices[1]["message"]["content"],
         choices[2]["message"]["content"]
+    );
+    // Issue 15: choice 1 of seed 42 is not choice 0 of seed 43 (it was, with seed + i).
+    let mut next_seed = req.clone();
+    next_seed["seed"] = json!(43);
+    let v43 = post(srv.addr, "/v1/chat/completions", &next_seed).json();
+    assert_ne!(
+        choices[1]["logprobs"], v43["choices"][0]["logprobs"],
+        "choice 1 of seed 42 replays seed 43"
     );
 
     // A stop string cut from the text ends generation before it.

@@ -5,10 +5,12 @@ mod attention;
 mod forward;
 mod hparams;
 mod kv_shift;
+mod memory;
 mod weights;
 
 pub use forward::{arithmetic_class, Batch, ForwardState};
 pub use hparams::{Activation, Arch, HParams, RopeStyle};
+pub use memory::MemoryPlan;
 
 use std::path::Path;
 use std::sync::Arc;
