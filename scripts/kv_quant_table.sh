@@ -7,7 +7,7 @@
 #   scripts/kv_quant_table.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=./target/release/nucleus
+bin=${NUCLEUS_BIN:-./target/release/nucleus}
 [ -x "$bin" ] || cargo build --release -q -p nucleus-cli
 corpus=../shared/corpus
 tmp=$(mktemp -d)

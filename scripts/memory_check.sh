@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-qwen2.5-coder-0.5b-instruct}
 ty=${2:-f16}
-bin=./target/release/nucleus
+bin=${NUCLEUS_BIN:-./target/release/nucleus}
 [ -x "$bin" ] || cargo build --release -q -p nucleus-cli
 text=$(cat ../shared/corpus/gpl-3.txt ../shared/corpus/python-stdlib.txt)
 declare -A rss plan pool

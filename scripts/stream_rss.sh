@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-qwen2.5-coder-0.5b-instruct}
 n=${2:-2000}
-bin=./target/release/nucleus
+bin=${NUCLEUS_BIN:-./target/release/nucleus}
 [ -x "$bin" ] || cargo build --release -q -p nucleus-cli
 out=$(mktemp)
 "$bin" run "$model" "Write a very long story about a lighthouse keeper." --ctx 256 \

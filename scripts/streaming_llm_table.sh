@@ -8,7 +8,7 @@
 #   scripts/streaming_llm_table.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=./target/release/nucleus
+bin=${NUCLEUS_BIN:-./target/release/nucleus}
 [ -x "$bin" ] || cargo build --release -q -p nucleus-cli
 corpus=../shared/corpus
 ppl() { "$bin" perplexity "$@" -t 2 --json | python3 -c 'import json,sys; v=json.load(sys.stdin); print("%.3f ± %.3f" % (v["ppl"], v["ppl_stderr"]))'; }
