@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use sha2::{Digest, Sha256};
 
-use super::BlockId;
+use super::{BlockId, KvCache, KvError, SeqId};
 use crate::tokenizer::TokenId;
 
 /// The identity of a full block: its tokens and everything before them.
@@ -129,6 +129,98 @@ impl PrefixIndex {
             self.by_hash.remove(&h);
         }
         Some(b)
+    }
+}
+
+/// The prefix cache as the pool's callers see it.
+impl KvCache {
+    /// Turns prefix caching on or off (off by default). Turning it off drops every cached
+    /// prefix.
+    pub fn set_prefix_caching(&mut self, on: bool) {
+        if !on {
+            while let Some(b) = self.prefix.evict_lru() {
+                self.free.push(b);
+            }
+            let cached: Vec<BlockId> = (0..self.cfg.n_blocks as BlockId)
+                .filter(|&b| self.prefix.is_cached(b))
+                .collect();
+            for b in cached {
+                self.prefix.unregister(b);
+            }
+        }
+        self.prefix_caching = on;
+    }
+
+    pub fn prefix_caching(&self) -> bool {
+        self.prefix_caching
+    }
+
+    /// Blocks holding a cached prefix, whether a sequence uses them or not.
+    pub fn cached_blocks(&self) -> usize {
+        self.prefix.n_cached()
+    }
+
+    /// How many of `hashes` (the block hashes of a prompt, in order) are cached, counted from
+    /// the first: `(blocks found, of which no sequence uses)`. Taking the second kind uses up
+    /// free blocks.
+    pub fn lookup_prefix(&self, hashes: &[BlockHash]) -> (usize, usize) {
+        if !self.prefix_caching {
+            return (0, 0);
+        }
+        let mut parked = 0;
+        for (i, &h) in hashes.iter().enumerate() {
+            match self.prefix.lookup(h) {
+                Some(b) => parked += usize::from(self.prefix.is_evictable(b)),
+                None => return (i, parked),
+            }
+        }
+        (hashes.len(), parked)
+    }
+
+    /// Appends to `seq`, which must end on a block edge, the cached blocks that continue it:
+    /// those of `hashes[n..]` (n = its blocks) in order while they are cached. `hashes` are
+    /// the block hashes of the sequence's tokens. Returns the tokens added.
+    pub fn attach_cached(&mut self, seq: SeqId, hashes: &[BlockHash]) -> Result<usize, KvError> {
+        let bs = self.cfg.block_size;
+        let t = self.table(seq)?;
+        if !self.prefix_caching || t.len != t.blocks.len() * bs {
+            return Ok(0);
+        }
+        let mut added = 0;
+        for &h in hashes.iter().skip(t.blocks.len()) {
+            let Some(b) = self.prefix.lookup(h) else {
+                break;
+            };
+            if self.refcount[b as usize] == 0 {
+                self.prefix.unpark(b);
+            }
+            self.refcount[b as usize] += 1;
+            let t = self.table_mut(seq)?;
+            t.blocks.push(b);
+            t.len += bs;
+            t.offered = t.blocks.len();
+            added += bs;
+        }
+        Ok(added)
+    }
+
+    /// Offers the full blocks of `seq` to the prefix cache, under `hashes` (the block hashes of
+    /// its tokens; blocks beyond `hashes` are not offered). A block whose prefix is already
+    /// cached elsewhere stays private to its sequence.
+    pub fn offer_blocks(&mut self, seq: SeqId, hashes: &[BlockHash]) -> Result<(), KvError> {
+        if !self.prefix_caching {
+            return Ok(());
+        }
+        let bs = self.cfg.block_size;
+        let t = self.table(seq)?;
+        let (from, full) = (t.offered, (t.len / bs).min(hashes.len()));
+        for (i, &hash) in hashes.iter().enumerate().take(full).skip(from) {
+            let b = self.table(seq)?.blocks[i];
+            self.prefix.register(b, hash);
+        }
+        let t = self.table_mut(seq)?;
+        t.offered = t.offered.max(full);
+        Ok(())
     }
 }
 
