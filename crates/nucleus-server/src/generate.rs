@@ -1,0 +1,154 @@
+//! Submitting a request's choices to the engine and relaying their events.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use nucleus::engine::scheduler::{Event, GenRequest, SubmitError};
+use nucleus::engine::ContextPolicy;
+
+use crate::api::{Endpoint, GenSettings};
+use crate::prompt::Prompt;
+use crate::respond::{collect_response, stream_response};
+use crate::{ApiError, AppState};
+
+pub(crate) fn submit_error(e: SubmitError) -> ApiError {
+    match e {
+        SubmitError::QueueFull(_) => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            format!("{e}"),
+        )
+        .with_code("queue_full"),
+        SubmitError::ShuttingDown => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "the server is shutting down",
+        ),
+        SubmitError::TooLong { .. } | SubmitError::KvTooSmall { .. } => {
+            ApiError::param("max_tokens", e.to_string()).with_code("context_length_exceeded")
+        }
+        SubmitError::EmptyPrompt => ApiError::param("prompt", e.to_string()),
+        SubmitError::BadToken { .. } => ApiError::param("prompt", e.to_string()),
+        SubmitError::Sampling(se) => ApiError::invalid(se.to_string()),
+        SubmitError::Context(ce) => ApiError::param("context_policy", ce.to_string()),
+    }
+}
+
+pub(crate) async fn generate(
+    st: Arc<AppState>,
+    ep: Endpoint,
+    prompt: Prompt,
+    s: GenSettings,
+    t0: Instant,
+) -> Result<Response, ApiError> {
+    if st.shutting_down.load(Ordering::SeqCst) {
+        return Err(submit_error(SubmitError::ShuttingDown));
+    }
+    let Prompt {
+        tokens: prompt,
+        keep,
+        param: prompt_param,
+    } = prompt;
+    let n_ctx = st.engine.config().n_ctx;
+    let policy = s.context_policy.unwrap_or(st.context_policy);
+    if policy == ContextPolicy::Error && prompt.len() >= n_ctx {
+        return Err(ApiError::param(
+            prompt_param,
+            format!(
+                "the prompt is {} tokens; the context window is {n_ctx}",
+                prompt.len()
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    if let Some(m) = s.max_tokens.filter(|_| policy == ContextPolicy::Error) {
+        if prompt.len() + m > n_ctx {
+            return Err(ApiError::param(
+                "max_tokens",
+                format!(
+                    "the prompt ({} tokens) plus max_tokens ({m}) exceeds the context window of {n_ctx} tokens",
+                    prompt.len()
+                ),
+            )
+            .with_code("context_length_exceeded"));
+        }
+    }
+    let mut rxs = Vec::with_capacity(s.n);
+    for i in 0..s.n {
+        // Each choice draws from its own stream of the seed (independent of every other
+        // request's and choice's).
+        let sampling = s.sampling.for_choice(i);
+        let req = GenRequest {
+            prompt_tokens: prompt.clone(),
+            sampling,
+            stop: s.stop.clone(),
+            max_tokens: s.max_tokens,
+            ignore_eos: s.ignore_eos,
+            context_policy: policy,
+            keep_tokens: keep,
+        };
+        // On failure the receivers already made are dropped, which cancels them.
+        rxs.push(st.engine.submit(req).map_err(submit_error)?);
+    }
+    let (mtx, mrx) = unbounded_channel();
+    for (i, rx) in rxs.into_iter().enumerate() {
+        tokio::spawn(relay(i, rx, mtx.clone(), st.clone(), t0));
+    }
+    drop(mtx);
+    let want_logprobs = s.sampling.logprobs.is_some();
+    let id = st.new_id(match ep {
+        Endpoint::Completions => "cmpl",
+        Endpoint::Chat => "chatcmpl",
+    });
+    if s.stream {
+        Ok(stream_response(
+            st,
+            ep,
+            id,
+            s.n,
+            policy,
+            want_logprobs,
+            s.include_usage,
+            mrx,
+        ))
+    } else {
+        collect_response(st, ep, id, s.n, policy, want_logprobs, mrx).await
+    }
+}
+
+/// Moves one choice's events to the merged channel, timing them; stops when the merged channel
+/// is gone (the client left), which drops the engine receiver and so cancels the sequence.
+pub(crate) async fn relay(
+    i: usize,
+    mut rx: UnboundedReceiver<Event>,
+    out: UnboundedSender<(usize, Event)>,
+    st: Arc<AppState>,
+    t0: Instant,
+) {
+    let mut last: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            ev = rx.recv() => {
+                let ev = ev.unwrap_or_else(|| Event::Error("the engine stopped".into()));
+                let end = !matches!(ev, Event::Token(_));
+                if matches!(ev, Event::Token(_)) {
+                    let now = Instant::now();
+                    match last {
+                        None => st.metrics.ttft.observe((now - t0).as_secs_f64()),
+                        Some(l) => st.metrics.itl.observe((now - l).as_secs_f64()),
+                    }
+                    last = Some(now);
+                }
+                if out.send((i, ev)).is_err() || end {
+                    break;
+                }
+            }
+            _ = out.closed() => break,
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The OpenAI response bodies: a whole response, or SSE chunks as tokens arrive; usage,
+//! logprobs in each endpoint's format.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use nucleus::engine::scheduler::Event;
+use nucleus::engine::ContextPolicy;
+use nucleus::sampling::FinishReason;
+use nucleus::tokenizer::{TokenId, Tokenizer};
+
+use crate::api::Endpoint;
+use crate::{unix_now, ApiError, AppState};
+
+pub(crate) fn token_string(tok: &Tokenizer, id: TokenId) -> (String, Vec<u8>) {
+    let bytes = tok.piece(id, false).to_vec();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// Logprobs of one token in the endpoint's format (chat: one `content` entry; completions:
+/// `(token, logprob, {token: logprob})`).
+pub(crate) fn chat_logprob(tok: &Tokenizer, id: TokenId, lp: f32, top: &[(TokenId, f32)]) -> Value {
+    let (t, b) = token_string(tok, id);
+    let tops: Vec<Value> = top
+        .iter()
+        .map(|&(tid, l)| {
+            let (tt, tb) = token_string(tok, tid);
+            json!({"token": tt, "logprob": l, "bytes": tb})
+        })
+        .collect();
+    json!({"token": t, "logprob": lp, "bytes": b, "top_logprobs": tops})
+}
+
+#[derive(Default)]
+pub(crate) struct CompletionLogprobs {
+    tokens: Vec<String>,
+    token_logprobs: Vec<f32>,
+    top_logprobs: Vec<serde_json::Map<String, Value>>,
+    text_offset: Vec<usize>,
+}
+
+impl CompletionLogprobs {
+    fn push(
+        &mut self,
+        tok: &Tokenizer,
+        id: TokenId,
+        lp: f32,
+        top: &[(TokenId, f32)],
+        offset: usize,
+    ) {
+        self.tokens.push(token_string(tok, id).0);
+        self.token_logprobs.push(lp);
+        let mut m = serde_json::Map::new();
+        for &(tid, l) in top {
+            m.insert(token_string(tok, tid).0, json!(l));
+        }
+        self.top_logprobs.push(m);
+        self.text_offset.push(offset);
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "tokens": self.tokens,
+            "token_logprobs": self.token_logprobs,
+            "top_logprobs": self.top_logprobs,
+            "text_offset": self.text_offset,
+        })
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Choice {
+    text: String,
+    finish: Option<FinishReason>,
+    completion_tokens: usize,
+    prompt_tokens: usize,
+    cached_tokens: usize,
+    dropped_tokens: usize,
+    chat_lp: Vec<Value>,
+    cmpl_lp: CompletionLogprobs,
+    error: Option<String>,
+}
+
+/// OpenAI's usage object; `cached` is the prompt tokens taken from the prefix cache (for
+/// `n > 1`, the fewest of any choice: the prompt is counted once).
+pub(crate) fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    })
+}
+
+pub(crate) async fn collect_response(
+    st: Arc<AppState>,
+    ep: Endpoint,
+    id: String,
+    n: usize,
+    policy: ContextPolicy,
+    want_logprobs: bool,
+    mut rx: UnboundedReceiver<(usize, Event)>,
+) -> Result<Response, ApiError> {
+    let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
+    while let Some((i, ev)) = rx.recv().await {
+        let c = &mut choices[i];
+        match ev {
+            Event::Token(t) => {
+                if let Some(lp) = t.logprob.filter(|_| want_logprobs) {
+                    match ep {
+                        Endpoint::Chat => c.chat_lp.push(chat_logprob(
+                            &st.tokenizer,
+                            t.token,
+                            lp,
+                            &t.top_logprobs,
+                        )),
+                        Endpoint::Completions => c.cmpl_lp.push(
+                            &st.tokenizer,
+                            t.token,
+                            lp,
+                            &t.top_logprobs,
+                            c.text.len(),
+                        ),
+                    }
+                }
+                c.text.push_str(&t.text);
+            }
+            Event::Done(f) => {
+                c.text.push_str(&f.text);
+                c.finish = Some(f.finish_reason);
+                c.completion_tokens = f.completion_tokens;
+                c.prompt_tokens = f.prompt_tokens;
+                c.cached_tokens = f.cached_tokens;
+                c.dropped_tokens = f.dropped_tokens;
+            }
+            Event::Error(e) => c.error = Some(e),
+        }
+    }
+    if let Some(e) = choices.iter().find_map(|c| c.error.clone()) {
+        let status = if st.engine.is_shut_down() {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
+        };
+        return Err(ApiError::new(status, "server_error", e));
+    }
+    let completion: usize = choices.iter().map(|c| c.completion_tokens).sum();
+    let cached = choices.iter().map(|c| c.cached_tokens).min().unwrap_or(0);
+    // Every choice has the same prompt (truncated alike).
+    let n_prompt = choices.iter().map(|c| c.prompt_tokens).min().unwrap_or(0);
+    let finish = |c: &Choice| c.finish.map(FinishReason::as_str);
+    let out: Vec<Value> = choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| match ep {
+            Endpoint::Chat => json!({
+                "index": i,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": if want_logprobs { json!({"content": c.chat_lp}) } else { Value::Null },
+                "finish_reason": finish(c),
+            }),
+            Endpoint::Completions => json!({
+                "index": i,
+                "text": c.text,
+                "logprobs": if want_logprobs { c.cmpl_lp.to_json() } else { Value::Null },
+                "finish_reason": finish(c),
+            }),
+        })
+        .collect();
+    let object = match ep {
+        Endpoint::Chat => "chat.completion",
+        Endpoint::Completions => "text_completion",
+    };
+    let mut body = json!({
+        "id": id,
+        "object": object,
+        "created": unix_now(),
+        "model": st.model_id,
+        "choices": out,
+        "usage": usage(n_prompt, completion, cached),
+        "system_fingerprint": "nucleus",
+    });
+    if policy != ContextPolicy::Error {
+        // Tokens dropped from the context (the most of any choice): the prompt's, by
+        // `truncate`; those the window evicted, by `stream`.
+        body["dropped_tokens"] = json!(choices.iter().map(|c| c.dropped_tokens).max());
+    }
+    Ok(Json(body).into_response())
+}
+
+pub(crate) fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stream_response(
+    st: Arc<AppState>,
+    ep: Endpoint,
+    id: String,
+    n: usize,
+    policy: ContextPolicy,
+    want_logprobs: bool,
+    include_usage: bool,
+    mut rx: UnboundedReceiver<(usize, Event)>,
+) -> Response {
+    let (btx, brx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let created = unix_now();
+    let object = match ep {
+        Endpoint::Chat => "chat.completion.chunk",
+        Endpoint::Completions => "text_completion",
+    };
+    let model = st.model_id.clone();
+    let chunk = move |choice: Value, usage: Option<Value>| {
+        let mut v = json!({
+            "id": id,
+            "object": object,
+            "created": created,
+            "model": model,
+            "system_fingerprint": "nucleus",
+            "choices": if choice.is_null() { json!([]) } else { json!([choice]) },
+        });
+        if let Some(u) = usage {
+            v["usage"] = u;
+        }
+        sse(&v)
+    };
+    tokio::spawn(async move {
+        let mut offsets = vec![0usize; n];
+        let mut completion = 0;
+        let mut cached = usize::MAX;
+        let mut n_prompt = usize::MAX;
+        if ep == Endpoint::Chat {
+            for i in 0..n {
+                let c = chunk(
+                    json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": Value::Null, "finish_reason": Value::Null}),
+                    None,
+                );
+                if btx.send(Ok(c)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        while let Some((i, ev)) = rx.recv().await {
+            let piece = match ev {
+                Event::Token(t) => {
+                    let lp = t.logprob.filter(|_| want_logprobs);
+                    if t.text.is_empty() && lp.is_none() {
+                        continue;
+                    }
+                    let logprobs = match (lp, ep) {
+                        (None, _) => Value::Null,
+                        (Some(l), Endpoint::Chat) => {
+                            json!({"content": [chat_logprob(&st.tokenizer, t.token, l, &t.top_logprobs)]})
+                        }
+                        (Some(l), Endpoint::Completions) => {
+                            let mut c = CompletionLogprobs::default();
+                            c.push(&st.tokenizer, t.token, l, &t.top_logprobs, offsets[i]);
+                            c.to_json()
+                        }
+                    };
+                    offsets[i] += t.text.len();
+                    match ep {
+                        Endpoint::Chat => {
+                            json!({"index": i, "delta": {"content": t.text}, "logprobs": logprobs, "finish_reason": Value::Null})
+                        }
+                        Endpoint::Completions => {
+                            json!({"index": i, "text": t.text, "logprobs": logprobs, "finish_reason": Value::Null})
+                        }
+                    }
+                }
+                Event::Done(f) => {
+                    completion += f.completion_tokens;
+                    cached = cached.min(f.cached_tokens);
+                    n_prompt = n_prompt.min(f.prompt_tokens);
+                    let reason = f.finish_reason.as_str();
+                    let mut choice = match ep {
+                        Endpoint::Chat => {
+                            let delta = if f.text.is_empty() {
+                                json!({})
+                            } else {
+                                json!({"content": f.text})
+                            };
+                            json!({"index": i, "delta": delta, "logprobs": Value::Null, "finish_reason": reason})
+                        }
+                        Endpoint::Completions => {
+                            json!({"index": i, "text": f.text, "logprobs": Value::Null, "finish_reason": reason})
+                        }
+                    };
+                    if policy != ContextPolicy::Error {
+                        choice["dropped_tokens"] = json!(f.dropped_tokens);
+                    }
+                    choice
+                }
+                Event::Error(e) => {
+                    let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
+                    let _ = btx.send(Ok(sse(&err.body()))).await;
+                    let _ = btx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+                    return;
+                }
+            };
+            if btx.send(Ok(chunk(piece, None))).await.is_err() {
+                return;
+            }
+        }
+        if include_usage {
+            let _ = btx
+                .send(Ok(chunk(
+                    Value::Null,
+                    Some(usage(n_prompt, completion, cached.min(n_prompt))),
+                )))
+                .await;
+        }
+        let _ = btx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(
+            tokio_stream::wrappers::ReceiverStream::new(brx),
+        ))
+        .expect("valid response")
+}
