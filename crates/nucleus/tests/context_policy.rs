@@ -210,3 +210,29 @@ fn moved_keys_are_rotated_to_their_new_positions() {
     // And they did move: unrotated keys (positions off by 16) would be far off.
     assert!(scale > 1.0);
 }
+
+/// A streamed request whose prompt is longer than the window and already cached (the same
+/// request again, prefix cache on): it takes at most a window of cached blocks and runs.
+#[test]
+fn a_cached_prompt_longer_than_the_window_streams() {
+    let Some((model, tok)) = load(
+        common::shared_dir().join("golden/tiny-llama-random.gguf"),
+        "the tiny random model",
+    ) else {
+        return;
+    };
+    let prompt: Vec<TokenId> = (0..300).map(|i| 10 + (i * 7 % 200) as TokenId).collect();
+    let h = engine(&model, &tok, 128);
+    for round in 0..2 {
+        let (toks, f) = drain(
+            h.submit(greedy(&prompt, 40, ContextPolicy::Stream))
+                .unwrap(),
+        );
+        assert_eq!(toks.len(), 40, "round {round}");
+        assert!(f.dropped_tokens >= 300 + 40 - 128, "round {round}: {f:?}");
+        assert!(f.cached_tokens <= 128, "round {round}: {f:?}");
+        assert_eq!(f.cached_tokens > 0, round == 1, "round {round}: {f:?}");
+    }
+    assert_eq!(h.stats().kv_used_blocks, 0);
+    h.shutdown();
+}

@@ -36,6 +36,8 @@ struct Seq<'t> {
     n_evicted: usize,
     /// Tokens dropped from the context: the prompt's by `truncate`, and every eviction.
     dropped_tokens: usize,
+    /// Cached blocks it may take at most (a streamed sequence: what its window holds).
+    max_cached_blocks: usize,
 }
 
 impl Seq<'_> {
@@ -47,7 +49,7 @@ impl Seq<'_> {
     /// uncached token (whose logits must be computed).
     fn reusable_hashes(&self, block_size: usize) -> &[BlockHash] {
         let n = (self.tokens().len() - 1) / block_size;
-        &self.hashes[..n.min(self.hashes.len())]
+        &self.hashes[..n.min(self.hashes.len()).min(self.max_cached_blocks)]
     }
 
     fn uncached(&self) -> usize {
@@ -185,6 +187,10 @@ impl<'a> Scheduler<'a> {
                 streams: p.policy == ContextPolicy::Stream,
                 n_evicted: 0,
                 dropped_tokens: p.dropped_tokens,
+                max_cached_blocks: match p.policy {
+                    ContextPolicy::Stream => (self.shared.cfg.n_ctx / bs).saturating_sub(1),
+                    _ => usize::MAX,
+                },
             });
         }
         self.shared
@@ -248,7 +254,9 @@ impl<'a> Scheduler<'a> {
                 true => front.tokens().len().min(cfg.n_ctx),
                 false => front.tokens().len(),
             };
-            let need = tokens.div_ceil(cfg.block_size) - found + parked + cfg.headroom_blocks;
+            let need = tokens.div_ceil(cfg.block_size).saturating_sub(found)
+                + parked
+                + cfg.headroom_blocks;
             let free = self.kv.free_blocks();
             if free < self.promised_blocks() + need {
                 if self.running.is_empty() && self.kv.used_blocks() == 0 {
