@@ -112,12 +112,19 @@ impl SamplingArgs {
     }
 }
 
+/// `--context-policy`, or the command's default: `stream` for `chat` (a conversation goes on
+/// past the window), `error` otherwise.
+fn policy_of(args: &ModelArgs, default: ContextPolicy) -> ContextPolicy {
+    args.context_policy.unwrap_or(default)
+}
+
 /// A session with room for the request's beams.
 fn session_for<'m>(
     args: &ModelArgs,
     model: &'m Model,
     n_ctx: usize,
     req: &GenerateRequest,
+    policy: ContextPolicy,
 ) -> Result<Session<'m>> {
     let kv_tokens = if req.beams > 1 {
         Session::kv_tokens_for_beams(n_ctx, req.beams, req.max_tokens)
@@ -126,7 +133,7 @@ fn session_for<'m>(
     };
     let mut session = Session::with_kv_type(model, n_ctx, kv_tokens, args.kv_type)?;
     session.set_prefix_caching(!args.no_prefix_cache);
-    session.set_context_policy(args.context_policy)?;
+    session.set_context_policy(policy)?;
     Ok(session)
 }
 
@@ -207,10 +214,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("the prompt is empty");
     }
     let n_ctx = context_size(&args.model, &model);
-    let policy = args.model.context_policy;
+    let policy = policy_of(&args.model, ContextPolicy::Error);
     let (prompt_tokens, dropped) =
         fit_prompt(policy, prompt_tokens, SINK_TOKENS, n_ctx, req.max_tokens)?;
-    let mut session = session_for(&args.model, &model, n_ctx, &req)?;
+    let mut session = session_for(&args.model, &model, n_ctx, &req, policy)?;
     let stdout = std::io::stdout();
     let gen = session.generate(&tokenizer, &prompt_tokens, &req, |step| {
         report_step(&tokenizer, step, !args.json);
@@ -262,7 +269,14 @@ pub fn chat(
     };
     let template = ChatTemplate::new(source, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?;
     let n_ctx = context_size(&args, &model);
-    let mut session = session_for(&args, &model, n_ctx, &req)?;
+    // Beams do not stream: with --beams the default stays `error`.
+    let default = if req.beams > 1 {
+        ContextPolicy::Error
+    } else {
+        ContextPolicy::Stream
+    };
+    let policy = policy_of(&args, default);
+    let mut session = session_for(&args, &model, n_ctx, &req, policy)?;
     let mut messages = Vec::new();
     if let Some(s) = system {
         messages.push(Message::new("system", &s));
@@ -295,7 +309,6 @@ pub fn chat(
             }
             _ => SINK_TOKENS,
         };
-        let policy = args.context_policy;
         let (tokens, _) = fit_prompt(policy, tokens, keep, n_ctx, req.max_tokens)?;
         // Each turn is the whole conversation as one prompt, computed as a fresh run would
         // compute it; the prefix cache gives back the blocks of the earlier turns' prompts, so

@@ -39,9 +39,10 @@ pub struct ModelArgs {
     /// When a prompt or a generation outgrows the context window: `error` (refuse),
     /// `truncate` (drop the prompt's oldest tokens after the first few, or after the system
     /// message in `chat`), `stream` (keep the first tokens and the most recent ones and run on
-    /// without end, StreamingLLM). `bench` ignores it.
-    #[arg(long, default_value = "error")]
-    pub context_policy: nucleus::engine::ContextPolicy,
+    /// without end, StreamingLLM). Default: `error` for `run`, `stream` for `chat` (a long
+    /// conversation goes on). `bench` ignores it.
+    #[arg(long)]
+    pub context_policy: Option<nucleus::engine::ContextPolicy>,
     /// How the KV cache stores keys and values: `f16` (llama.cpp's default), `q8_0` (about
     /// half the memory) or `q4_0` (about a quarter); attention reads the blocks directly.
     #[arg(long, default_value = "f16")]
