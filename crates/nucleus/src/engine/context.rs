@@ -71,14 +71,6 @@ pub const MIN_STREAM_BLOCKS: usize = 4;
 /// Why a context policy cannot apply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ContextError {
-    #[error(
-        "the prompt ({prompt} tokens) plus max_tokens ({max_tokens}) exceeds the context window of {n_ctx} tokens"
-    )]
-    TooLong {
-        prompt: usize,
-        max_tokens: usize,
-        n_ctx: usize,
-    },
     #[error("--context-policy stream needs a window of at least {min} tokens (the attention sinks and recent blocks); the window is {n_ctx}")]
     WindowTooSmall { n_ctx: usize, min: usize },
 }

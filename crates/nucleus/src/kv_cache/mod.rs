@@ -367,12 +367,17 @@ impl KvCache {
         self.v[layer].f16_rows(first, c.block_size, c.head_dim_v)
     }
 
+    /// The row of `head` at `slot` of `block` in a plane (`[block][kv_head][slot]`).
+    fn row(&self, block: BlockId, head: usize, slot: usize) -> usize {
+        let c = &self.cfg;
+        (block as usize * c.n_kv_heads + head) * c.block_size + slot
+    }
+
     /// The stored key of `head` at `slot` of `block` in `layer` (a quantized cache): one row
     /// of the cache's block type.
     pub fn key_blocks(&self, layer: usize, block: BlockId, head: usize, slot: usize) -> &[u8] {
         let c = &self.cfg;
-        let row = (block as usize * c.n_kv_heads + head) * c.block_size + slot;
-        self.k[layer].block_row(c.ty, row, c.head_dim_k)
+        self.k[layer].block_row(c.ty, self.row(block, head, slot), c.head_dim_k)
     }
 
     /// The value of `head` at `slot` of `block` in `layer`, as f32 (any type).
@@ -385,8 +390,7 @@ impl KvCache {
         out: &mut [f32],
     ) {
         let c = &self.cfg;
-        let row = (block as usize * c.n_kv_heads + head) * c.block_size + slot;
-        self.v[layer].read_row(c.ty, row, &mut out[..c.head_dim_v]);
+        self.v[layer].read_row(c.ty, self.row(block, head, slot), &mut out[..c.head_dim_v]);
     }
 
     /// The key of `head` at `slot` of `block` in `layer`, as f32 (any type).
@@ -399,8 +403,7 @@ impl KvCache {
         out: &mut [f32],
     ) {
         let c = &self.cfg;
-        let row = (block as usize * c.n_kv_heads + head) * c.block_size + slot;
-        self.k[layer].read_row(c.ty, row, &mut out[..c.head_dim_k]);
+        self.k[layer].read_row(c.ty, self.row(block, head, slot), &mut out[..c.head_dim_k]);
     }
 }
 
