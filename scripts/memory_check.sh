@@ -15,7 +15,7 @@ text=$(cat ../shared/corpus/gpl-3.txt ../shared/corpus/python-stdlib.txt)
 declare -A rss plan pool
 for ctx in 1024 4096; do
   out=$("$bin" inspect "$model" --memory --ctx "$ctx" --kv-type "$ty")
-  plan[$ctx]=$(echo "$out" | awk '/^  total/ {print $2}')
+  plan[$ctx]=$(echo "$out" | awk '/^  total of the above/ {print $5}')
   pool[$ctx]=$(echo "$out" | awk '/^  KV pool/ {print $3}')
   rss[$ctx]=$( { /usr/bin/time -f '%M' "$bin" run "$model" "$text" --ctx "$ctx" --kv-type "$ty" \
       --context-policy truncate -n 1 --no-prefix-cache -t 2 >/dev/null 2>/tmp/memory_check.err; } 2>&1 |

@@ -466,7 +466,10 @@ pub fn inspect_memory(spec: &str, ctx: Option<usize>, kv_type: KvType) -> Result
         mb(plan.scratch_bytes),
         plan.chunk_tokens
     );
-    println!("  total                 {:>10}", mb(plan.total_bytes()));
+    println!(
+        "  total of the above    {:>10}  (the process also holds the tokenizer's tables and the runtime)",
+        mb(plan.total_bytes())
+    );
     Ok(())
 }
 
