@@ -96,3 +96,54 @@ fn perplexity_and_kl_against_a_saved_base() {
     assert!((same.new_nll.ppl() / same.base_nll.ppl() - 1.0).abs() < 1e-6);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The NLL perplexity scores is llama.cpp's log-softmax: on every golden prompt, −NLL of the
+/// next token equals the golden logit of that token minus the golden log-sum-exp (where the
+/// token is among the golden top 8), to the files' six decimals.
+#[test]
+fn nll_matches_llama_cpp_log_softmax_on_the_golden_prompts() {
+    use nucleus::engine::Session;
+    use nucleus::eval::perplexity::nll_of;
+    use nucleus::tokenizer::TokenId;
+    for name in ["qwen2.5-coder-0.5b-instruct-q4_k_m", "gemma-3-270m-q4_k_m"] {
+        let golden = common::shared_dir().join(format!("golden/{name}.jsonl"));
+        let path = common::golden_model_path(name);
+        if !common::require(&golden, "golden file") || !common::require(&path, name) {
+            return;
+        }
+        let model = Model::load(&path, 0).unwrap();
+        let (mut compared, mut worst) = (0, 0f64);
+        for line in std::fs::read_to_string(&golden).unwrap().lines() {
+            let case: serde_json::Value = serde_json::from_str(line).unwrap();
+            let tokens: Vec<TokenId> = case["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap() as TokenId)
+                .collect();
+            let mut s = Session::new(&model, tokens.len());
+            let logits = s.feed(&tokens, tokens.len(), true).unwrap();
+            let n_vocab = model.hp.n_vocab;
+            for i in 0..tokens.len() - 1 {
+                let step = &case["prompt_logits"][i];
+                let lse = step["logsumexp"].as_f64().unwrap();
+                let target = tokens[i + 1] as u64;
+                let Some(g) = step["top"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|p| p[0].as_u64() == Some(target))
+                else {
+                    continue;
+                };
+                let golden_nll = lse - g[1].as_f64().unwrap();
+                let ours = nll_of(&logits[i * n_vocab..(i + 1) * n_vocab], tokens[i + 1]);
+                worst = worst.max((ours - golden_nll).abs());
+                compared += 1;
+            }
+        }
+        eprintln!("{name}: {compared} next-token NLLs compared, worst difference {worst:.2e}");
+        assert!(compared >= 10, "{name}: only {compared} positions compared");
+        assert!(worst < 5e-6, "{name}: worst NLL difference {worst}");
+    }
+}
