@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use nucleus::chat::{ChatTemplate, Message};
-use nucleus::engine::context::{truncate_prompt, SINK_TOKENS};
+use nucleus::engine::context::{chat_keep_tokens, truncate_to_window, SINK_TOKENS};
 use nucleus::engine::{ContextPolicy, GenerateRequest, SequenceStep, Session};
 use nucleus::gguf::GgufFile;
 use nucleus::kv_cache::KvType;
@@ -157,8 +157,7 @@ fn fit_prompt(
             prompt.len()
         ),
         ContextPolicy::Truncate => {
-            let room = max_tokens.clamp(1, (n_ctx / 4).max(1));
-            let (p, dropped) = truncate_prompt(&prompt, keep, n_ctx - room);
+            let (p, dropped) = truncate_to_window(&prompt, keep, n_ctx, max_tokens);
             eprintln!("note: the prompt was truncated: {dropped} tokens dropped to fit the context window of {n_ctx}");
             Ok((p, dropped))
         }
@@ -297,18 +296,9 @@ pub fn chat(
         let prompt = template.render(&messages, true)?;
         let tokens = tokenizer.encode(&prompt, true, true)?;
         // `truncate` keeps the system message (when it fits) and drops the oldest turns.
-        let keep = match messages.first() {
-            Some(m) if m.role == "system" => {
-                let sys = template.render(&messages[..1], false)?;
-                let sys = tokenizer.encode(&sys, true, true)?;
-                if tokens.starts_with(&sys) {
-                    sys.len()
-                } else {
-                    SINK_TOKENS
-                }
-            }
-            _ => SINK_TOKENS,
-        };
+        let keep = chat_keep_tokens(&messages, &tokens, |msgs, gen| -> Result<Vec<TokenId>> {
+            Ok(tokenizer.encode(&template.render(msgs, gen)?, true, true)?)
+        })?;
         let (tokens, _) = fit_prompt(policy, tokens, keep, n_ctx, req.max_tokens)?;
         // Each turn is the whole conversation as one prompt, computed as a fresh run would
         // compute it; the prefix cache gives back the blocks of the earlier turns' prompts, so

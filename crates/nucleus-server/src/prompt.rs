@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use nucleus::chat::Message;
-use nucleus::engine::context::SINK_TOKENS;
+use nucleus::engine::context::chat_keep_tokens;
 use nucleus::tokenizer::TokenId;
 
 use crate::api::{ApiRequest, Content};
@@ -123,14 +123,7 @@ pub(crate) fn chat_prompt(st: &AppState, req: &ApiRequest) -> Result<Prompt, Api
             .map_err(|e| ApiError::param("messages", format!("cannot tokenize: {e}")))
     };
     let tokens = encode(&messages, true)?;
-    // `truncate` keeps the system message when it is the start of the prompt.
-    let mut keep = SINK_TOKENS;
-    if messages.len() > 1 && messages[0].role == "system" {
-        let system = encode(&messages[..1], false)?;
-        if tokens.starts_with(&system) {
-            keep = system.len();
-        }
-    }
+    let keep = chat_keep_tokens(&messages, &tokens, encode)?;
     Ok(Prompt {
         tokens,
         keep,

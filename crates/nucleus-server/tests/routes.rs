@@ -3,7 +3,6 @@
 
 mod common;
 
-
 use serde_json::json;
 
 use common::*;

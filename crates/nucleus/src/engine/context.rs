@@ -15,6 +15,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::chat::Message;
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::{Model, ModelError};
 use crate::tokenizer::TokenId;
@@ -90,6 +91,39 @@ pub fn truncate_prompt(prompt: &[TokenId], keep: usize, limit: usize) -> (Vec<To
     (out, dropped)
 }
 
+/// `truncate` for a window of `n_ctx` tokens: a prompt that fills it loses its oldest tokens
+/// after the first `keep` (see [`truncate_prompt`]), leaving room for `max_tokens` of answer
+/// (at least one, at most a quarter of the window). Returns the prompt and the tokens dropped.
+pub fn truncate_to_window(
+    prompt: &[TokenId],
+    keep: usize,
+    n_ctx: usize,
+    max_tokens: usize,
+) -> (Vec<TokenId>, usize) {
+    if prompt.len() < n_ctx {
+        return (prompt.to_vec(), 0);
+    }
+    let room = max_tokens.clamp(1, (n_ctx / 4).max(1));
+    truncate_prompt(prompt, keep, n_ctx - room)
+}
+
+/// What `truncate` keeps at the start of a chat prompt (`tokens`, rendered from `messages`):
+/// the system message's tokens when the conversation opens with one and the prompt starts with
+/// its rendering alone (`encode(messages, add_generation_prompt)`), else the sinks.
+pub fn chat_keep_tokens<E>(
+    messages: &[Message],
+    tokens: &[TokenId],
+    encode: impl Fn(&[Message], bool) -> Result<Vec<TokenId>, E>,
+) -> Result<usize, E> {
+    if messages.len() > 1 && messages[0].role == "system" {
+        let system = encode(&messages[..1], false)?;
+        if tokens.starts_with(&system) {
+            return Ok(system.len());
+        }
+    }
+    Ok(SINK_TOKENS)
+}
+
 /// Checks that a window of `n_ctx` tokens in blocks of `block_size` can stream.
 pub fn check_stream_window(n_ctx: usize, block_size: usize) -> Result<(), ContextError> {
     let min = MIN_STREAM_BLOCKS * block_size;
@@ -148,6 +182,42 @@ mod tests {
         // One that does not falls back to the sinks.
         let (t, _) = truncate_prompt(&p, 8, 10);
         assert_eq!(t, [0, 1, 2, 3, 14, 15, 16, 17, 18, 19]);
+    }
+
+    #[test]
+    fn truncation_to_a_window_leaves_room_to_answer() {
+        let p: Vec<TokenId> = (0..100).collect();
+        assert_eq!(truncate_to_window(&p, 4, 101, 50), (p.clone(), 0));
+        // A window of 64: room for 8 tokens asked; 16 at most (a quarter).
+        let (t, d) = truncate_to_window(&p, 4, 64, 8);
+        assert_eq!((t.len(), d), (56, 44));
+        assert_eq!(&t[..5], &[0, 1, 2, 3, 48]);
+        assert_eq!(truncate_to_window(&p, 4, 64, 1000).0.len(), 48);
+        assert_eq!(truncate_to_window(&p, 4, 64, 0).0.len(), 63);
+    }
+
+    #[test]
+    fn a_chat_keeps_its_system_message_when_the_prompt_starts_with_it() {
+        let msgs = [
+            Message::new("system", "be brief"),
+            Message::new("user", "hi"),
+        ];
+        // A stand-in template: a message is its content's bytes.
+        let encode = |m: &[Message], _: bool| -> Result<Vec<TokenId>, ()> {
+            Ok(m.iter()
+                .flat_map(|m| m.content.bytes().map(TokenId::from))
+                .collect())
+        };
+        let tokens = encode(&msgs, true).unwrap();
+        assert_eq!(chat_keep_tokens(&msgs, &tokens, encode), Ok(8));
+        assert_eq!(
+            chat_keep_tokens(&msgs[1..], &tokens, encode),
+            Ok(SINK_TOKENS)
+        );
+        assert_eq!(
+            chat_keep_tokens(&msgs, &tokens[1..], encode),
+            Ok(SINK_TOKENS)
+        );
     }
 
     #[test]

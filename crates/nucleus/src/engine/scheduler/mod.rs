@@ -40,7 +40,7 @@ use std::thread::JoinHandle;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use super::context::{
-    check_stream_window, truncate_prompt, ContextError, ContextPolicy, SINK_TOKENS,
+    check_stream_window, truncate_to_window, ContextError, ContextPolicy, SINK_TOKENS,
 };
 use super::sequence::GenerateRequest;
 use crate::kv_cache::KvType;
@@ -353,11 +353,10 @@ impl EngineHandle {
                 req.max_tokens.unwrap_or(usize::MAX)
             }
             policy => {
-                if policy == ContextPolicy::Truncate && prompt + 1 > cfg.n_ctx {
-                    let room = req.max_tokens.unwrap_or(0).clamp(1, (cfg.n_ctx / 4).max(1));
-                    let keep = req.keep_tokens;
+                if policy == ContextPolicy::Truncate {
+                    let max_tokens = req.max_tokens.unwrap_or(0);
                     (prompt_tokens, dropped_tokens) =
-                        truncate_prompt(&prompt_tokens, keep, cfg.n_ctx - room);
+                        truncate_to_window(&prompt_tokens, req.keep_tokens, cfg.n_ctx, max_tokens);
                 }
                 let prompt = prompt_tokens.len();
                 let room = cfg.n_ctx.saturating_sub(prompt);
