@@ -276,20 +276,27 @@ impl KvCache {
             let t = self.table(seq)?;
             (t.len, t.blocks.last().copied())
         };
+        let have = self.table(seq)?.blocks.len();
         if let Some(last) = last {
             if len % bs != 0 && n > 0 && self.refcount[last as usize] > 1 {
-                let copy = self.alloc_block();
-                self.copy_block(last, copy);
-                self.release(last);
-                let t = self.table_mut(seq)?;
-                *t.blocks.last_mut().expect("has a last block") = copy;
+                self.copy_on_write(seq, have - 1)?;
             }
         }
-        let have = self.table(seq)?.blocks.len();
         for _ in have..(len + n).div_ceil(bs) {
             let b = self.alloc_block();
             self.table_mut(seq)?.blocks.push(b);
         }
+        Ok(())
+    }
+
+    /// Gives `seq` its own copy of its block `i`, which other sequences share (the caller
+    /// checked that a block is free).
+    fn copy_on_write(&mut self, seq: SeqId, i: usize) -> Result<(), KvError> {
+        let shared = self.table(seq)?.blocks[i];
+        let copy = self.alloc_block();
+        self.copy_block(shared, copy);
+        self.release(shared);
+        self.table_mut(seq)?.blocks[i] = copy;
         Ok(())
     }
 

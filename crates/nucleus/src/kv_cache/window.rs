@@ -46,10 +46,7 @@ impl KvCache {
         }
         for (i, &b) in blocks.iter().enumerate().skip(first) {
             if self.refcount[b as usize] > 1 {
-                let copy = self.alloc_block();
-                self.copy_block(b, copy);
-                self.release(b);
-                self.table_mut(seq)?.blocks[i] = copy;
+                self.copy_on_write(seq, i)?;
             } else {
                 self.prefix.unregister(b);
             }
