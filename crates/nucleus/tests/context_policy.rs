@@ -36,18 +36,10 @@ fn corpus(tok: &Tokenizer) -> Vec<TokenId> {
     tok.encode(&text, true, false).unwrap()
 }
 
-fn drain(mut rx: UnboundedReceiver<Event>) -> (Vec<TokenId>, Finished) {
-    let mut toks = Vec::new();
-    loop {
-        match rx
-            .blocking_recv()
-            .expect("every request ends with an event")
-        {
-            Event::Token(t) => toks.push(t.token),
-            Event::Done(f) => return (toks, f),
-            Event::Error(e) => panic!("request failed: {e}"),
-        }
-    }
+/// A request's generated tokens and its end.
+fn drain(rx: UnboundedReceiver<Event>) -> (Vec<TokenId>, Finished) {
+    let (toks, _, f) = common::drain(rx);
+    (toks, f)
 }
 
 fn greedy(prompt: &[TokenId], max_tokens: usize, policy: ContextPolicy) -> GenRequest {

@@ -15,18 +15,8 @@ use nucleus::model::Model;
 use nucleus::sampling::SamplingParams;
 use nucleus::tokenizer::{TokenId, Tokenizer};
 
-fn drain(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> Vec<TokenId> {
-    let mut toks = Vec::new();
-    loop {
-        match rx
-            .blocking_recv()
-            .expect("every request ends with an event")
-        {
-            Event::Token(t) => toks.push(t.token),
-            Event::Done(_) => return toks,
-            Event::Error(e) => panic!("{e}"),
-        }
-    }
+fn drain(rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> Vec<TokenId> {
+    common::drain(rx).0
 }
 
 #[test]

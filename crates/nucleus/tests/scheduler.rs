@@ -15,7 +15,6 @@ use nucleus::engine::scheduler::{
 use nucleus::model::Model;
 use nucleus::sampling::{FinishReason, SamplingParams};
 use nucleus::tokenizer::{TokenId, Tokenizer};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 fn load(path: &std::path::Path) -> (Arc<Model>, Arc<Tokenizer>) {
     let model = Model::load(path, 0).expect("load model");
@@ -31,28 +30,6 @@ fn tiny() -> Option<(Arc<Model>, Arc<Tokenizer>)> {
 fn real(name: &str) -> Option<(Arc<Model>, Arc<Tokenizer>)> {
     let path = common::models_dir().join(format!("{name}.gguf"));
     common::require(&path, name).then(|| load(&path))
-}
-
-/// Runs a request to its end: (generated token ids, final event).
-fn drain(mut rx: UnboundedReceiver<Event>) -> (Vec<TokenId>, String, Finished) {
-    let mut toks = Vec::new();
-    let mut text = String::new();
-    loop {
-        match rx
-            .blocking_recv()
-            .expect("the engine ends every request with an event")
-        {
-            Event::Token(t) => {
-                toks.push(t.token);
-                text.push_str(&t.text);
-            }
-            Event::Done(f) => {
-                text.push_str(&f.text);
-                return (toks, text, f);
-            }
-            Event::Error(e) => panic!("request failed: {e}"),
-        }
-    }
 }
 
 fn greedy(prompt: Vec<TokenId>, max_tokens: usize) -> GenRequest {
@@ -119,13 +96,13 @@ fn check_batch_invariance(model: &Arc<Model>, tok: &Arc<Tokenizer>, n_gen: usize
     let h = start(model, tok, cfg);
     let alone: Vec<Vec<TokenId>> = check
         .iter()
-        .map(|&i| drain(h.submit(greedy(ps[i].clone(), n_gen)).unwrap()).0)
+        .map(|&i| common::drain(h.submit(greedy(ps[i].clone(), n_gen)).unwrap()).0)
         .collect();
     let rxs: Vec<_> = ps
         .iter()
         .map(|p| h.submit(greedy(p.clone(), n_gen)).unwrap())
         .collect();
-    let together: Vec<Vec<TokenId>> = rxs.into_iter().map(|rx| drain(rx).0).collect();
+    let together: Vec<Vec<TokenId>> = rxs.into_iter().map(|rx| common::drain(rx).0).collect();
     let stats = h.stats();
     h.shutdown();
     assert!(
@@ -173,7 +150,7 @@ fn preemption_under_a_tiny_kv_pool_keeps_every_request_correct() {
     let h = start(&model, &tok, EngineConfig::default());
     let want: Vec<Vec<TokenId>> = ps
         .iter()
-        .map(|p| drain(h.submit(greedy(p.clone(), n_gen)).unwrap()).0)
+        .map(|p| common::drain(h.submit(greedy(p.clone(), n_gen)).unwrap()).0)
         .collect();
     h.shutdown();
     // Each sequence needs up to 64 tokens = 4 blocks; the pool has 10: at most two fit at once
@@ -191,7 +168,7 @@ fn preemption_under_a_tiny_kv_pool_keeps_every_request_correct() {
         .iter()
         .map(|p| h.submit(greedy(p.clone(), n_gen)).unwrap())
         .collect();
-    let got: Vec<(Vec<TokenId>, String, Finished)> = rxs.into_iter().map(drain).collect();
+    let got: Vec<(Vec<TokenId>, String, Finished)> = rxs.into_iter().map(common::drain).collect();
     let stats = h.stats();
     h.shutdown();
     assert!(
@@ -230,7 +207,7 @@ fn dropping_the_receiver_cancels_and_frees_blocks() {
     assert_eq!(s.requests_cancelled, 1);
     assert!(s.generation_tokens_total < 1500, "{s:?}");
     // The engine keeps serving.
-    let (toks, _, _) = drain(h.submit(greedy(p, 5)).unwrap());
+    let (toks, _, _) = common::drain(h.submit(greedy(p, 5)).unwrap());
     assert_eq!(toks.len(), 5);
     h.shutdown();
 }
@@ -257,7 +234,7 @@ fn a_full_queue_rejects_and_accepted_requests_complete() {
     assert!(rejected >= 3, "rejected {rejected}");
     assert!(accepted.len() >= 2);
     for rx in accepted {
-        assert_eq!(drain(rx).0.len(), 20);
+        assert_eq!(common::drain(rx).0.len(), 20);
     }
     h.shutdown();
     assert!(matches!(
@@ -294,12 +271,12 @@ fn stop_strings_and_seeded_sampling_per_request() {
     let h = start(&model, &tok, EngineConfig::default());
     let p = prompts(&tok, 1).remove(0);
     // Find a piece of text the model produces, then ask it to stop there.
-    let (_, text, _) = drain(h.submit(greedy(p.clone(), 12)).unwrap());
+    let (_, text, _) = common::drain(h.submit(greedy(p.clone(), 12)).unwrap());
     let cut = text.char_indices().nth(text.chars().count() / 2).unwrap().0;
     let stop: String = text[cut..].chars().take(3).collect();
     let mut r = greedy(p.clone(), 12);
     r.stop = vec![stop.clone()];
-    let (_, stopped, fin) = drain(h.submit(r).unwrap());
+    let (_, stopped, fin) = common::drain(h.submit(r).unwrap());
     assert_eq!(fin.finish_reason, FinishReason::Stop);
     assert!(
         text.starts_with(&stopped) && !stopped.contains(&stop),
@@ -315,7 +292,7 @@ fn stop_strings_and_seeded_sampling_per_request() {
     let a = h.submit(seeded(7)).unwrap();
     let b = h.submit(seeded(7)).unwrap();
     let c = h.submit(seeded(8)).unwrap();
-    let (a, b, c) = (drain(a).0, drain(b).0, drain(c).0);
+    let (a, b, c) = (common::drain(a).0, common::drain(b).0, common::drain(c).0);
     assert_eq!(a, b);
     assert_ne!(a, c);
     h.shutdown();

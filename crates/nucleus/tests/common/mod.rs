@@ -4,6 +4,10 @@
 
 use std::path::PathBuf;
 
+use nucleus::engine::scheduler::{Event, Finished};
+use nucleus::tokenizer::TokenId;
+use tokio::sync::mpsc::UnboundedReceiver;
+
 pub fn shared_dir() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared"))
 }
@@ -42,4 +46,26 @@ pub fn require(path: &std::path::Path, what: &str) -> bool {
     }
     eprintln!("skipped: {what} is absent at {}", path.display());
     false
+}
+
+/// Runs a request to its end: (generated token ids, final event).
+pub fn drain(mut rx: UnboundedReceiver<Event>) -> (Vec<TokenId>, String, Finished) {
+    let mut toks = Vec::new();
+    let mut text = String::new();
+    loop {
+        match rx
+            .blocking_recv()
+            .expect("the engine ends every request with an event")
+        {
+            Event::Token(t) => {
+                toks.push(t.token);
+                text.push_str(&t.text);
+            }
+            Event::Done(f) => {
+                text.push_str(&f.text);
+                return (toks, text, f);
+            }
+            Event::Error(e) => panic!("request failed: {e}"),
+        }
+    }
 }
