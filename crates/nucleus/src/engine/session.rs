@@ -135,12 +135,6 @@ impl<'m> Session<'m> {
         n_ctx + beams * (max_tokens.min(n_ctx) + 2 * BLOCK_SIZE)
     }
 
-    /// Tokens of the last prompt fed that came from the prefix cache instead of being
-    /// computed.
-    pub fn cached_tokens(&self) -> usize {
-        self.cached_tokens
-    }
-
     /// The session's tokens, in order. After a beam search the last ones may not be in the KV
     /// cache yet: they are evaluated at the start of the next [`feed`](Self::feed).
     pub fn tokens(&self) -> &[TokenId] {
@@ -171,7 +165,7 @@ impl<'m> Session<'m> {
     /// What to do when the session outgrows its window: [`ContextPolicy::Error`] (the
     /// default) refuses; [`ContextPolicy::Stream`] slides the window (see
     /// [`crate::engine::context`]). `Truncate` is for whole prompts, before a session sees
-    /// them ([`crate::engine::context::truncate_prompt`]); here it acts as `Error`.
+    /// them ([`crate::engine::context::truncate_to_window`]); here it acts as `Error`.
     pub fn set_context_policy(&mut self, policy: ContextPolicy) -> Result<(), ContextError> {
         if policy == ContextPolicy::Stream {
             check_stream_window(self.n_ctx, self.kv.config().block_size)?;

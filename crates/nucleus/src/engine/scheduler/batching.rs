@@ -7,12 +7,11 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Counters, Event, Finished, Pending, Shared, TokenEvent};
+use super::{prompt_slot, Counters, Event, Finished, Pending, Shared, TokenEvent};
 use crate::engine::context::{slide_window, ContextPolicy, SINK_BLOCKS};
 use crate::engine::sequence::Sequence;
-use crate::kernels::PromptSlot;
-use crate::kv_cache::{extend_block_hashes, BlockHash, KvCache, SeqId};
-use crate::model::{arithmetic_class, Batch, ForwardState, Model};
+use crate::kv_cache::{BlockHash, KvCache, SeqId};
+use crate::model::{Batch, ForwardState, Model};
 use crate::tokenizer::{TokenId, Tokenizer};
 
 struct Seq<'t> {
@@ -103,15 +102,6 @@ fn take_cached(kv: &mut KvCache, counters: &Counters, block_size: usize, s: &mut
     }
 }
 
-/// The arithmetic token `index` of a prompt of `len` tokens gets (see `Batch::push_prompt`).
-fn prompt_slot(len: usize, index: usize) -> PromptSlot {
-    PromptSlot {
-        len,
-        index,
-        all_logits: false,
-    }
-}
-
 impl<'a> Scheduler<'a> {
     pub(super) fn new(
         shared: &'a Shared,
@@ -169,15 +159,9 @@ impl<'a> Scheduler<'a> {
         }
         let bs = self.shared.cfg.block_size;
         for p in inbox.incoming.drain(..) {
-            let mut hashes = Vec::new();
-            if self.kv.prefix_caching() {
-                let n = p.prompt.len();
-                let class = |i| arithmetic_class(prompt_slot(n, i));
-                extend_block_hashes(&p.prompt, class, bs, &mut hashes);
-            }
             self.waiting.push_back(Seq {
                 tx: p.tx,
-                hashes,
+                hashes: p.hashes,
                 cached_tokens: 0,
                 seq: Sequence::with_sampler(self.tok, &p.prompt, &p.req, p.sampler),
                 kv_seq: None,

@@ -43,8 +43,9 @@ use super::context::{
     check_stream_window, truncate_to_window, ContextError, ContextPolicy, SINK_TOKENS,
 };
 use super::sequence::GenerateRequest;
-use crate::kv_cache::KvType;
-use crate::model::Model;
+use crate::kernels::PromptSlot;
+use crate::kv_cache::{extend_block_hashes, BlockHash, KvType};
+use crate::model::{arithmetic_class, Model};
 use crate::sampling::{FinishReason, Sampler, SamplingError, SamplingParams};
 use crate::tokenizer::{TokenId, Tokenizer};
 use batching::Scheduler;
@@ -246,6 +247,18 @@ struct Pending {
     policy: ContextPolicy,
     /// Prompt tokens `truncate` dropped.
     dropped_tokens: usize,
+    /// Hashes of the prompt's full blocks for the prefix cache (made here, on the caller's
+    /// thread, not on the scheduler's).
+    hashes: Vec<BlockHash>,
+}
+
+/// The arithmetic token `index` of a prompt of `len` tokens gets (see `Batch::push_prompt`).
+fn prompt_slot(len: usize, index: usize) -> PromptSlot {
+    PromptSlot {
+        len,
+        index,
+        all_logits: false,
+    }
 }
 
 #[derive(Default)]
@@ -390,6 +403,11 @@ impl EngineHandle {
         };
         gen.validate()?;
         let sampler = Sampler::new(gen.sampling.clone())?;
+        let mut hashes = Vec::new();
+        if cfg.prefix_caching {
+            let class = |i| arithmetic_class(prompt_slot(prompt, i));
+            extend_block_hashes(&prompt_tokens, class, cfg.block_size, &mut hashes);
+        }
         let (tx, rx) = unbounded_channel();
         let mut inbox = self.shared.inbox.lock().expect("inbox lock");
         if inbox.shutdown {
@@ -406,6 +424,7 @@ impl EngineHandle {
             sampler,
             policy: req.context_policy,
             dropped_tokens,
+            hashes,
         });
         drop(inbox);
         self.shared.wake.notify_one();
