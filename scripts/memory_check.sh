@@ -16,7 +16,8 @@ declare -A rss plan pool
 for ctx in 1024 4096; do
   out=$("$bin" inspect "$model" --memory --ctx "$ctx" --kv-type "$ty")
   plan[$ctx]=$(echo "$out" | awk '/^  total of the above/ {print $5}')
-  pool[$ctx]=$(echo "$out" | awk '/^  KV pool/ {print $3}')
+  # Both pools: the global layers' and (gemma) the sliding-window layers'.
+  pool[$ctx]=$(echo "$out" | awk '/^  KV (window )?pool/ {s += ($3 == "pool" ? $4 : $3)} END {print s}')
   rss[$ctx]=$( { /usr/bin/time -f '%M' "$bin" run "$model" "$text" --ctx "$ctx" --kv-type "$ty" \
       --context-policy truncate -n 1 --no-prefix-cache -t 2 >/dev/null 2>/tmp/memory_check.err; } 2>&1 |
       tail -1 )

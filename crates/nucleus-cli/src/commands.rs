@@ -436,17 +436,31 @@ pub fn inspect_memory(spec: &str, ctx: Option<usize>, kv_type: KvType) -> Result
     );
     match plan.window {
         Some(w) => println!(
-            "    local layers        {:>10}  bytes/token ({} layers, window {w}; they keep every token today)",
+            "    local layers        {:>10}  bytes/token ({} layers, window {w}: held for the window only)",
             plan.local_bytes_per_token, plan.local_layers
         ),
         None => println!("    local layers              none"),
     }
     println!(
-        "  KV pool               {:>10}  ({} blocks: {} tokens rounded up to whole blocks)",
-        mb(plan.kv_pool_bytes),
+        "  KV pool               {:>10}  ({} blocks: {} tokens rounded up to whole blocks, global layers)",
+        mb(plan.kv_pool_bytes - plan.window_pool_bytes),
         plan.kv.n_blocks,
         n_ctx
     );
+    if plan.window_pool_blocks > 0 {
+        println!(
+            "  KV window pool        {:>10}  ({} blocks: the window, the attention sink and a chunk, local layers)",
+            mb(plan.window_pool_bytes),
+            plan.window_pool_blocks,
+        );
+        println!(
+            "    (local layers keeping the whole context would take {} more)",
+            mb(
+                (plan.local_bytes_per_token * plan.kv.block_size * plan.kv.n_blocks)
+                    .saturating_sub(plan.window_pool_bytes)
+            )
+        );
+    }
     println!(
         "  pool overhead         {:>10}  at most (reference counts, free list, prefix-cache index)",
         mb(plan.bookkeeping_bytes)
@@ -527,7 +541,13 @@ pub fn bench(
             best_tg = best_tg.max(n_gen as f64 / t.elapsed().as_secs_f64());
         }
     }
-    let kv_bytes = session.kv.config().bytes_per_token();
+    // A token of context costs its K and V in the layers that keep the whole context; the
+    // sliding-window layers hold only their window, whatever the length.
+    let kv_cfg = *session.kv.config();
+    let kv_bytes = kv_cfg.full_bytes_per_token();
+    let window_bytes = kv_cfg
+        .sliding
+        .map_or(0, |s| s.window * kv_cfg.window_bytes_per_token());
     if json {
         println!(
             "{}",
@@ -539,6 +559,7 @@ pub fn bench(
                 "prefill_tokens_per_s": best_pp,
                 "decode_tokens_per_s": best_tg,
                 "kv_bytes_per_token": kv_bytes,
+                "kv_window_bytes": window_bytes,
                 "kv_type": args.kv_type.name(),
             })
         );
@@ -550,7 +571,13 @@ pub fn bench(
         );
         println!("prefill pp{n_prompt}: {best_pp:.1} tok/s");
         println!("decode  tg{n_gen}: {best_tg:.1} tok/s");
-        println!("KV cache: {kv_bytes} bytes/token ({})", args.kv_type);
+        match kv_cfg.sliding {
+            Some(s) => println!(
+                "KV cache: {kv_bytes} bytes/token in the global layers + {window_bytes} bytes for the window of {} in the sliding-window layers ({})",
+                s.window, args.kv_type
+            ),
+            None => println!("KV cache: {kv_bytes} bytes/token ({})", args.kv_type),
+        }
     }
     Ok(())
 }

@@ -142,8 +142,8 @@ fn cached_equals_fresh(name: &str) {
     let suffix_b = &text[3000..3024];
     let cat = |a: &[TokenId], b: &[TokenId]| [a, b].concat();
     // Shared prefixes: inside a block (37), on a block edge (48), longer than one prefill
-    // chunk of 256 (300).
-    for (shared, want_hit) in [(37, 32), (48, 48), (300, 288)] {
+    // chunk of 256 (300), longer than gemma's sliding window of 512 (700).
+    for (shared, want_hit) in [(37, 32), (48, 48), (300, 288), (700, 688)] {
         let s = &text[..shared];
         check_cached_equals_fresh(
             &model,

@@ -65,6 +65,10 @@ pub const SINK_TOKENS: usize = 4;
 /// Blocks a streamed sequence keeps at its start (its attention sinks).
 pub const SINK_BLOCKS: usize = 1;
 
+// The sliding-window layers keep the sinks whatever their window, for after the middle is
+// evicted (see `kv_cache::sliding`).
+const _: () = assert!(SINK_BLOCKS <= crate::kv_cache::PINNED_BLOCKS);
+
 /// The smallest window, in blocks, that `stream` accepts: the sinks and room for a few recent
 /// blocks.
 pub const MIN_STREAM_BLOCKS: usize = 4;

@@ -23,4 +23,4 @@ pub use crate::sampling::FinishReason;
 pub use beams::KvBeams;
 pub use context::ContextPolicy;
 pub use sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob, TopLogprob};
-pub use session::{argmax, EngineError, Generation, Session, Timings, BLOCK_SIZE};
+pub use session::{argmax, EngineError, Generation, Session, Timings, BLOCK_SIZE, MAX_CHUNK};

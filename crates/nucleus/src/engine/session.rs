@@ -7,7 +7,7 @@ use super::beams::KvBeams;
 use super::context::{check_stream_window, slide_window, ContextError, ContextPolicy, SINK_BLOCKS};
 use super::sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob};
 use crate::kernels::PromptSlot;
-use crate::kv_cache::{extend_block_hashes, KvCache, KvType, SeqId};
+use crate::kv_cache::{extend_block_hashes, KvCache, KvConfig, KvType, SeqId, PINNED_BLOCKS};
 use crate::model::{arithmetic_class, Batch, ForwardState, Model, ModelError};
 use crate::sampling::{beam_search, BeamError, BeamId, BeamParams, FinishReason, SamplingError};
 use crate::tokenizer::{TokenId, Tokenizer};
@@ -68,6 +68,10 @@ pub struct Generation {
 /// Block size of the sessions' KV caches, in tokens.
 pub const BLOCK_SIZE: usize = 16;
 
+/// Tokens a session evaluates in one forward at most (prompts are fed in chunks of at most
+/// this; the output does not depend on the chunking).
+pub const MAX_CHUNK: usize = 512;
+
 /// A model's working state for one sequence at a time: its KV cache and forward scratch.
 pub struct Session<'m> {
     pub model: &'m Model,
@@ -109,7 +113,25 @@ impl<'m> Session<'m> {
         kv_tokens: usize,
         ty: KvType,
     ) -> Result<Session<'m>, ModelError> {
-        let mut kv = model.new_kv_cache_of(kv_tokens.max(n_ctx), BLOCK_SIZE, ty)?;
+        // The sliding-window pool holds this sequence's window and a chunk, and the beams' own
+        // blocks (the tokens beyond the context).
+        let extra_blocks = kv_tokens.saturating_sub(n_ctx).div_ceil(BLOCK_SIZE);
+        let cfg = model
+            .kv_config(kv_tokens.max(n_ctx), BLOCK_SIZE, ty)
+            .fit_window_pool(1, MAX_CHUNK, extra_blocks);
+        Self::with_kv_config(model, n_ctx, cfg)
+    }
+
+    /// A session over a KV cache configured by the caller (blocks of `cfg.block_size`; a
+    /// sliding-window pool must hold a window and [`MAX_CHUNK`] tokens: see
+    /// [`KvConfig::fit_window_pool`]).
+    pub fn with_kv_config(
+        model: &'m Model,
+        n_ctx: usize,
+        cfg: KvConfig,
+    ) -> Result<Session<'m>, ModelError> {
+        cfg.check().map_err(ModelError::Invalid)?;
+        let mut kv = KvCache::new(cfg);
         kv.set_prefix_caching(true);
         let seq = kv.new_seq();
         Ok(Session {
@@ -176,8 +198,10 @@ impl<'m> Session<'m> {
 
     /// Blocks a streamed window keeps at its start (default [`SINK_BLOCKS`]). 0 gives a plain
     /// window of recent tokens, without attention sinks: only for measuring what sinks are
-    /// worth (StreamingLLM's comparison).
+    /// worth (StreamingLLM's comparison). At most [`PINNED_BLOCKS`]: the sliding-window layers
+    /// keep no more of a sequence's start.
     pub fn set_sink_blocks(&mut self, n: usize) {
+        assert!(n <= PINNED_BLOCKS, "at most {PINNED_BLOCKS} sink blocks");
         self.sink_blocks = n;
     }
 
@@ -255,7 +279,7 @@ impl<'m> Session<'m> {
                 self.tokens.extend_from_slice(&tokens[..skip]);
             }
         }
-        let mut chunk = chunk.max(1);
+        let mut chunk = chunk.clamp(1, MAX_CHUNK);
         if self.streams() {
             // A chunk must fit the window beside the sinks.
             chunk = chunk.min(self.n_ctx / 2);
@@ -289,10 +313,11 @@ impl<'m> Session<'m> {
             if all_logits || last_chunk {
                 out.extend_from_slice(self.state.logits());
             }
-        }
-        if self.n_evicted == evicted_before {
-            // (After an eviction the blocks no longer hold the prompt's positions.)
-            self.kv.offer_blocks(self.seq, &hashes)?;
+            if self.n_evicted == evicted_before {
+                // Offered chunk by chunk: a sliding-window pool frees blocks as it goes. (After
+                // an eviction the blocks no longer hold the prompt's positions.)
+                self.kv.offer_blocks(self.seq, &hashes)?;
+            }
         }
         if starts {
             self.cached_tokens = skip;

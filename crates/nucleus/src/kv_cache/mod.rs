@@ -9,17 +9,25 @@
 //! under the hash of the prefix they hold, until the pool needs them (least recently used
 //! first). Such a block is never written again: only full blocks are cached, sequences write
 //! past their end, and a sequence cut back into a cached block takes it out of the cache first.
+//!
+//! Layers with a sliding window (gemma-3's local layers) keep their blocks in a second pool
+//! ([`pool`]) that holds only each sequence's window: blocks that fall out of it are freed
+//! ([`sliding`]). A sequence has one block table per pool, indexed alike (block `i` holds
+//! positions `i·block_size..`), with holes where the window pool freed a block.
 
+mod pool;
 mod prefix;
+mod sliding;
 mod storage;
 mod window;
 
+pub use pool::NO_BLOCK;
 pub use prefix::{extend_block_hashes, BlockHash};
+pub use sliding::{window_blocks_per_seq, SlidingWindow, PINNED_BLOCKS};
 pub use storage::KvType;
 
 use half::f16;
-use prefix::PrefixIndex;
-use storage::Plane;
+use pool::Pool;
 
 /// A sequence's handle in the cache.
 pub type SeqId = usize;
@@ -33,6 +41,10 @@ pub enum KvError {
     UnknownSeq(SeqId),
     #[error("sequence {seq} has {len} tokens; cannot truncate to {to}")]
     BadTruncate { seq: SeqId, len: usize, to: usize },
+    #[error(
+        "sequence {seq}: its sliding-window layers no longer hold the window of position {pos}"
+    )]
+    WindowGone { seq: SeqId, pos: usize },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,16 +58,52 @@ pub struct KvConfig {
     pub n_blocks: usize,
     /// How keys and values are stored.
     pub ty: KvType,
+    /// The sliding-window layers and their pool, when the model has such layers.
+    pub sliding: Option<SlidingWindow>,
 }
 
 impl KvConfig {
-    /// Bytes of K and V per token: layers × kv_heads × (a key row + a value row), rows of
+    /// Bytes of K and V per token in one layer: kv_heads × (a key row + a value row), rows of
     /// f16 (2 bytes a value) or of 32-value blocks (Q8_0: 34 bytes, Q4_0: 18).
-    pub fn bytes_per_token(&self) -> usize {
+    pub fn layer_bytes_per_token(&self) -> usize {
         let ty = self.ty;
-        self.n_layers
-            * self.n_kv_heads
-            * (ty.row_bytes(self.head_dim_k) + ty.row_bytes(self.head_dim_v))
+        self.n_kv_heads * (ty.row_bytes(self.head_dim_k) + ty.row_bytes(self.head_dim_v))
+    }
+
+    /// Bytes of K and V per token held in every layer.
+    pub fn bytes_per_token(&self) -> usize {
+        self.n_layers * self.layer_bytes_per_token()
+    }
+
+    /// Whether `layer` has a sliding window (its blocks live in the window pool).
+    pub fn is_window_layer(&self, layer: usize) -> bool {
+        self.sliding.is_some_and(|s| s.has_layer(layer))
+    }
+
+    /// Layers with a sliding window.
+    pub fn window_layers(&self) -> usize {
+        (0..self.n_layers)
+            .filter(|&l| self.is_window_layer(l))
+            .count()
+    }
+
+    /// Bytes per token of the layers that keep the whole context: what each token of a long
+    /// context costs once the windows are full.
+    pub fn full_bytes_per_token(&self) -> usize {
+        (self.n_layers - self.window_layers()) * self.layer_bytes_per_token()
+    }
+
+    /// Bytes per token of the sliding-window layers (held for the window only).
+    pub fn window_bytes_per_token(&self) -> usize {
+        self.window_layers() * self.layer_bytes_per_token()
+    }
+
+    /// Bytes of both pools.
+    pub fn total_bytes(&self) -> usize {
+        let window_blocks = self.sliding.map_or(0, |s| s.n_blocks);
+        self.block_size
+            * (self.full_bytes_per_token() * self.n_blocks
+                + self.window_bytes_per_token() * window_blocks)
     }
 
     /// Whether the head dimensions can be stored in the type (block types need multiples
@@ -72,30 +120,53 @@ impl KvConfig {
         Ok(())
     }
 
+    /// Sizes the sliding-window pool (if any) for `seqs` sequences running at once, each
+    /// appending at most `chunk` tokens per forward, plus `extra_blocks` for blocks of forks
+    /// (beams); never larger than the full-context pool. The sequences must keep to that:
+    /// a forward beyond it fails with [`KvError::OutOfBlocks`].
+    pub fn fit_window_pool(mut self, seqs: usize, chunk: usize, extra_blocks: usize) -> KvConfig {
+        if let Some(s) = &mut self.sliding {
+            let per_seq = window_blocks_per_seq(s.window, chunk.max(1), self.block_size);
+            s.n_blocks = seqs
+                .max(1)
+                .saturating_mul(per_seq)
+                .saturating_add(extra_blocks)
+                .min(self.n_blocks);
+        }
+        self
+    }
+
+    /// Bytes of a block of the full-context pool (every layer when there is no window pool).
     pub fn bytes_per_block(&self) -> usize {
-        self.bytes_per_token() * self.block_size
+        self.full_bytes_per_token() * self.block_size
     }
 }
-
 #[derive(Clone, Debug, Default)]
 struct BlockTable {
-    blocks: Vec<BlockId>,
+    /// Tokens in the sequence.
     len: usize,
+    /// Per pool, the blocks holding positions `i·block_size..` ([`NO_BLOCK`] where a window
+    /// pool freed them).
+    blocks: Vec<Vec<BlockId>>,
     /// Blocks `[0, offered)` have been offered to the prefix cache.
     offered: usize,
 }
 
+/// Where one token's keys and values go: its block in each pool and its slot in the blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvSlot {
+    blocks: [BlockId; 2],
+    pub slot: usize,
+}
+
 pub struct KvCache {
     cfg: KvConfig,
-    /// Per layer: `[block][kv_head][slot][row]` so that one head's keys in a block are
-    /// contiguous for attention.
-    k: Vec<Plane>,
-    v: Vec<Plane>,
-    refcount: Vec<u32>,
-    /// Blocks no sequence uses and no cached prefix holds.
-    free: Vec<BlockId>,
+    /// Pool 0 holds the layers that see the whole context; pool 1, when present, the
+    /// sliding-window layers.
+    pools: Vec<Pool>,
+    /// Per layer: (pool, index of the layer in its pool).
+    layer_pool: Vec<(usize, usize)>,
     seqs: Vec<Option<BlockTable>>,
-    prefix: PrefixIndex,
     prefix_caching: bool,
 }
 
@@ -103,22 +174,25 @@ impl KvCache {
     /// A cache as `cfg` says. Panics when the head dimensions do not fit the type (check with
     /// [`KvConfig::check`] first).
     pub fn new(cfg: KvConfig) -> KvCache {
-        assert!(cfg.block_size > 0 && cfg.n_blocks > 0 && cfg.n_blocks <= u32::MAX as usize);
+        assert!(cfg.block_size > 0 && cfg.n_blocks > 0 && cfg.n_blocks < u32::MAX as usize);
         assert_eq!(cfg.check(), Ok(()));
-        let rows = cfg.n_blocks * cfg.n_kv_heads * cfg.block_size;
+        let mut layer_pool = Vec::with_capacity(cfg.n_layers);
+        let mut counts = [0usize; 2];
+        for l in 0..cfg.n_layers {
+            let p = usize::from(cfg.is_window_layer(l));
+            layer_pool.push((p, counts[p]));
+            counts[p] += 1;
+        }
+        let mut pools = vec![Pool::new(&cfg, counts[0], cfg.n_blocks, None)];
+        if let Some(s) = cfg.sliding.filter(|_| counts[1] > 0) {
+            assert!(s.window > 0 && s.n_blocks > 0 && s.n_blocks < u32::MAX as usize);
+            pools.push(Pool::new(&cfg, counts[1], s.n_blocks, Some(s.window)));
+        }
         KvCache {
             cfg,
-            k: (0..cfg.n_layers)
-                .map(|_| Plane::new(cfg.ty, rows, cfg.head_dim_k))
-                .collect(),
-            v: (0..cfg.n_layers)
-                .map(|_| Plane::new(cfg.ty, rows, cfg.head_dim_v))
-                .collect(),
-            refcount: vec![0; cfg.n_blocks],
-            // Pop from the end: hand out low block numbers first.
-            free: (0..cfg.n_blocks as BlockId).rev().collect(),
+            pools,
+            layer_pool,
             seqs: Vec::new(),
-            prefix: PrefixIndex::default(),
             prefix_caching: false,
         }
     }
@@ -127,20 +201,26 @@ impl KvCache {
         &self.cfg
     }
 
-    /// Blocks a sequence can get: free ones and cached ones no sequence uses (evicted when
-    /// taken).
+    /// Blocks of the full-context pool a sequence can get: free ones and cached ones no
+    /// sequence uses (evicted when taken). The window pool is sized so that it never runs out
+    /// first (see [`window_blocks_per_seq`]).
     pub fn free_blocks(&self) -> usize {
-        self.free.len() + self.prefix.n_evictable()
+        self.pools[0].available()
     }
 
-    /// Blocks sequences use.
+    /// Blocks of the full-context pool that sequences use.
     pub fn used_blocks(&self) -> usize {
         self.cfg.n_blocks - self.free_blocks()
     }
 
-    /// Bytes the whole pool takes.
+    /// Blocks of the sliding-window pool that sequences use (0 without one).
+    pub fn window_used_blocks(&self) -> usize {
+        self.pools.get(1).map_or(0, |p| p.n_blocks - p.available())
+    }
+
+    /// Bytes the pools take.
     pub fn total_bytes(&self) -> usize {
-        self.cfg.bytes_per_block() * self.cfg.n_blocks
+        self.cfg.total_bytes()
     }
 
     /// Tokens the pool can hold in all.
@@ -149,11 +229,15 @@ impl KvCache {
     }
 
     pub fn new_seq(&mut self) -> SeqId {
+        let table = BlockTable {
+            blocks: vec![Vec::new(); self.pools.len()],
+            ..BlockTable::default()
+        };
         if let Some(i) = self.seqs.iter().position(|s| s.is_none()) {
-            self.seqs[i] = Some(BlockTable::default());
+            self.seqs[i] = Some(table);
             return i;
         }
-        self.seqs.push(Some(BlockTable::default()));
+        self.seqs.push(Some(table));
         self.seqs.len() - 1
     }
 
@@ -175,12 +259,18 @@ impl KvCache {
         Ok(self.table(seq)?.len)
     }
 
-    /// The blocks of a sequence, in order.
+    /// The blocks of a sequence in the full-context pool, in order.
     pub fn seq_blocks(&self, seq: SeqId) -> Result<&[BlockId], KvError> {
-        Ok(&self.table(seq)?.blocks)
+        Ok(&self.table(seq)?.blocks[0])
     }
 
-    /// Ends a sequence and returns its blocks to the pool (shared blocks stay with their
+    /// The blocks of a sequence that `layer` reads, in order ([`NO_BLOCK`] for positions out
+    /// of a sliding window).
+    pub fn layer_blocks(&self, layer: usize, seq: SeqId) -> Result<&[BlockId], KvError> {
+        Ok(&self.table(seq)?.blocks[self.layer_pool[layer].0])
+    }
+
+    /// Ends a sequence and returns its blocks to the pools (shared blocks stay with their
     /// other owners).
     pub fn free_seq(&mut self, seq: SeqId) -> Result<(), KvError> {
         let table = self
@@ -188,30 +278,21 @@ impl KvCache {
             .get_mut(seq)
             .and_then(|s| s.take())
             .ok_or(KvError::UnknownSeq(seq))?;
-        for b in table.blocks {
-            self.release(b);
+        for (pool, blocks) in self.pools.iter_mut().zip(table.blocks) {
+            for b in blocks {
+                pool.release(b);
+            }
         }
         Ok(())
     }
 
-    fn release(&mut self, b: BlockId) {
-        let rc = &mut self.refcount[b as usize];
-        debug_assert!(*rc > 0);
-        *rc -= 1;
-        if *rc == 0 {
-            if self.prefix.is_cached(b) {
-                self.prefix.park(b);
-            } else {
-                self.free.push(b);
-            }
-        }
-    }
-
-    /// A new sequence sharing all of `src`'s blocks; only the block table is copied.
+    /// A new sequence sharing all of `src`'s blocks; only the block tables are copied.
     pub fn fork_seq(&mut self, src: SeqId) -> Result<SeqId, KvError> {
         let table = self.table(src)?.clone();
-        for &b in &table.blocks {
-            self.refcount[b as usize] += 1;
+        for (pool, blocks) in self.pools.iter_mut().zip(&table.blocks) {
+            for &b in blocks {
+                pool.retain(b);
+            }
         }
         let id = self.new_seq();
         self.seqs[id] = Some(table);
@@ -219,10 +300,10 @@ impl KvCache {
     }
 
     /// Shortens a sequence to `len` tokens (speculative decoding's rollback), freeing blocks
-    /// past the end.
+    /// past the end. A sliding-window pool must still hold the window of position `len`.
     pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<(), KvError> {
         let bs = self.cfg.block_size;
-        let t = self.table_mut(seq)?;
+        let t = self.table(seq)?;
         if len > t.len {
             return Err(KvError::BadTruncate {
                 seq,
@@ -230,95 +311,108 @@ impl KvCache {
                 to: len,
             });
         }
+        self.check_window(seq, &t.blocks, len)?;
+        let t = self.table_mut(seq)?;
         t.len = len;
         t.offered = t.offered.min(len / bs);
         let keep = len.div_ceil(bs);
-        let dropped: Vec<BlockId> = t.blocks.drain(keep..).collect();
-        // The last block is partial again and will be written: it no longer holds its prefix.
-        // (When other sequences share it, the write copies it first; the cached prefix stays.)
-        let last = (!len.is_multiple_of(bs)).then(|| t.blocks[keep - 1]);
-        if let Some(b) = last {
-            if self.refcount[b as usize] == 1 {
-                self.prefix.unregister(b);
+        let dropped: Vec<Vec<BlockId>> = t
+            .blocks
+            .iter_mut()
+            .map(|b| b.drain(keep..).collect())
+            .collect();
+        let last = (!len.is_multiple_of(bs))
+            .then(|| t.blocks.iter().map(|b| b[keep - 1]).collect::<Vec<_>>());
+        for (p, pool) in self.pools.iter_mut().enumerate() {
+            // The last block is partial again and will be written: it no longer holds its
+            // prefix. (When other sequences share it, the write copies it first; the cached
+            // prefix stays.)
+            if let Some(last) = &last {
+                let b = last[p];
+                if b != NO_BLOCK && pool.refcount[b as usize] == 1 {
+                    pool.prefix.unregister(b);
+                }
             }
-        }
-        for b in dropped {
-            self.release(b);
+            for &b in &dropped[p] {
+                pool.release(b);
+            }
         }
         Ok(())
     }
 
-    /// Blocks needed to grow `seq` by `n` tokens (including a copy of a shared partial block).
+    /// Blocks of the full-context pool needed to grow `seq` by `n` tokens (including a copy of
+    /// a shared partial block).
     pub fn blocks_needed(&self, seq: SeqId, n: usize) -> Result<usize, KvError> {
-        let t = self.table(seq)?;
+        Ok(self.pool_blocks_needed(0, self.table(seq)?, n))
+    }
+
+    /// Blocks pool `p` needs to grow a sequence by `n` tokens: new blocks, a copy of a shared
+    /// partial last block, less what a window pool frees first.
+    fn pool_blocks_needed(&self, p: usize, t: &BlockTable, n: usize) -> usize {
         let bs = self.cfg.block_size;
-        let new_blocks = (t.len + n).div_ceil(bs) - t.blocks.len();
-        let cow = t.len % bs != 0
-            && n > 0
-            && t.blocks
-                .last()
-                .is_some_and(|&b| self.refcount[b as usize] > 1);
-        Ok(new_blocks + cow as usize)
+        let pool = &self.pools[p];
+        let blocks = &t.blocks[p];
+        let new_blocks = (t.len + n).div_ceil(bs) - blocks.len();
+        let cow =
+            !t.len.is_multiple_of(bs) && n > 0 && blocks.last().is_some_and(|&b| pool.is_shared(b));
+        let freed = self.freeable(p, t);
+        (new_blocks + cow as usize).saturating_sub(freed)
     }
 
     /// Makes room for `n` more tokens of `seq`: allocates blocks, and copies a shared partial
     /// last block so that writing to it does not change another sequence. All or nothing.
     pub fn reserve(&mut self, seq: SeqId, n: usize) -> Result<(), KvError> {
-        let needed = self.blocks_needed(seq, n)?;
-        if needed > self.free_blocks() {
-            return Err(KvError::OutOfBlocks {
-                needed,
-                free: self.free_blocks(),
-            });
-        }
-        let bs = self.cfg.block_size;
-        let (len, last) = {
-            let t = self.table(seq)?;
-            (t.len, t.blocks.last().copied())
-        };
-        let have = self.table(seq)?.blocks.len();
-        if let Some(last) = last {
-            if len % bs != 0 && n > 0 && self.refcount[last as usize] > 1 {
-                self.copy_on_write(seq, have - 1)?;
+        self.reserve_batch(&[(seq, n)])
+    }
+
+    /// [`reserve`](Self::reserve) for several sequences (distinct), all or nothing.
+    pub fn reserve_batch(&mut self, wants: &[(SeqId, usize)]) -> Result<(), KvError> {
+        for p in 0..self.pools.len() {
+            let mut needed = 0;
+            for &(seq, n) in wants {
+                needed += self.pool_blocks_needed(p, self.table(seq)?, n);
+            }
+            let free = self.pools[p].available();
+            if needed > free {
+                return Err(KvError::OutOfBlocks { needed, free });
             }
         }
-        for _ in have..(len + n).div_ceil(bs) {
-            let b = self.alloc_block();
-            self.table_mut(seq)?.blocks.push(b);
+        for &(seq, n) in wants {
+            self.grow(seq, n)?;
         }
         Ok(())
     }
 
-    /// Gives `seq` its own copy of its block `i`, which other sequences share (the caller
-    /// checked that a block is free).
-    fn copy_on_write(&mut self, seq: SeqId, i: usize) -> Result<(), KvError> {
-        let shared = self.table(seq)?.blocks[i];
-        let copy = self.alloc_block();
-        self.copy_block(shared, copy);
-        self.release(shared);
-        self.table_mut(seq)?.blocks[i] = copy;
+    fn grow(&mut self, seq: SeqId, n: usize) -> Result<(), KvError> {
+        let bs = self.cfg.block_size;
+        self.trim_window(seq)?;
+        for p in 0..self.pools.len() {
+            let t = self.table(seq)?;
+            let (len, have) = (t.len, t.blocks[p].len());
+            if let Some(&last) = t.blocks[p].last() {
+                if !len.is_multiple_of(bs) && n > 0 && self.pools[p].is_shared(last) {
+                    self.copy_on_write(seq, p, have - 1)?;
+                }
+            }
+            for _ in have..(len + n).div_ceil(bs) {
+                let b = self.pools[p].alloc();
+                self.table_mut(seq)?.blocks[p].push(b);
+            }
+        }
         Ok(())
     }
 
-    /// A block for new contents: a free one, else the least recently used cached one.
-    fn alloc_block(&mut self) -> BlockId {
-        let b = self
-            .free
-            .pop()
-            .or_else(|| self.prefix.evict_lru())
-            .expect("caller checked free blocks");
-        self.refcount[b as usize] = 1;
-        b
-    }
-
-    fn copy_block(&mut self, from: BlockId, to: BlockId) {
-        let c = self.cfg;
-        let rows = c.n_kv_heads * c.block_size;
-        let (f, t) = (from as usize * rows, to as usize * rows);
-        for layer in 0..c.n_layers {
-            self.k[layer].copy_rows(c.ty, f, t, rows, c.head_dim_k);
-            self.v[layer].copy_rows(c.ty, f, t, rows, c.head_dim_v);
-        }
+    /// Gives `seq` its own copy of its block `i` in pool `p`, which other sequences share (the
+    /// caller checked that a block is free).
+    fn copy_on_write(&mut self, seq: SeqId, p: usize, i: usize) -> Result<(), KvError> {
+        let shared = self.table(seq)?.blocks[p][i];
+        let cfg = self.cfg;
+        let pool = &mut self.pools[p];
+        let copy = pool.alloc();
+        pool.copy_block(&cfg, shared, copy);
+        pool.release(shared);
+        self.table_mut(seq)?.blocks[p][i] = copy;
+        Ok(())
     }
 
     /// Marks `n` tokens as appended to `seq` (after [`reserve`](Self::reserve) and the writes).
@@ -326,65 +420,66 @@ impl KvCache {
         let bs = self.cfg.block_size;
         let t = self.table_mut(seq)?;
         assert!(
-            t.len + n <= t.blocks.len() * bs,
+            t.len + n <= t.blocks[0].len() * bs,
             "commit past reserved blocks"
         );
         t.len += n;
         Ok(())
     }
 
-    /// Where token position `pos` of `seq` lives: (block, slot). The position must be reserved.
+    /// Where token position `pos` of `seq` lives in the full-context pool: (block, slot). The
+    /// position must be reserved.
     pub fn slot(&self, seq: SeqId, pos: usize) -> Result<(BlockId, usize), KvError> {
+        let s = self.position(seq, pos)?;
+        Ok((s.blocks[0], s.slot))
+    }
+
+    /// Where token position `pos` of `seq` lives in every pool. The position must be reserved.
+    pub fn position(&self, seq: SeqId, pos: usize) -> Result<KvSlot, KvError> {
         let t = self.table(seq)?;
         let bs = self.cfg.block_size;
-        t.blocks
-            .get(pos / bs)
-            .map(|&b| (b, pos % bs))
-            .ok_or(KvError::UnknownSeq(seq))
+        let mut blocks = [NO_BLOCK; 2];
+        for (p, b) in t.blocks.iter().enumerate() {
+            blocks[p] = *b.get(pos / bs).ok_or(KvError::UnknownSeq(seq))?;
+        }
+        Ok(KvSlot {
+            blocks,
+            slot: pos % bs,
+        })
     }
 
     /// Writes one token's keys and values (all KV heads, f32 in, stored in the cache's type)
-    /// for one layer.
+    /// for one layer, at a position from [`position`](Self::position).
+    pub fn write_at(&mut self, layer: usize, at: &KvSlot, k: &[f32], v: &[f32]) {
+        let (p, li) = self.layer_pool[layer];
+        self.pools[p].write(&self.cfg, li, at.blocks[p], at.slot, k, v);
+    }
+
+    /// [`write_at`](Self::write_at) with the block of `layer`'s pool given.
     pub fn write(&mut self, layer: usize, block: BlockId, slot: usize, k: &[f32], v: &[f32]) {
-        let c = self.cfg;
-        debug_assert!(!self.prefix.is_cached(block), "a cached block is read-only");
-        debug_assert_eq!(k.len(), c.n_kv_heads * c.head_dim_k);
-        debug_assert_eq!(v.len(), c.n_kv_heads * c.head_dim_v);
-        for h in 0..c.n_kv_heads {
-            let row = (block as usize * c.n_kv_heads + h) * c.block_size + slot;
-            let (dk, dv) = (c.head_dim_k, c.head_dim_v);
-            self.k[layer].write_row(c.ty, row, &k[h * dk..(h + 1) * dk]);
-            self.v[layer].write_row(c.ty, row, &v[h * dv..(h + 1) * dv]);
-        }
+        let (p, li) = self.layer_pool[layer];
+        self.pools[p].write(&self.cfg, li, block, slot, k, v);
     }
 
     /// Keys of one KV head in one block of one layer: `block_size` rows of `head_dim_k`
     /// (an f16 cache).
     pub fn block_keys(&self, layer: usize, block: BlockId, head: usize) -> &[f16] {
-        let c = &self.cfg;
-        let first = (block as usize * c.n_kv_heads + head) * c.block_size;
-        self.k[layer].f16_rows(first, c.block_size, c.head_dim_k)
+        let (p, li) = self.layer_pool[layer];
+        self.pools[p].f16_keys(&self.cfg, li, block, head)
     }
 
     /// Values of one KV head in one block of one layer: `block_size` rows of `head_dim_v`
     /// (an f16 cache).
     pub fn block_values(&self, layer: usize, block: BlockId, head: usize) -> &[f16] {
-        let c = &self.cfg;
-        let first = (block as usize * c.n_kv_heads + head) * c.block_size;
-        self.v[layer].f16_rows(first, c.block_size, c.head_dim_v)
-    }
-
-    /// The row of `head` at `slot` of `block` in a plane (`[block][kv_head][slot]`).
-    fn row(&self, block: BlockId, head: usize, slot: usize) -> usize {
-        let c = &self.cfg;
-        (block as usize * c.n_kv_heads + head) * c.block_size + slot
+        let (p, li) = self.layer_pool[layer];
+        self.pools[p].f16_values(&self.cfg, li, block, head)
     }
 
     /// The stored key of `head` at `slot` of `block` in `layer` (a quantized cache): one row
     /// of the cache's block type.
     pub fn key_blocks(&self, layer: usize, block: BlockId, head: usize, slot: usize) -> &[u8] {
-        let c = &self.cfg;
-        self.k[layer].block_row(c.ty, self.row(block, head, slot), c.head_dim_k)
+        let (p, li) = self.layer_pool[layer];
+        self.pools[p].key_row(&self.cfg, li, block, head, slot)
     }
 
     /// The value of `head` at `slot` of `block` in `layer`, as f32 (any type).
@@ -396,8 +491,10 @@ impl KvCache {
         slot: usize,
         out: &mut [f32],
     ) {
+        let (p, li) = self.layer_pool[layer];
         let c = &self.cfg;
-        self.v[layer].read_row(c.ty, self.row(block, head, slot), &mut out[..c.head_dim_v]);
+        let r = pool::row(c, block, head, slot);
+        self.pools[p].v[li].read_row(c.ty, r, &mut out[..c.head_dim_v]);
     }
 
     /// The key of `head` at `slot` of `block` in `layer`, as f32 (any type).
@@ -409,8 +506,10 @@ impl KvCache {
         slot: usize,
         out: &mut [f32],
     ) {
+        let (p, li) = self.layer_pool[layer];
         let c = &self.cfg;
-        self.k[layer].read_row(c.ty, self.row(block, head, slot), &mut out[..c.head_dim_k]);
+        let r = pool::row(c, block, head, slot);
+        self.pools[p].k[li].read_row(c.ty, r, &mut out[..c.head_dim_k]);
     }
 }
 

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use sha2::{Digest, Sha256};
 
-use super::{BlockId, KvCache, KvError, SeqId};
+use super::{BlockId, KvCache, KvError, SeqId, NO_BLOCK};
 use crate::tokenizer::TokenId;
 
 /// The identity of a full block: its tokens and everything before them.
@@ -138,15 +138,7 @@ impl KvCache {
     /// prefix.
     pub fn set_prefix_caching(&mut self, on: bool) {
         if !on {
-            while let Some(b) = self.prefix.evict_lru() {
-                self.free.push(b);
-            }
-            let cached: Vec<BlockId> = (0..self.cfg.n_blocks as BlockId)
-                .filter(|&b| self.prefix.is_cached(b))
-                .collect();
-            for b in cached {
-                self.prefix.unregister(b);
-            }
+            self.pools.iter_mut().for_each(|p| p.drop_cached());
         }
         self.prefix_caching = on;
     }
@@ -155,26 +147,26 @@ impl KvCache {
         self.prefix_caching
     }
 
-    /// Blocks holding a cached prefix, whether a sequence uses them or not.
+    /// Blocks of the full-context pool holding a cached prefix, whether a sequence uses them
+    /// or not.
     pub fn cached_blocks(&self) -> usize {
-        self.prefix.n_cached()
+        self.pools[0].prefix.n_cached()
     }
 
-    /// How many of `hashes` (the block hashes of a prompt, in order) are cached, counted from
-    /// the first: `(blocks found, of which no sequence uses)`. Taking the second kind uses up
-    /// free blocks.
+    /// How many of `hashes` (the block hashes of a prompt, in order) a new sequence would take
+    /// from the cache, counted from the first: `(blocks found, of which no sequence uses)`.
+    /// Taking the second kind uses up free blocks of the full-context pool.
     pub fn lookup_prefix(&self, hashes: &[BlockHash]) -> (usize, usize) {
         if !self.prefix_caching {
             return (0, 0);
         }
-        let mut parked = 0;
-        for (i, &h) in hashes.iter().enumerate() {
-            match self.prefix.lookup(h) {
-                Some(b) => parked += usize::from(self.prefix.is_evictable(b)),
-                None => return (i, parked),
-            }
-        }
-        (hashes.len(), parked)
+        let found = self.cached_run(hashes, 0);
+        let full = &self.pools[0].prefix;
+        let parked = hashes[..found]
+            .iter()
+            .filter(|&&h| full.lookup(h).is_some_and(|b| full.is_evictable(b)))
+            .count();
+        (found, parked)
     }
 
     /// Appends to `seq`, which must end on a block edge, the cached blocks that continue it:
@@ -183,30 +175,21 @@ impl KvCache {
     pub fn attach_cached(&mut self, seq: SeqId, hashes: &[BlockHash]) -> Result<usize, KvError> {
         let bs = self.cfg.block_size;
         let t = self.table(seq)?;
-        if !self.prefix_caching || t.len != t.blocks.len() * bs {
+        let from = t.blocks[0].len();
+        if !self.prefix_caching || t.len != from * bs {
             return Ok(0);
         }
-        let mut added = 0;
-        for &h in hashes.iter().skip(t.blocks.len()) {
-            let Some(b) = self.prefix.lookup(h) else {
-                break;
-            };
-            if self.refcount[b as usize] == 0 {
-                self.prefix.unpark(b);
-            }
-            self.refcount[b as usize] += 1;
-            let t = self.table_mut(seq)?;
-            t.blocks.push(b);
-            t.len += bs;
-            t.offered = t.blocks.len();
-            added += bs;
+        let k = self.cached_run(hashes, from);
+        if k == from {
+            return Ok(0);
         }
-        Ok(added)
+        self.take_cached_run(seq, hashes, from, k)?;
+        Ok((k - from) * bs)
     }
 
-    /// Offers the full blocks of `seq` to the prefix cache, under `hashes` (the block hashes of
-    /// its tokens; blocks beyond `hashes` are not offered). A block whose prefix is already
-    /// cached elsewhere stays private to its sequence.
+    /// Offers the full blocks of `seq` not offered yet to the prefix cache, under `hashes`
+    /// (the block hashes of its tokens; blocks past them are not offered). A block whose
+    /// prefix is cached already stays private (the cached copy is the one found).
     pub fn offer_blocks(&mut self, seq: SeqId, hashes: &[BlockHash]) -> Result<(), KvError> {
         if !self.prefix_caching {
             return Ok(());
@@ -214,9 +197,13 @@ impl KvCache {
         let bs = self.cfg.block_size;
         let t = self.table(seq)?;
         let (from, full) = (t.offered, (t.len / bs).min(hashes.len()));
-        for (i, &hash) in hashes.iter().enumerate().take(full).skip(from) {
-            let b = self.table(seq)?.blocks[i];
-            self.prefix.register(b, hash);
+        let offers: Vec<(usize, BlockId, BlockHash)> = (0..self.pools.len())
+            .flat_map(|p| (from..full).map(move |i| (p, i)))
+            .map(|(p, i)| (p, t.blocks[p][i], hashes[i]))
+            .filter(|&(_, b, _)| b != NO_BLOCK)
+            .collect();
+        for (p, b, hash) in offers {
+            self.pools[p].prefix.register(b, hash);
         }
         let t = self.table_mut(seq)?;
         t.offered = t.offered.max(full);

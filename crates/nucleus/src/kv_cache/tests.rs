@@ -13,6 +13,7 @@ fn cache(n_blocks: usize) -> KvCache {
         block_size: 4,
         n_blocks,
         ty: KvType::F16,
+        sliding: None,
     })
 }
 
@@ -31,10 +32,11 @@ fn bytes_per_token_matches_formula_and_allocation() {
             block_size: 16,
             n_blocks: 5,
             ty,
+            sliding: None,
         });
         assert_eq!(c.config().bytes_per_token(), 3 * 2 * 2 * row, "{ty}");
         assert_eq!(c.total_bytes(), c.config().bytes_per_token() * 16 * 5);
-        let real: usize = c.k.iter().chain(&c.v).map(Plane::bytes).sum();
+        let real: usize = c.pools.iter().map(Pool::allocated_bytes).sum();
         assert_eq!(real, c.total_bytes(), "{ty}");
     }
     let odd = KvConfig {

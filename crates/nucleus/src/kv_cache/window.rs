@@ -2,7 +2,7 @@
 //! the oldest blocks after the sinks are evicted, the blocks after them made private, and
 //! their keys re-rotated to their new positions (see `engine::context` and `Model::shift_keys`).
 
-use super::{BlockId, KvCache, KvError, SeqId};
+use super::{BlockId, KvCache, KvError, SeqId, NO_BLOCK};
 
 impl KvCache {
     /// Removes `count` full blocks of `seq` starting at block `first` (the middle of a
@@ -12,7 +12,7 @@ impl KvCache {
     /// [`make_private`](Self::make_private).
     pub fn evict_blocks(&mut self, seq: SeqId, first: usize, count: usize) -> Result<(), KvError> {
         let bs = self.cfg.block_size;
-        let t = self.table_mut(seq)?;
+        let t = self.table(seq)?;
         if (first + count) * bs > t.len {
             return Err(KvError::BadTruncate {
                 seq,
@@ -20,11 +20,20 @@ impl KvCache {
                 to: first * bs,
             });
         }
-        let dropped: Vec<BlockId> = t.blocks.drain(first..first + count).collect();
+        // The sliding-window layers must still hold what the shorter sequence reads.
+        let mut after = t.blocks.clone();
+        after.iter_mut().for_each(|b| {
+            b.drain(first..first + count);
+        });
+        self.check_window(seq, &after, t.len - count * bs)?;
+        let t = self.table_mut(seq)?;
+        let before = std::mem::replace(&mut t.blocks, after);
         t.len -= count * bs;
         t.offered = t.offered.min(first);
-        for b in dropped {
-            self.release(b);
+        for (pool, blocks) in self.pools.iter_mut().zip(before) {
+            for &b in &blocks[first..first + count] {
+                pool.release(b);
+            }
         }
         Ok(())
     }
@@ -33,30 +42,36 @@ impl KvCache {
     /// that they can be rewritten in place: shared blocks are copied, cached ones forgotten.
     /// All or nothing.
     pub fn make_private(&mut self, seq: SeqId, first: usize) -> Result<(), KvError> {
-        let blocks = self.table(seq)?.blocks.clone();
-        let shared = blocks[first.min(blocks.len())..]
-            .iter()
-            .filter(|&&b| self.refcount[b as usize] > 1)
-            .count();
-        if shared > self.free_blocks() {
-            return Err(KvError::OutOfBlocks {
-                needed: shared,
-                free: self.free_blocks(),
-            });
+        let t = self.table(seq)?;
+        for (pool, blocks) in self.pools.iter().zip(&t.blocks) {
+            let from = first.min(blocks.len());
+            let shared = blocks[from..]
+                .iter()
+                .filter(|&&b| pool.is_shared(b))
+                .count();
+            if shared > pool.available() {
+                return Err(KvError::OutOfBlocks {
+                    needed: shared,
+                    free: pool.available(),
+                });
+            }
         }
-        for (i, &b) in blocks.iter().enumerate().skip(first) {
-            if self.refcount[b as usize] > 1 {
-                self.copy_on_write(seq, i)?;
-            } else {
-                self.prefix.unregister(b);
+        for p in 0..self.pools.len() {
+            let blocks = self.table(seq)?.blocks[p].clone();
+            for (i, &b) in blocks.iter().enumerate().skip(first) {
+                if self.pools[p].is_shared(b) {
+                    self.copy_on_write(seq, p, i)?;
+                } else if b != NO_BLOCK {
+                    self.pools[p].prefix.unregister(b);
+                }
             }
         }
         Ok(())
     }
 
-    /// Rewrites the keys of slots `slots` of `block` in `layer`: `f(kv_head, key)` gets each
-    /// key as f32 and changes it in place. For re-rotating keys whose position changed; the
-    /// block must be private ([`make_private`](Self::make_private)).
+    /// Rewrites the keys at `slots` of `block` (of `layer`'s pool) in `layer`, every KV head:
+    /// `f(kv_head, key)` changes each key in place (as f32; stored back in the cache's type).
+    /// The block must be private to its sequence and not cached.
     pub fn update_keys(
         &mut self,
         layer: usize,
@@ -65,14 +80,16 @@ impl KvCache {
         mut f: impl FnMut(usize, &mut [f32]),
     ) {
         let c = self.cfg;
-        debug_assert!(!self.prefix.is_cached(block) && self.refcount[block as usize] == 1);
+        let (p, li) = self.layer_pool[layer];
+        let pool = &mut self.pools[p];
+        debug_assert!(!pool.prefix.is_cached(block) && pool.refcount[block as usize] == 1);
         let mut row = vec![0f32; c.head_dim_k];
         for h in 0..c.n_kv_heads {
             for slot in slots.clone() {
-                let r = (block as usize * c.n_kv_heads + h) * c.block_size + slot;
-                self.k[layer].read_row(c.ty, r, &mut row);
+                let r = super::pool::row(&c, block, h, slot);
+                pool.k[li].read_row(c.ty, r, &mut row);
                 f(h, &mut row);
-                self.k[layer].write_row(c.ty, r, &row);
+                pool.k[li].write_row(c.ty, r, &row);
             }
         }
     }

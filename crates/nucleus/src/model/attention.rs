@@ -278,6 +278,7 @@ mod tests {
             head_dim_v: DV,
             block_size: 16,
             n_blocks: n.div_ceil(16),
+            sliding: None,
         });
         let seq = kv.new_seq();
         kv.reserve(seq, n).unwrap();
@@ -406,6 +407,7 @@ mod tests {
                 head_dim_v: D,
                 block_size: 16,
                 n_blocks: n / 16 + 1,
+                sliding: None,
             });
             let seq = kv.new_seq();
             kv.reserve(seq, n).unwrap();

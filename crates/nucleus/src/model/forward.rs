@@ -7,7 +7,7 @@
 
 use crate::kernels::matmul::{matmul_rows, PromptSlot, QuantizedActs};
 use crate::kernels::ops;
-use crate::kv_cache::{BlockId, KvCache, SeqId};
+use crate::kv_cache::{KvCache, KvSlot, SeqId};
 use crate::quant::{dequantize_row, vec_dot_type, GgmlType};
 use crate::tokenizer::TokenId;
 
@@ -148,7 +148,7 @@ pub struct ForwardState {
     out_in: Vec<f32>,
     out_prompt: Vec<PromptSlot>,
     logits: Vec<f32>,
-    slots: Vec<(BlockId, usize)>,
+    slots: Vec<KvSlot>,
     cos_sin: Vec<(f32, f32)>,
     acts: ActsCache,
     seq_counts: Vec<(SeqId, usize)>,
@@ -260,7 +260,8 @@ impl Model {
         // Where each token's keys and values go.
         st.slots.clear();
         for t in 0..n {
-            st.slots.push(kv.slot(batch.seqs[t], batch.positions[t])?);
+            st.slots
+                .push(kv.position(batch.seqs[t], batch.positions[t])?);
         }
 
         // The rows that want logits, and their slots in llama.cpp's last layer.
@@ -350,11 +351,9 @@ impl Model {
                 );
             }
             for t in 0..n {
-                let (block, slot) = st.slots[t];
-                kv.write(
+                kv.write_at(
                     il,
-                    block,
-                    slot,
+                    &st.slots[t],
                     &st.k[t * k_dim..(t + 1) * k_dim],
                     &st.v[t * v_dim..(t + 1) * v_dim],
                 );
@@ -529,7 +528,7 @@ impl Model {
             for task in g0..(g0 + group_of).min(n_tasks) {
                 let ((t0, m), h) = (units[task / hp.n_head], task % hp.n_head);
                 let blocks = kv_ref
-                    .seq_blocks(batch.seqs[t0])
+                    .layer_blocks(il, batch.seqs[t0])
                     .expect("checked in check_batch");
                 let q_of = |t: usize| &q[(t * hp.n_head + h) * hd..(t * hp.n_head + h + 1) * hd];
                 // SAFETY: task (unit, h) is the only one writing head h of the unit's rows.
@@ -615,20 +614,7 @@ impl Model {
                 )));
             }
         }
-        let mut needed = 0;
-        for &(seq, count) in &st.seq_counts {
-            needed += kv.blocks_needed(seq, count)?;
-        }
-        if needed > kv.free_blocks() {
-            return Err(crate::kv_cache::KvError::OutOfBlocks {
-                needed,
-                free: kv.free_blocks(),
-            }
-            .into());
-        }
-        for &(seq, count) in &st.seq_counts {
-            kv.reserve(seq, count)?;
-        }
+        kv.reserve_batch(&st.seq_counts)?;
         Ok(())
     }
 }

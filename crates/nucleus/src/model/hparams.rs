@@ -226,9 +226,4 @@ impl HParams {
             self.rope_base
         }
     }
-
-    /// Bytes of KV cache per token with f16 storage: 2 × layers × kv_heads × head_dim × 2.
-    pub fn kv_bytes_per_token(&self) -> usize {
-        self.n_layers * self.n_head_kv * (self.head_dim + self.head_dim_v) * 2
-    }
 }

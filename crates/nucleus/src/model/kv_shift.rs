@@ -5,7 +5,7 @@
 
 use super::{Model, ModelError};
 use crate::kernels::ops;
-use crate::kv_cache::{KvCache, SeqId};
+use crate::kv_cache::{KvCache, SeqId, NO_BLOCK};
 
 impl Model {
     /// Rotates the keys of `seq` from block `first_block` on by `delta` positions (negative:
@@ -21,12 +21,16 @@ impl Model {
         let hp = &self.hp;
         let bs = kv.config().block_size;
         let len = kv.seq_len(seq)?;
-        let blocks = kv.seq_blocks(seq)?.to_vec();
         let ff = self.weights.rope_freqs.as_deref();
         let mut cos_sin = Vec::new();
         for layer in 0..hp.n_layers {
             let base = hp.layer_rope_base(layer);
+            // (A sliding-window layer has no blocks out of its window: nothing to rotate.)
+            let blocks = kv.layer_blocks(layer, seq)?.to_vec();
             for (i, &b) in blocks.iter().enumerate().skip(first_block) {
+                if b == NO_BLOCK {
+                    continue;
+                }
                 let slots = 0..bs.min(len - i * bs);
                 kv.update_keys(layer, b, slots, |_, key| {
                     ops::rope(

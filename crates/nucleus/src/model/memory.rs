@@ -21,13 +21,16 @@ pub struct MemoryPlan {
     /// Layers attending over the whole context, and their KV bytes per token.
     pub global_layers: usize,
     pub global_bytes_per_token: usize,
-    /// Sliding-window layers, their window and KV bytes per token (they keep every token of
-    /// the context today, as the global ones do).
+    /// Sliding-window layers, their window and KV bytes per token (held for the window only).
     pub local_layers: usize,
     pub window: Option<usize>,
     pub local_bytes_per_token: usize,
-    /// Bytes of the pool: its blocks (the context rounded up to whole blocks) for every layer.
+    /// Bytes of the pools: the full-context pool's blocks (the context rounded up to whole
+    /// blocks) for the global layers, and the window pool's for the local layers.
     pub kv_pool_bytes: usize,
+    /// Of which the window pool's, and its blocks (0 without local layers).
+    pub window_pool_bytes: usize,
+    pub window_pool_blocks: usize,
     /// The pool's bookkeeping at most (every block cached).
     pub bookkeeping_bytes: usize,
     /// The forward pass's buffers for a chunk of `chunk_tokens` prompt tokens.
@@ -52,11 +55,13 @@ impl Model {
         chunk: usize,
     ) -> MemoryPlan {
         let hp = &self.hp;
-        let kv = self.kv_config(n_ctx, block_size, ty);
-        let local_layers = (0..hp.n_layers)
-            .filter(|&l| hp.layer_window(l).is_some())
-            .count();
-        let per_layer = KvConfig { n_layers: 1, ..kv }.bytes_per_token();
+        // One sequence, as `run` and `chat` hold it: prompts fed `chunk` tokens at a time.
+        let kv = self
+            .kv_config(n_ctx, block_size, ty)
+            .fit_window_pool(1, chunk, 0);
+        let local_layers = kv.window_layers();
+        let per_layer = kv.layer_bytes_per_token();
+        let window_pool_blocks = kv.sliding.map_or(0, |s| s.n_blocks);
         let weights_bytes = self.file.tensors.iter().map(|t| t.size).sum();
         // The forward's f32 buffers per token (residual, normed input, q, k, v, attention out,
         // projection, gate, up), its quantized activations (about a byte per value), and the
@@ -77,8 +82,10 @@ impl Model {
             local_layers,
             window: hp.sliding_window,
             local_bytes_per_token: per_layer * local_layers,
-            kv_pool_bytes: kv.bytes_per_block() * kv.n_blocks,
-            bookkeeping_bytes: BOOKKEEPING_BYTES_PER_BLOCK * kv.n_blocks,
+            kv_pool_bytes: kv.total_bytes(),
+            window_pool_bytes: kv.window_bytes_per_token() * block_size * window_pool_blocks,
+            window_pool_blocks,
+            bookkeeping_bytes: BOOKKEEPING_BYTES_PER_BLOCK * (kv.n_blocks + window_pool_blocks),
             chunk_tokens: chunk,
             scratch_bytes,
         }

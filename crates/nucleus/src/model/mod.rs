@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::gguf::{GgufError, GgufFile};
 use crate::kernels::pool::ThreadPool;
-use crate::kv_cache::{KvCache, KvConfig, KvType};
+use crate::kv_cache::{KvCache, KvConfig, KvType, SlidingWindow};
 use weights::Weights;
 
 #[derive(Debug, thiserror::Error)]
@@ -102,15 +102,31 @@ impl Model {
         Ok(KvCache::new(cfg))
     }
 
+    /// The cache for `n_tokens` tokens. Its sliding-window pool (for models with such layers)
+    /// is as large as the full-context one until [`KvConfig::fit_window_pool`] sizes it for
+    /// the sequences that will run.
     pub fn kv_config(&self, n_tokens: usize, block_size: usize, ty: KvType) -> KvConfig {
+        let n_blocks = n_tokens.div_ceil(block_size).max(1);
+        let hp = &self.hp;
+        let layers = (0..hp.n_layers.min(128))
+            .filter(|&l| hp.layer_window(l).is_some())
+            .fold(0u128, |m, l| m | 1 << l);
         KvConfig {
             ty,
-            n_layers: self.hp.n_layers,
-            n_kv_heads: self.hp.n_head_kv,
-            head_dim_k: self.hp.head_dim,
-            head_dim_v: self.hp.head_dim_v,
+            n_layers: hp.n_layers,
+            n_kv_heads: hp.n_head_kv,
+            head_dim_k: hp.head_dim,
+            head_dim_v: hp.head_dim_v,
             block_size,
-            n_blocks: n_tokens.div_ceil(block_size).max(1),
+            n_blocks,
+            sliding: hp
+                .sliding_window
+                .filter(|_| layers != 0)
+                .map(|window| SlidingWindow {
+                    window,
+                    layers,
+                    n_blocks,
+                }),
         }
     }
 }

@@ -44,7 +44,7 @@ use super::context::{
 };
 use super::sequence::GenerateRequest;
 use crate::kernels::PromptSlot;
-use crate::kv_cache::{extend_block_hashes, BlockHash, KvType};
+use crate::kv_cache::{extend_block_hashes, BlockHash, KvCache, KvConfig, KvType};
 use crate::model::{arithmetic_class, Model};
 use crate::sampling::{FinishReason, Sampler, SamplingError, SamplingParams};
 use crate::tokenizer::{TokenId, Tokenizer};
@@ -76,6 +76,18 @@ pub struct EngineConfig {
     /// Keep the full blocks of prompts in the cache after their request ends and give them to
     /// later requests whose prompts start the same way (automatic prefix caching).
     pub prefix_caching: bool,
+}
+
+impl EngineConfig {
+    /// The KV cache of an engine so configured for `model`: `kv_tokens` in the full-context
+    /// pool, and a sliding-window pool (if the model has such layers) for `max_running`
+    /// sequences' windows and a step's tokens each.
+    pub fn kv_config(&self, model: &Model) -> KvConfig {
+        let bs = self.block_size.max(1);
+        model
+            .kv_config(self.kv_tokens.max(bs), bs, self.kv_type)
+            .fit_window_pool(self.max_running.max(1), self.step_token_budget, 0)
+    }
 }
 
 impl Default for EngineConfig {
@@ -297,13 +309,13 @@ impl Engine {
         cfg.block_size = cfg.block_size.max(1);
         cfg.step_token_budget = cfg.step_token_budget.max(cfg.max_running).max(1);
         cfg.n_ctx = cfg.n_ctx.min(model.hp.n_ctx_train.max(1)).max(2);
-        let mut kv = model
-            .new_kv_cache_of(
-                cfg.kv_tokens.max(cfg.block_size),
-                cfg.block_size,
-                cfg.kv_type,
-            )
-            .expect("the caller checked the KV cache type against the model");
+        let kv_cfg = cfg.kv_config(&model);
+        assert_eq!(
+            kv_cfg.check(),
+            Ok(()),
+            "the caller checked the KV cache type against the model"
+        );
+        let mut kv = KvCache::new(kv_cfg);
         kv.set_prefix_caching(cfg.prefix_caching);
         let shared = Arc::new(Shared {
             inbox: Mutex::new(Inbox::default()),
