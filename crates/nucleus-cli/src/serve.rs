@@ -92,10 +92,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         prefix_caching: !args.no_prefix_cache,
         kv_type: args.kv_type,
     };
-    model
-        .kv_config(cfg.kv_tokens, cfg.block_size.max(1), cfg.kv_type)
-        .check()
-        .map_err(anyhow::Error::msg)?;
+    cfg.kv_config(&model).check().map_err(anyhow::Error::msg)?;
     let threads = model.n_threads();
     let tokenizer = Arc::new(tokenizer);
     let engine = Engine::start(Arc::new(model), tokenizer.clone(), cfg.clone());
