@@ -168,6 +168,9 @@ pub struct KvCache {
     layer_pool: Vec<(usize, usize)>,
     seqs: Vec<Option<BlockTable>>,
     prefix_caching: bool,
+    /// Tokens a sequence may be cut back by (speculative decoding's rejected drafts): a window
+    /// pool keeps the window of that much earlier a position.
+    rollback_slack: usize,
 }
 
 impl KvCache {
@@ -194,7 +197,15 @@ impl KvCache {
             layer_pool,
             seqs: Vec::new(),
             prefix_caching: false,
+            rollback_slack: 0,
         }
+    }
+
+    /// Lets every sequence be cut back ([`truncate`](Self::truncate)) by up to `tokens` from
+    /// its length at any time: a sliding-window pool then keeps that many more positions (its
+    /// pool must have room for them: size it with them added to the chunk).
+    pub fn set_rollback_slack(&mut self, tokens: usize) {
+        self.rollback_slack = tokens;
     }
 
     pub fn config(&self) -> &KvConfig {

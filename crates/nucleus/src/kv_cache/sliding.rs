@@ -5,7 +5,8 @@
 //! `len`, and a sequence only grows (or is cut back no further than its length at its last
 //! [`reserve`](KvCache::reserve)), so the blocks wholly before `len+1-w` are never read again:
 //! [`reserve`](KvCache::reserve) frees them from the window pool before it allocates, leaving
-//! [`NO_BLOCK`] in the table. The first [`PINNED_BLOCKS`] blocks are kept: after a streamed
+//! [`NO_BLOCK`] in the table. (With a rollback slack of `s` tokens, speculative decoding's,
+//! it keeps the window of position `len - s` instead.) The first [`PINNED_BLOCKS`] blocks are kept: after a streamed
 //! context evicts its middle (`engine::context`), the sequence is shorter and its first
 //! positions, the attention sinks, may be inside the window again.
 //!
@@ -60,7 +61,8 @@ impl KvCache {
         let Some(w) = self.pools[p].window else {
             return 0;
         };
-        let end = first_needed(t.len, w, self.cfg.block_size).min(t.blocks[p].len());
+        let len = t.len.saturating_sub(self.rollback_slack);
+        let end = first_needed(len, w, self.cfg.block_size).min(t.blocks[p].len());
         t.blocks[p][PINNED_BLOCKS.min(end)..end]
             .iter()
             .filter(|&&b| b != NO_BLOCK && !self.pools[p].is_shared(b))
@@ -74,8 +76,9 @@ impl KvCache {
             let w = self.pools[p]
                 .window
                 .expect("pools after the first have windows");
+            let slack = self.rollback_slack;
             let t = self.table_mut(seq)?;
-            let end = first_needed(t.len, w, bs).min(t.blocks[p].len());
+            let end = first_needed(t.len.saturating_sub(slack), w, bs).min(t.blocks[p].len());
             let gone: Vec<BlockId> = t.blocks[p][PINNED_BLOCKS.min(end)..end]
                 .iter_mut()
                 .map(|b| std::mem::replace(b, NO_BLOCK))
@@ -381,6 +384,29 @@ mod tests {
         for pos in (len + 1).saturating_sub(WINDOW)..len {
             assert_eq!(key(&c, 1, t, pos), Some(pos as f32));
         }
+    }
+
+    #[test]
+    fn a_rollback_slack_keeps_the_window_of_earlier_positions() {
+        let mut c = KvCache::new(config(32, 32));
+        c.set_rollback_slack(6);
+        let s = c.new_seq();
+        let toks: Vec<TokenId> = (0..60).collect();
+        for n in (0..60).step_by(7) {
+            let part = &toks[n..(n + 7).min(60)];
+            append(&mut c, s, part, &toks, 7);
+            // Cut back by the slack, then grow again: always allowed.
+            let len = c.seq_len(s).unwrap();
+            c.truncate(s, len - 6).unwrap();
+            append(&mut c, s, &toks[len - 6..len], &toks, 7);
+        }
+        let mut tight = KvCache::new(config(32, 32));
+        let t = tight.new_seq();
+        append(&mut tight, t, &toks, &toks, 7);
+        assert!(matches!(
+            tight.truncate(t, 50),
+            Err(KvError::WindowGone { .. })
+        ));
     }
 
     #[test]
