@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::beams::KvBeams;
 use super::context::{check_stream_window, slide_window, ContextError, ContextPolicy, SINK_BLOCKS};
 use super::sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob};
+use super::speculate::{SpecStats, Speculator};
 use crate::kernels::PromptSlot;
 use crate::kv_cache::{extend_block_hashes, KvCache, KvConfig, KvType, SeqId, PINNED_BLOCKS};
 use crate::model::{arithmetic_class, Batch, ForwardState, Model, ModelError};
@@ -62,6 +63,9 @@ pub struct Generation {
     pub sum_logprob: Option<f32>,
     /// Prompt tokens taken from the prefix cache instead of being computed.
     pub cached_tokens: usize,
+    /// With speculative decoding: what was proposed and accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<SpecStats>,
     pub timings: Timings,
 }
 
@@ -326,6 +330,61 @@ impl<'m> Session<'m> {
     }
 }
 
+impl Session<'_> {
+    /// Tokens that can still be appended without going past the window (streaming: without
+    /// sliding it).
+    pub fn room(&self) -> usize {
+        if self.streams() {
+            let bs = self.kv.config().block_size;
+            let len = self.kv.seq_len(self.seq).unwrap_or(0);
+            (self.n_ctx / bs * bs).saturating_sub(len)
+        } else {
+            self.n_ctx.saturating_sub(self.len())
+        }
+    }
+
+    /// Appends generated tokens in one forward and returns every position's logits, each
+    /// token computed with the arithmetic it gets when it is decoded alone
+    /// (`feed(&[token], 1, false)`), so the logits are those, to the bit: speculative
+    /// decoding's verification. The tokens must fit in [`room`](Self::room).
+    pub fn feed_generated(&mut self, tokens: &[TokenId]) -> Result<&[f32], ModelError> {
+        if tokens.len() > self.room() || self.n_unfed > 0 {
+            return Err(ModelError::BadBatch(format!(
+                "{} tokens do not fit the window without sliding it ({} left)",
+                tokens.len(),
+                self.room()
+            )));
+        }
+        let slot = PromptSlot {
+            len: 1,
+            index: 0,
+            all_logits: false,
+        };
+        self.batch.clear();
+        let start = self.kv.seq_len(self.seq)?;
+        for (i, &tok) in tokens.iter().enumerate() {
+            self.batch.push_prompt(tok, start + i, self.seq, true, slot);
+        }
+        self.model
+            .forward(&self.batch, &mut self.kv, &mut self.state)?;
+        self.tokens.extend_from_slice(tokens);
+        Ok(self.state.logits())
+    }
+
+    /// Drops the last `n` tokens from the session and its KV cache (rejected drafts).
+    pub fn rollback(&mut self, n: usize) -> Result<(), ModelError> {
+        let len = self.kv.seq_len(self.seq)?;
+        if n > len || n > self.tokens.len() || self.n_unfed > 0 {
+            return Err(ModelError::BadBatch(format!(
+                "cannot roll back {n} of {len} tokens"
+            )));
+        }
+        self.kv.truncate(self.seq, len - n)?;
+        self.tokens.truncate(self.tokens.len() - n);
+        Ok(())
+    }
+}
+
 /// Index of the largest logit (the first one on ties, as llama.cpp's greedy sampler).
 pub fn argmax(logits: &[f32]) -> TokenId {
     let mut best = 0;
@@ -371,9 +430,27 @@ impl Session<'_> {
         tokenizer: &Tokenizer,
         prompt: &[TokenId],
         req: &GenerateRequest,
+        on_event: impl FnMut(&SequenceStep),
+    ) -> Result<Generation, EngineError> {
+        self.generate_with(tokenizer, prompt, req, None, on_event)
+    }
+
+    /// [`generate`](Self::generate), with speculative decoding when `speculator` is given
+    /// (sampling only: the output is the same, token for token; see [`speculate`]).
+    pub fn generate_with(
+        &mut self,
+        tokenizer: &Tokenizer,
+        prompt: &[TokenId],
+        req: &GenerateRequest,
+        mut speculator: Option<&mut Speculator>,
         mut on_event: impl FnMut(&SequenceStep),
     ) -> Result<Generation, EngineError> {
         req.validate()?;
+        if speculator.is_some() && req.beams > 1 {
+            return Err(EngineError::Request(
+                "speculative decoding does not combine with beam search".into(),
+            ));
+        }
         if prompt.is_empty() {
             return Err(EngineError::Request("the prompt is empty".into()));
         }
@@ -413,6 +490,9 @@ impl Session<'_> {
         } else if req.beams > 1 {
             sum_logprob =
                 Some(self.beam_search(tokenizer, &logits, &req, &mut seq, &mut on_event)?);
+        } else if let Some(spec) = speculator.as_deref_mut() {
+            spec.reset();
+            spec.decode(self, &mut seq, logits, req.max_tokens, &mut on_event)?;
         } else {
             loop {
                 let step = seq.step(&mut logits)?;
@@ -441,6 +521,7 @@ impl Session<'_> {
                 .filter(|_| req.beams <= 1),
             sum_logprob,
             cached_tokens,
+            speculation: speculator.map(|s| s.stats()),
         })
     }
 
