@@ -9,6 +9,7 @@
 //! - [`KvBeams`]: beam search's [`BeamModel`](crate::sampling::BeamModel) over the paged KV
 //!   cache (forks share blocks, one batched forward per step).
 //! - [`context`]: what happens when a sequence outgrows its window (error, truncate, stream).
+//! - [`speculate`]: speculative decoding (prompt lookup, a draft model), output unchanged.
 //! - [`scheduler`]: the serving engine: a request queue and continuous batching of many
 //!   sequences (decode tokens plus chunked prefill in one forward per step), admission and
 //!   preemption by KV blocks, cancellation.
@@ -18,6 +19,7 @@ pub mod context;
 pub mod scheduler;
 mod sequence;
 mod session;
+pub mod speculate;
 
 pub use crate::sampling::FinishReason;
 pub use beams::KvBeams;

@@ -49,7 +49,7 @@ pub mod stages;
 pub mod stop;
 
 #[cfg(test)]
-mod stat_tests;
+pub(crate) mod stat_tests;
 
 pub use beam::{beam_search, BeamError, BeamId, BeamModel, BeamParams, Hypothesis};
 pub use rng::Rng;

@@ -204,7 +204,7 @@ fn draw(logits: &[f32], p: &SamplingParams, n: usize) -> Vec<usize> {
 
 /// Pearson's chi-square p-value of `counts` against `target`; a token with target 0 must have
 /// count 0 (a stage that must cut a token never returns it).
-fn chi2_pvalue(counts: &[usize], target: &[f64]) -> f64 {
+pub(crate) fn chi2_pvalue(counts: &[usize], target: &[f64]) -> f64 {
     let n: usize = counts.iter().sum();
     let mut stat = 0.0;
     let mut k = 0;
