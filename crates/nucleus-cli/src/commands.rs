@@ -16,6 +16,7 @@ use nucleus::sampling::{SamplingError, SamplingParams};
 use nucleus::tokenizer::{TokenId, Tokenizer};
 
 use crate::catalog::{self, CATALOG, DEFAULT_MODEL};
+use crate::speculate::SpeculateArgs;
 use crate::{GenerateArgs, ModelArgs, SamplingArgs};
 
 /// A catalog name (pulled on first use) or a path to a GGUF file; `None` is the default model.
@@ -214,18 +215,29 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     let n_ctx = context_size(&args.model, &model);
     let policy = policy_of(&args.model, ContextPolicy::Error);
+    args.speculate.check(req.beams)?;
+    let draft = args.speculate.load_draft(args.model.threads)?;
+    let mut speculator =
+        args.speculate
+            .speculator(draft.as_ref(), &tokenizer, n_ctx, args.model.kv_type)?;
     let (prompt_tokens, dropped) =
         fit_prompt(policy, prompt_tokens, SINK_TOKENS, n_ctx, req.max_tokens)?;
     let mut session = session_for(&args.model, &model, n_ctx, &req, policy)?;
     let stdout = std::io::stdout();
-    let gen = session.generate(&tokenizer, &prompt_tokens, &req, |step| {
-        report_step(&tokenizer, step, !args.json);
-        if !args.json {
-            let mut out = stdout.lock();
-            let _ = out.write_all(step.text.as_bytes());
-            let _ = out.flush();
-        }
-    })?;
+    let gen = session.generate_with(
+        &tokenizer,
+        &prompt_tokens,
+        &req,
+        speculator.as_mut(),
+        |step| {
+            report_step(&tokenizer, step, !args.json);
+            if !args.json {
+                let mut out = stdout.lock();
+                let _ = out.write_all(step.text.as_bytes());
+                let _ = out.flush();
+            }
+        },
+    )?;
     if args.json {
         let mut v = serde_json::to_value(&gen)?;
         if policy != ContextPolicy::Error {
@@ -244,6 +256,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 t.generate_tokens_per_s,
                 gen.finish_reason.as_str()
             );
+            if let Some(s) = gen.speculation {
+                eprintln!(
+                    "speculation: {} proposed in {} drafts, {} accepted",
+                    s.proposed, s.drafts, s.accepted
+                );
+            }
         }
     }
     Ok(())
@@ -255,9 +273,12 @@ pub fn chat(
     system: Option<String>,
     max_tokens: usize,
     sampling: SamplingArgs,
+    speculate: SpeculateArgs,
 ) -> Result<()> {
     let Loaded { model, tokenizer } = load(&args, name.as_deref())?;
     let mut req = sampling.request(max_tokens, false, model.hp.n_vocab)?;
+    speculate.check(req.beams)?;
+    let draft = speculate.load_draft(args.threads)?;
     let source = tokenizer
         .chat_template()
         .ok_or(nucleus::chat::ChatError::NoTemplate)?;
@@ -276,6 +297,7 @@ pub fn chat(
     };
     let policy = policy_of(&args, default);
     let mut session = session_for(&args, &model, n_ctx, &req, policy)?;
+    let mut speculator = speculate.speculator(draft.as_ref(), &tokenizer, n_ctx, args.kv_type)?;
     let mut messages = Vec::new();
     if let Some(s) = system {
         messages.push(Message::new("system", &s));
@@ -306,11 +328,12 @@ pub fn chat(
         session.reset();
         // A different stream each turn, reproducible with --seed.
         req.sampling.stream = turn;
-        let gen = session.generate(&tokenizer, &tokens, &req, |step| {
-            report_step(&tokenizer, step, true);
-            let _ = stdout.write_all(step.text.as_bytes());
-            let _ = stdout.flush();
-        })?;
+        let gen =
+            session.generate_with(&tokenizer, &tokens, &req, speculator.as_mut(), |step| {
+                report_step(&tokenizer, step, true);
+                let _ = stdout.write_all(step.text.as_bytes());
+                let _ = stdout.flush();
+            })?;
         println!();
         messages.push(Message::new("assistant", &gen.text));
     }

