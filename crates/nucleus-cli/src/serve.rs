@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use nucleus::engine::scheduler::{Engine, EngineConfig};
+use nucleus::engine::scheduler::{Engine, EngineConfig, SpecConfig};
 use nucleus_server::AppState;
 
 use crate::catalog::{self, DEFAULT_MODEL};
+use crate::speculate::{Method, SpeculateArgs};
 
 #[derive(Args, Clone, Debug)]
 pub struct ServeArgs {
@@ -62,9 +63,22 @@ pub struct ServeArgs {
     /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM before cancelling them.
     #[arg(long, default_value_t = 10)]
     pub drain_secs: u64,
+    #[command(flatten)]
+    pub speculate: SpeculateArgs,
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
+    args.speculate.check(1)?;
+    let speculation = match args.speculate.speculate {
+        None => None,
+        Some(Method::Ngram) => Some(SpecConfig {
+            max_draft: args.speculate.draft_max,
+        }),
+        Some(Method::Draft) => anyhow::bail!(
+            "serve: --speculate draft is not supported yet (the engine batches prompt lookup \
+             only); use --speculate ngram, or `nucleus run --speculate draft`"
+        ),
+    };
     let spec = args.model.as_deref().unwrap_or(DEFAULT_MODEL);
     let path = crate::commands::resolve_model(Some(spec))?;
     let crate::commands::Loaded { model, tokenizer } =
@@ -91,6 +105,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         headroom_blocks: 1,
         prefix_caching: !args.no_prefix_cache,
         kv_type: args.kv_type,
+        speculation,
     };
     cfg.kv_config(&model).check().map_err(anyhow::Error::msg)?;
     let threads = model.n_threads();
@@ -115,10 +130,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
              at most, KV {kv_tokens} tokens{}, queue {}){}",
             listener.local_addr()?,
             cfg.max_running,
-            if cfg.prefix_caching {
-                ", prefix cache on"
-            } else {
-                ""
+            match (cfg.prefix_caching, cfg.speculation) {
+                (true, Some(s)) =>
+                    format!(", prefix cache on, ngram speculation up to {}", s.max_draft),
+                (false, Some(s)) => format!(", ngram speculation up to {}", s.max_draft),
+                (true, None) => ", prefix cache on".to_string(),
+                (false, None) => String::new(),
             },
             cfg.queue_capacity,
             if state.api_key.is_some() {

@@ -182,6 +182,24 @@ impl Metrics {
             "counter",
         );
         gauge(
+            "nucleus_spec_decode_num_drafts_total",
+            "Speculative decoding: verifications of proposed tokens.",
+            s.spec_decode_num_drafts,
+            "counter",
+        );
+        gauge(
+            "nucleus_spec_decode_num_draft_tokens_total",
+            "Speculative decoding: tokens proposed.",
+            s.spec_decode_num_draft_tokens,
+            "counter",
+        );
+        gauge(
+            "nucleus_spec_decode_num_accepted_tokens_total",
+            "Speculative decoding: proposed tokens accepted (the output is the same as without).",
+            s.spec_decode_num_accepted_tokens,
+            "counter",
+        );
+        gauge(
             "nucleus_sequences_finished_total",
             "Sequences that ended normally.",
             s.requests_finished,

@@ -315,6 +315,13 @@ impl<'t> Sequence<'t> {
         &self.context[self.n_prompt..]
     }
 
+    /// Tokens it may still generate before `max_tokens` ends it.
+    pub fn tokens_left(&self) -> usize {
+        self.stop
+            .max_new_tokens
+            .saturating_sub(self.stop.generated())
+    }
+
     /// Prompt and generated tokens.
     pub fn context(&self) -> &[TokenId] {
         &self.context

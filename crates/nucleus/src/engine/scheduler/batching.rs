@@ -4,15 +4,20 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{prompt_slot, Counters, Event, Finished, Pending, Shared, TokenEvent};
 use crate::engine::context::{slide_window, ContextPolicy, SINK_BLOCKS};
-use crate::engine::sequence::Sequence;
+use crate::engine::sequence::{Sequence, SequenceStep};
+use crate::engine::speculate::ngram::NgramProposer;
+use crate::engine::speculate::{DraftLength, SpecStats, StepCost};
 use crate::kv_cache::{BlockHash, KvCache, SeqId};
 use crate::model::{Batch, ForwardState, Model};
 use crate::tokenizer::{TokenId, Tokenizer};
+
+mod speculation;
 
 struct Seq<'t> {
     tx: UnboundedSender<Event>,
@@ -37,6 +42,11 @@ struct Seq<'t> {
     dropped_tokens: usize,
     /// Cached blocks it may take at most (a streamed sequence: what its window holds).
     max_cached_blocks: usize,
+    /// With speculation: how many tokens to propose next.
+    draft_len: Option<DraftLength>,
+    /// Tokens proposed for this step after the pending one.
+    drafts: Vec<TokenId>,
+    spec: SpecStats,
 }
 
 impl Seq<'_> {
@@ -85,6 +95,9 @@ pub(super) struct Scheduler<'a> {
     running: Vec<Seq<'a>>,
     waiting: VecDeque<Seq<'a>>,
     next_order: u64,
+    ngram: NgramProposer,
+    /// Step time against rows, for the cost of a verification row.
+    step_cost: StepCost,
 }
 
 /// Extends `s` (at a block edge) with the cached blocks that continue its prompt.
@@ -119,6 +132,8 @@ impl<'a> Scheduler<'a> {
             running: Vec::new(),
             waiting: VecDeque::new(),
             next_order: 0,
+            ngram: NgramProposer::default(),
+            step_cost: StepCost::default(),
         }
     }
 
@@ -175,6 +190,12 @@ impl<'a> Scheduler<'a> {
                     ContextPolicy::Stream => (self.shared.cfg.n_ctx / bs).saturating_sub(1),
                     _ => usize::MAX,
                 },
+                draft_len: match self.shared.cfg.max_draft() {
+                    0 => None,
+                    k => Some(DraftLength::new(k)),
+                },
+                drafts: Vec::new(),
+                spec: SpecStats::default(),
             });
         }
         self.shared
@@ -189,6 +210,7 @@ impl<'a> Scheduler<'a> {
             let _ = self.kv.free_seq(id);
         }
         seq.n_cached = 0;
+        seq.drafts.clear();
         // A streamed sequence is recomputed from its start, sliding through its window again.
         seq.n_evicted = 0;
     }
@@ -300,6 +322,7 @@ impl<'a> Scheduler<'a> {
         }
         self.slide_windows();
         let n_ctx = self.shared.cfg.n_ctx;
+        let mut speculate = self.shared.cfg.max_draft() > 0;
         loop {
             let mut plan = Vec::new();
             let mut left = budget;
@@ -309,6 +332,13 @@ impl<'a> Scheduler<'a> {
                     plan.push((i, 1));
                     left -= 1;
                 }
+            }
+            // Then what speculation proposes after them.
+            for s in &mut self.running {
+                s.drafts.clear();
+            }
+            if speculate {
+                self.propose_drafts(&plan, &mut left);
             }
             // Then prefill chunks, oldest first.
             let mut order: Vec<usize> = (0..self.running.len())
@@ -328,15 +358,21 @@ impl<'a> Scheduler<'a> {
             let needed: usize = plan
                 .iter()
                 .map(|&(i, n)| {
-                    let id = self.running[i]
-                        .kv_seq
-                        .expect("running sequences have a cache seq");
-                    self.kv.blocks_needed(id, n).unwrap_or(usize::MAX / 4)
+                    let s = &self.running[i];
+                    let id = s.kv_seq.expect("running sequences have a cache seq");
+                    self.kv
+                        .blocks_needed(id, n + s.drafts.len())
+                        .unwrap_or(usize::MAX / 4)
                 })
                 .sum();
             let free = self.kv.free_blocks();
             if needed <= free {
                 return plan;
+            }
+            if speculate && self.running.iter().any(|s| !s.drafts.is_empty()) {
+                // Proposals are the first thing to go when blocks run short.
+                speculate = false;
+                continue;
             }
             if self.running.len() > 1 {
                 self.preempt_newest();
@@ -349,6 +385,7 @@ impl<'a> Scheduler<'a> {
             while fit > 0 && self.kv.blocks_needed(id, fit).unwrap_or(usize::MAX) > free {
                 fit -= 1;
             }
+            self.running[i].drafts.clear();
             if fit == 0 {
                 let mut s = self.running.remove(i);
                 self.fail(&mut s, "the KV cache is too small for this sequence");
@@ -422,15 +459,25 @@ impl<'a> Scheduler<'a> {
                     self.batch.push(s.tokens()[index], pos, id, logits);
                 }
             }
+            // The drafts follow as generated tokens, each with its logits for verification.
+            for (k, &draft) in s.drafts.iter().enumerate() {
+                self.batch.push(draft, s.n_cached + n + k, id, true);
+            }
         }
         let c = &self.shared.counters;
         c.steps.fetch_add(1, Ordering::Relaxed);
         c.forward_tokens
             .fetch_add(self.batch.len() as u64, Ordering::Relaxed);
-        if let Err(e) = self
+        let started = Instant::now();
+        let result = self
             .model
-            .forward(&self.batch, &mut self.kv, &mut self.state)
-        {
+            .forward(&self.batch, &mut self.kv, &mut self.state);
+        if plan.iter().all(|&(_, n)| n == 1) {
+            // Decode steps only: prefill rows (long attention, other arithmetic) would blur it.
+            self.step_cost
+                .observe(self.batch.len(), started.elapsed().as_secs_f64());
+        }
+        if let Err(e) = result {
             // Should not happen (the plan fits); fail the sequences of this batch, keep serving.
             let msg = format!("forward pass failed: {e}");
             let mut idx: Vec<usize> = plan.iter().map(|&(i, _)| i).collect();
@@ -457,60 +504,49 @@ impl<'a> Scheduler<'a> {
             if !last {
                 continue;
             }
-            let r = row;
-            row += 1;
-            buf.clear();
-            buf.extend_from_slice(&all_logits[r * n_vocab..(r + 1) * n_vocab]);
-            match s.seq.step(&mut buf) {
-                Err(e) => {
-                    c.failed.fetch_add(1, Ordering::Relaxed);
-                    let _ = s.tx.send(Event::Error(format!("sampling failed: {e}")));
-                    done.push(i);
-                }
-                Ok(out) => {
-                    c.generation_tokens.fetch_add(1, Ordering::Relaxed);
-                    // An EOS token is not output: its text (held text released) comes with
-                    // `Done`. The sequence has fed every other token into its context.
-                    let end_text = if out.is_eos {
-                        out.text
-                    } else {
-                        let (logprob, top_logprobs) = match out.logprob {
-                            Some(lp) => (
-                                Some(lp.logprob),
-                                lp.top_logprobs
-                                    .iter()
-                                    .map(|t| (t.token, t.logprob))
-                                    .collect(),
-                            ),
-                            None => (None, Vec::new()),
-                        };
-                        let _ = s.tx.send(Event::Token(TokenEvent {
-                            token: out.token,
-                            text: out.text,
-                            logprob,
-                            top_logprobs,
-                        }));
-                        String::new()
-                    };
-                    if let Some(reason) = out.finish {
-                        c.finished.fetch_add(1, Ordering::Relaxed);
-                        // Sent after the blocks are freed and the stats published, so that a
-                        // client that saw its request end sees the engine without it.
-                        finals.push((
-                            s.tx.clone(),
-                            Finished {
-                                text: end_text,
-                                finish_reason: reason,
-                                prompt_tokens: s.seq.prompt().len(),
-                                // Sampled tokens: the generated ones and an ending EOS.
-                                completion_tokens: s.seq.tokens().len() + usize::from(out.is_eos),
-                                preemptions: s.preemptions,
-                                cached_tokens: s.cached_tokens,
-                                dropped_tokens: s.dropped_tokens,
-                            },
-                        ));
+            // One row for the pending token, one per draft: sampled in order until a sampled
+            // token is not the draft (speculation's verification; without drafts, decoding).
+            let rows = 1 + s.drafts.len();
+            let drafts = std::mem::take(&mut s.drafts);
+            let mut accepted = 0;
+            for r in row..row + rows {
+                buf.clear();
+                buf.extend_from_slice(&all_logits[r * n_vocab..(r + 1) * n_vocab]);
+                let out = match s.seq.step(&mut buf) {
+                    Ok(out) => out,
+                    Err(e) => {
+                        c.failed.fetch_add(1, Ordering::Relaxed);
+                        let _ = s.tx.send(Event::Error(format!("sampling failed: {e}")));
                         done.push(i);
+                        break;
                     }
+                };
+                let k = r - row;
+                let right = k < drafts.len() && out.token == drafts[k];
+                c.generation_tokens.fetch_add(1, Ordering::Relaxed);
+                if let Some(f) = deliver(s, out) {
+                    c.finished.fetch_add(1, Ordering::Relaxed);
+                    // Sent after the blocks are freed and the stats published, so that a
+                    // client that saw its request end sees the engine without it.
+                    finals.push((s.tx.clone(), f));
+                    done.push(i);
+                    break;
+                }
+                if !right {
+                    break;
+                }
+                accepted += 1;
+            }
+            row += rows;
+            if !drafts.is_empty() && done.last() != Some(&i) {
+                let (kv, c) = (&mut self.kv, &self.shared.counters);
+                let s = &mut self.running[i];
+                if let Err(e) = speculation::verified(kv, c, s, drafts.len(), accepted) {
+                    // (The rollback slack keeps what a rollback needs: not expected.)
+                    c.failed.fetch_add(1, Ordering::Relaxed);
+                    let _ =
+                        s.tx.send(Event::Error(format!("cannot roll back drafts: {e}")));
+                    done.push(i);
                 }
             }
         }
@@ -557,4 +593,43 @@ impl<'a> Scheduler<'a> {
         c.kv_cached
             .store(self.kv.cached_blocks(), Ordering::Relaxed);
     }
+}
+
+/// Sends a sampled token's event; returns the end of the request when the token ended it.
+fn deliver(s: &mut Seq, out: SequenceStep) -> Option<Finished> {
+    // An EOS token is not output: its text (held text released) comes with `Done`. The
+    // sequence has fed every other token into its context.
+    let end_text = if out.is_eos {
+        out.text
+    } else {
+        let (logprob, top_logprobs) = match out.logprob {
+            Some(lp) => (
+                Some(lp.logprob),
+                lp.top_logprobs
+                    .iter()
+                    .map(|t| (t.token, t.logprob))
+                    .collect(),
+            ),
+            None => (None, Vec::new()),
+        };
+        let _ = s.tx.send(Event::Token(TokenEvent {
+            token: out.token,
+            text: out.text,
+            logprob,
+            top_logprobs,
+        }));
+        String::new()
+    };
+    let reason = out.finish?;
+    Some(Finished {
+        text: end_text,
+        finish_reason: reason,
+        prompt_tokens: s.seq.prompt().len(),
+        // Sampled tokens: the generated ones and an ending EOS.
+        completion_tokens: s.seq.tokens().len() + usize::from(out.is_eos),
+        preemptions: s.preemptions,
+        cached_tokens: s.cached_tokens,
+        dropped_tokens: s.dropped_tokens,
+        speculation: s.spec,
+    })
 }

@@ -28,6 +28,13 @@
 //! hash includes the arithmetic of its tokens, a request's output never depends on what was
 //! cached: it is the output of the same request on a fresh engine.
 //!
+//! Speculation ([`EngineConfig::speculation`]): each decoding sequence may add a few tokens
+//! proposed by prompt lookup after its pending one; the step's forward computes them with the
+//! rest of the batch, each sequence's rows are sampled in order with its own sampler until one
+//! differs from the proposal, and the rejected rows leave the cache. The sampled tokens are
+//! those of plain decoding (see [`crate::engine::speculate`]); how many tokens to propose
+//! follows each sequence's acceptance and what a row costs in the batch ([`StepCost`]).
+//!
 //! Cancellation: a request whose event receiver is dropped is removed before the next step and
 //! its blocks return to the pool. Every admitted request ends with [`Event::Done`] or
 //! [`Event::Error`].
@@ -43,6 +50,7 @@ use super::context::{
     check_stream_window, truncate_to_window, ContextError, ContextPolicy, SINK_TOKENS,
 };
 use super::sequence::GenerateRequest;
+use super::speculate::{SpecStats, MAX_DRAFT};
 use crate::kernels::PromptSlot;
 use crate::kv_cache::{extend_block_hashes, BlockHash, KvCache, KvConfig, KvType};
 use crate::model::{arithmetic_class, Model};
@@ -76,6 +84,23 @@ pub struct EngineConfig {
     /// Keep the full blocks of prompts in the cache after their request ends and give them to
     /// later requests whose prompts start the same way (automatic prefix caching).
     pub prefix_caching: bool,
+    /// Speculative decoding by prompt lookup (`None`: off).
+    pub speculation: Option<SpecConfig>,
+}
+
+/// Speculative decoding in the engine: prompt lookup ([`NgramProposer`](crate::engine::speculate::ngram::NgramProposer)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecConfig {
+    /// Tokens proposed after a sequence's pending one at most (1..=[`MAX_DRAFT`]).
+    pub max_draft: usize,
+}
+
+impl EngineConfig {
+    /// Drafts a sequence may add to a step at most (0 without speculation).
+    pub fn max_draft(&self) -> usize {
+        self.speculation
+            .map_or(0, |s| s.max_draft.clamp(1, MAX_DRAFT))
+    }
 }
 
 impl EngineConfig {
@@ -86,7 +111,12 @@ impl EngineConfig {
         let bs = self.block_size.max(1);
         model
             .kv_config(self.kv_tokens.max(bs), bs, self.kv_type)
-            .fit_window_pool(self.max_running.max(1), self.step_token_budget, 0)
+            // A step writes its tokens and the window keeps the drafts it may roll back.
+            .fit_window_pool(
+                self.max_running.max(1),
+                self.step_token_budget + self.max_draft(),
+                0,
+            )
     }
 }
 
@@ -102,6 +132,7 @@ impl Default for EngineConfig {
             headroom_blocks: 1,
             kv_type: KvType::F16,
             prefix_caching: true,
+            speculation: None,
         }
     }
 }
@@ -168,6 +199,8 @@ pub struct Finished {
     /// Tokens removed from the context: the prompt's, by `truncate`; those the window evicted,
     /// by `stream`.
     pub dropped_tokens: usize,
+    /// What speculation proposed and what of it was accepted.
+    pub speculation: SpecStats,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -227,6 +260,11 @@ pub struct EngineStats {
     pub requests_cancelled: u64,
     pub requests_failed: u64,
     pub preemptions_total: u64,
+    /// Speculation: verifications of proposals, tokens proposed, of those accepted (vLLM's
+    /// `spec_decode_num_drafts`, `…_num_draft_tokens`, `…_num_accepted_tokens`).
+    pub spec_decode_num_drafts: u64,
+    pub spec_decode_num_draft_tokens: u64,
+    pub spec_decode_num_accepted_tokens: u64,
 }
 
 #[derive(Default)]
@@ -247,6 +285,9 @@ struct Counters {
     cancelled: AtomicU64,
     failed: AtomicU64,
     preemptions: AtomicU64,
+    spec_drafts: AtomicU64,
+    spec_proposed: AtomicU64,
+    spec_accepted: AtomicU64,
 }
 
 struct Pending {
@@ -317,6 +358,7 @@ impl Engine {
         );
         let mut kv = KvCache::new(kv_cfg);
         kv.set_prefix_caching(cfg.prefix_caching);
+        kv.set_rollback_slack(cfg.max_draft());
         let shared = Arc::new(Shared {
             inbox: Mutex::new(Inbox::default()),
             wake: Condvar::new(),
@@ -463,6 +505,9 @@ impl EngineHandle {
             requests_cancelled: c.cancelled.load(Ordering::Relaxed),
             requests_failed: c.failed.load(Ordering::Relaxed),
             preemptions_total: c.preemptions.load(Ordering::Relaxed),
+            spec_decode_num_drafts: c.spec_drafts.load(Ordering::Relaxed),
+            spec_decode_num_draft_tokens: c.spec_proposed.load(Ordering::Relaxed),
+            spec_decode_num_accepted_tokens: c.spec_accepted.load(Ordering::Relaxed),
         }
     }
 

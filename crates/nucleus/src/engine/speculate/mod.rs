@@ -24,6 +24,9 @@
 
 pub mod draft;
 pub mod ngram;
+mod step_cost;
+
+pub use step_cost::StepCost;
 
 use std::time::Instant;
 
@@ -76,8 +79,10 @@ pub struct DraftLength {
     row_cost: f64,
     /// Running cost of proposing one token, in one-token steps.
     propose_cost: f64,
-    /// Running time of a one-token step and of a verification row, in seconds.
+    /// Running time of a one-token step, in seconds (`None`: not measured yet).
     step_secs: Option<f64>,
+    /// The costs are set from outside ([`set_costs`](Self::set_costs)), not timed here.
+    costs_given: bool,
     /// Steps left without speculation, and the length of the next pause.
     paused: usize,
     next_pause: usize,
@@ -96,6 +101,7 @@ impl DraftLength {
             row_cost: 0.4,
             propose_cost: 0.0,
             step_secs: None,
+            costs_given: false,
             paused: 0,
             next_pause: FIRST_PAUSE,
         }
@@ -118,7 +124,7 @@ impl DraftLength {
     /// Tokens to propose at this step (0 while paused, and for the first step, whose time
     /// measures a plain step; each call counts a step).
     pub fn next_len(&mut self) -> usize {
-        if self.step_secs.is_none() {
+        if self.step_secs.is_none() && !self.costs_given {
             return 0;
         }
         if self.paused > 0 {
@@ -145,6 +151,14 @@ impl DraftLength {
         } else if accepted > 0 {
             self.next_pause = FIRST_PAUSE;
         }
+    }
+
+    /// Sets the costs, in the unit of the sequence's share of a step, instead of timing them
+    /// (a scheduler that batches many sequences measures them for all: see [`StepCost`]).
+    pub fn set_costs(&mut self, row_cost: f64, propose_cost: f64) {
+        self.row_cost = row_cost.clamp(0.02, 2.0);
+        self.propose_cost = propose_cost.clamp(0.0, 4.0);
+        self.costs_given = true;
     }
 
     /// Records the time of a one-token step.

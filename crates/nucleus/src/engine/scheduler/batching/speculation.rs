@@ -1,0 +1,78 @@
+//! Speculation in the scheduler: proposals for the decoding sequences of a step, and the
+//! bookkeeping after their verification (see the [engine module](super::super)).
+
+use std::sync::atomic::Ordering;
+
+use super::{Counters, Scheduler, Seq};
+use crate::kv_cache::{KvCache, KvError};
+
+impl Scheduler<'_> {
+    /// Gives each decoding sequence of `plan` (entries `(i, 1)`) its drafts for this step, as
+    /// many as its [`DraftLength`](crate::engine::speculate::DraftLength) asks and `left`
+    /// (the step's token budget) allows, within its window and its `max_tokens`.
+    pub(super) fn propose_drafts(&mut self, plan: &[(usize, usize)], left: &mut usize) {
+        let decoding = plan.len();
+        let row_cost = self.step_cost.row_cost(decoding, decoding);
+        let bs = self.shared.cfg.block_size;
+        let n_ctx = self.shared.cfg.n_ctx;
+        for &(i, _) in plan {
+            if *left == 0 {
+                break;
+            }
+            let s = &mut self.running[i];
+            let Some(length) = s.draft_len.as_mut() else {
+                continue;
+            };
+            // Prompt lookup costs nothing beside a forward.
+            length.set_costs(row_cost, 0.0);
+            let want = length.next_len();
+            // The pending token and the drafts: within max_tokens (the pending token's sample
+            // is one of them), and within the window.
+            let room = if s.streams {
+                (n_ctx / bs * bs).saturating_sub(s.n_cached + 1)
+            } else {
+                n_ctx.saturating_sub(s.tokens().len())
+            };
+            let k = want
+                .min(s.seq.tokens_left().saturating_sub(1))
+                .min(room)
+                .min(*left);
+            if k == 0 {
+                continue;
+            }
+            s.drafts = self.ngram.lookup(s.tokens(), k);
+            *left -= s.drafts.len();
+        }
+    }
+}
+
+/// After the rows of `s`'s pending token and `proposed` drafts were sampled, `accepted` of
+/// the drafts being right: keeps the pending token and the accepted drafts in the cache and
+/// rolls the rest back (their blocks return to the pool), and counts.
+pub(super) fn verified(
+    kv: &mut KvCache,
+    counters: &Counters,
+    s: &mut Seq,
+    proposed: usize,
+    accepted: usize,
+) -> Result<(), KvError> {
+    s.n_cached += accepted;
+    if let Some(id) = s.kv_seq {
+        // The cache holds the pending token and every draft: cut it back to the accepted.
+        kv.truncate(id, s.n_cached)?;
+    }
+    if let Some(length) = s.draft_len.as_mut() {
+        length.record(proposed, accepted);
+    }
+    s.spec.drafts += 1;
+    s.spec.proposed += proposed;
+    s.spec.accepted += accepted;
+    counters.spec_drafts.fetch_add(1, Ordering::Relaxed);
+    counters
+        .spec_proposed
+        .fetch_add(proposed as u64, Ordering::Relaxed);
+    counters
+        .spec_accepted
+        .fetch_add(accepted as u64, Ordering::Relaxed);
+    Ok(())
+}
