@@ -110,10 +110,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     cfg.kv_config(&model).check().map_err(anyhow::Error::msg)?;
     let threads = model.n_threads();
     let tokenizer = Arc::new(tokenizer);
-    let engine = Engine::start(Arc::new(model), tokenizer.clone(), cfg.clone());
+    let model = Arc::new(model);
+    let engine = Engine::start(model.clone(), tokenizer.clone(), cfg.clone());
     let n_ctx = engine.config().n_ctx;
     let mut state = AppState::new(engine, tokenizer, model_id.clone(), args.api_key.clone());
     state.context_policy = args.context_policy;
+    state.model = Some(model);
     let state = Arc::new(state);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

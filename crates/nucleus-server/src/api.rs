@@ -83,17 +83,34 @@ pub struct ApiRequest {
     pub context_policy: Option<String>,
 }
 
-/// Parses a JSON body; the error names the offending field.
+/// Parses a completions or chat body; the error names the offending field.
 pub fn parse(body: &[u8]) -> Result<ApiRequest, ApiError> {
+    parse_json(body)
+}
+
+/// Parses a JSON body into `T`; the error names the offending field.
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(body);
-    match serde_path_to_error::deserialize::<_, ApiRequest>(de) {
+    match serde_path_to_error::deserialize::<_, T>(de) {
         Ok(r) => Ok(r),
         Err(e) => {
             let path = e.path().to_string();
             let inner = e.into_inner();
+            let msg = inner.to_string();
             if inner.is_syntax() || inner.is_eof() {
                 Err(ApiError::invalid(format!("malformed JSON body: {inner}"))
                     .with_code("invalid_json"))
+            } else if let Some(field) = msg
+                .strip_prefix("unknown field `")
+                .and_then(|r| r.split('`').next())
+            {
+                // Bodies that deny unknown fields: name the field.
+                Err(ApiError::param(field, msg.clone()).with_code("unknown_field"))
+            } else if let Some(field) = msg
+                .strip_prefix("missing field `")
+                .and_then(|r| r.split('`').next())
+            {
+                Err(ApiError::param(field, format!("`{field}` is required")))
             } else if path == "." || path.is_empty() {
                 Err(ApiError::invalid(format!(
                     "the body must be a JSON object: {inner}"

@@ -1,16 +1,19 @@
 //! nucleus's OpenAI-compatible HTTP server (axum + tokio) over the continuous-batching engine.
 //!
-//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models` (behind the
-//! optional API key), `GET /health`, `GET /metrics` (Prometheus text). The forward pass runs on
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/embeddings`,
+//! `GET /v1/models`, `POST /tokenize`, `POST /detokenize` (behind the optional API key),
+//! `GET /health`, `GET /metrics` (Prometheus text). The forward pass runs on
 //! the engine's scheduler thread, never on the async runtime; handlers only tokenize, submit and
 //! relay events.
 
 pub mod api;
+mod embeddings;
 pub mod error;
 mod generate;
 pub mod metrics;
 mod prompt;
 mod respond;
+mod tokens;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,6 +34,7 @@ use nucleus::chat::ChatTemplate;
 use nucleus::engine::context::SINK_TOKENS;
 use nucleus::engine::scheduler::EngineHandle;
 use nucleus::engine::ContextPolicy;
+use nucleus::model::Model;
 use nucleus::tokenizer::{TokenId, Tokenizer};
 
 use api::Endpoint;
@@ -53,6 +57,10 @@ pub struct AppState {
     /// What a request that does not fit its window gets, unless it says (`context_policy`).
     pub context_policy: ContextPolicy,
     pub metrics: Metrics,
+    /// The model, for `/v1/embeddings` (which answers 501 without it).
+    pub model: Option<Arc<Model>>,
+    /// One embedding request computes at a time.
+    embed_lock: tokio::sync::Mutex<()>,
     pub created: u64,
     pub shutting_down: AtomicBool,
     next_id: AtomicU64,
@@ -81,6 +89,8 @@ impl AppState {
             max_body: DEFAULT_MAX_BODY,
             context_policy: ContextPolicy::Error,
             metrics: Metrics::default(),
+            model: None,
+            embed_lock: tokio::sync::Mutex::new(()),
             created: unix_now(),
             shutting_down: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
@@ -106,6 +116,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/tokenize", post(tokens::tokenize))
+        .route("/detokenize", post(tokens::detokenize))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .merge(v1)
@@ -248,7 +261,12 @@ async fn models(State(st): State<Arc<AppState>>) -> Response {
             "object": "model",
             "created": st.created,
             "owned_by": "nucleus",
-            "meta": {"n_ctx": st.engine.config().n_ctx, "n_vocab": st.tokenizer.vocab_size()},
+            "meta": {
+                "n_ctx": st.engine.config().n_ctx,
+                "n_vocab": st.tokenizer.vocab_size(),
+                "n_embd": st.model.as_ref().map(|m| m.hp.n_embd),
+                "embeddings": st.model.as_ref().map(|_| embeddings::POOLING),
+            },
         }],
     }))
     .into_response()

@@ -55,8 +55,9 @@ pub fn start(cfg: EngineConfig, api_key: Option<&str>) -> Option<Server> {
     let path = tiny_path()?;
     let model = Arc::new(Model::load(&path, 1).unwrap());
     let tok = Arc::new(Tokenizer::from_gguf(&model.file.metadata).unwrap());
-    let engine = Engine::start(model, tok.clone(), cfg);
+    let engine = Engine::start(model.clone(), tok.clone(), cfg);
     let mut state = AppState::new(engine.clone(), tok, "tiny", api_key.map(String::from));
+    state.model = Some(model);
     // The tiny model has no chat template; give it ChatML to test the chat route.
     state.template = Some(ChatTemplate::new(CHATML, "", "").unwrap());
     let state = Arc::new(state);
