@@ -46,7 +46,8 @@ pub struct ChatMessage {
     pub content: Option<Content>,
 }
 
-/// The fields of both endpoints (OpenAI's, then nucleus extensions). Unknown fields are ignored.
+/// The fields of both endpoints (OpenAI's, then nucleus extensions). Unknown fields are ignored,
+/// except those [`crate::unsupported`] lists.
 #[derive(Deserialize, Debug, Clone, Default)]
 pub struct ApiRequest {
     pub model: Option<String>,
@@ -68,7 +69,10 @@ pub struct ApiRequest {
     pub frequency_penalty: Option<f32>,
     pub logit_bias: Option<HashMap<String, f32>>,
     pub echo: Option<bool>,
+    /// Accepted and unused (OpenAI: an end-user id).
     pub user: Option<String>,
+    /// Accepted and unused (OpenAI: up to 16 string key-value pairs stored with the request).
+    pub metadata: Option<Value>,
     // nucleus extensions
     pub top_k: Option<i64>,
     pub min_p: Option<f32>,
@@ -83,9 +87,14 @@ pub struct ApiRequest {
     pub context_policy: Option<String>,
 }
 
-/// Parses a completions or chat body; the error names the offending field.
+/// Parses a completions or chat body; the error names the offending field, or the first field
+/// set that would change the output and is not supported ([`crate::unsupported`]).
 pub fn parse(body: &[u8]) -> Result<ApiRequest, ApiError> {
-    parse_json(body)
+    let req = parse_json(body)?;
+    if let Ok(map) = serde_json::from_slice::<serde_json::Map<String, Value>>(body) {
+        crate::unsupported::check(&map)?;
+    }
+    Ok(req)
 }
 
 /// Parses a JSON body into `T`; the error names the offending field.
@@ -296,6 +305,14 @@ impl ApiRequest {
                 format!("at most {MAX_STOPS} stop strings"),
             ));
         }
+        if let (Some(a), Some(b)) = (self.max_completion_tokens, self.max_tokens) {
+            if a != b {
+                return Err(ApiError::param(
+                    "max_completion_tokens",
+                    format!("`max_completion_tokens` = {a} and `max_tokens` = {b} disagree; `max_completion_tokens` is the new name of `max_tokens`: send one"),
+                ));
+            }
+        }
         let max = self.max_completion_tokens.or(self.max_tokens);
         let param = if self.max_completion_tokens.is_some() {
             "max_completion_tokens"
@@ -317,10 +334,27 @@ impl ApiRequest {
         if self.echo == Some(true) {
             return Err(ApiError::param("echo", "`echo` is not supported"));
         }
+        let stream = self.stream.unwrap_or(false);
+        if self.stream_options.is_some() && !stream {
+            return Err(ApiError::param(
+                "stream_options",
+                "`stream_options` is only allowed with `stream: true`",
+            ));
+        }
+        match &self.metadata {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) if m.len() <= 16 && m.values().all(Value::is_string) => {}
+            Some(_) => {
+                return Err(ApiError::param(
+                    "metadata",
+                    "`metadata` must be an object of at most 16 string values",
+                ))
+            }
+        }
         Ok(GenSettings {
             sampling: p,
             n,
-            stream: self.stream.unwrap_or(false),
+            stream,
             include_usage: self
                 .stream_options
                 .as_ref()

@@ -2,7 +2,9 @@
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/embeddings`,
 //! `GET /v1/models`, `POST /tokenize`, `POST /detokenize` (behind the optional API key),
-//! `GET /health`, `GET /metrics` (Prometheus text). The forward pass runs on
+//! `GET /health`, `GET /metrics` (Prometheus text; behind the key too with
+//! [`AppState::metrics_require_key`]). With [`AppState::set_cors_origins`], browsers on those
+//! origins may call every route (CORS, preflight included). The forward pass runs on
 //! the engine's scheduler thread, never on the async runtime; handlers only tokenize, submit and
 //! relay events.
 
@@ -14,6 +16,7 @@ pub mod metrics;
 mod prompt;
 mod respond;
 mod tokens;
+mod unsupported;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,12 +26,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use nucleus::chat::ChatTemplate;
 use nucleus::engine::context::SINK_TOKENS;
@@ -53,6 +57,10 @@ pub struct AppState {
     pub template: Option<ChatTemplate>,
     pub model_id: String,
     pub api_key: Option<String>,
+    /// `/metrics` needs the API key too (when one is set).
+    pub metrics_require_key: bool,
+    /// Set by [`set_cors_origins`](Self::set_cors_origins).
+    cors: Option<CorsLayer>,
     pub max_body: usize,
     /// What a request that does not fit its window gets, unless it says (`context_policy`).
     pub context_policy: ContextPolicy,
@@ -86,6 +94,8 @@ impl AppState {
             template,
             model_id: model_id.into(),
             api_key: api_key.filter(|k| !k.is_empty()),
+            metrics_require_key: false,
+            cors: None,
             max_body: DEFAULT_MAX_BODY,
             context_policy: ContextPolicy::Error,
             metrics: Metrics::default(),
@@ -96,6 +106,50 @@ impl AppState {
             next_id: AtomicU64::new(1),
             tokenizer,
         }
+    }
+
+    /// Lets browsers on `origins` (`scheme://host[:port]`, or `*` for any) call the API: CORS
+    /// headers on every response and answers to preflight requests, for GET and POST with the
+    /// `Authorization` and `Content-Type` headers. An empty list turns CORS off. Fails on a
+    /// value that cannot be an origin header.
+    pub fn set_cors_origins(&mut self, origins: &[String]) -> Result<(), String> {
+        if origins.is_empty() {
+            self.cors = None;
+            return Ok(());
+        }
+        let allow = if origins.iter().any(|o| o == "*") {
+            AllowOrigin::any()
+        } else {
+            let mut list = Vec::with_capacity(origins.len());
+            for o in origins {
+                let o = o.trim_end_matches('/');
+                let host = o
+                    .strip_prefix("http://")
+                    .or_else(|| o.strip_prefix("https://"))
+                    .unwrap_or("");
+                let host_ok = !host.is_empty()
+                    && host
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-._:[]".contains(c));
+                if !host_ok {
+                    return Err(format!(
+                        "CORS origin {o:?} must be `*` or scheme://host[:port] (http or https)"
+                    ));
+                }
+                list.push(
+                    HeaderValue::from_str(o)
+                        .map_err(|_| format!("CORS origin {o:?} is not a valid header value"))?,
+                );
+            }
+            AllowOrigin::list(list)
+        };
+        self.cors = Some(
+            CorsLayer::new()
+                .allow_origin(allow)
+                .allow_methods([Method::GET, Method::POST])
+                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
+        );
+        Ok(())
     }
 
     fn new_id(&self, prefix: &str) -> String {
@@ -120,14 +174,21 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/tokenize", post(tokens::tokenize))
         .route("/detokenize", post(tokens::detokenize))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
-    Router::new()
+    let mut metrics = Router::new().route("/metrics", get(metrics_route));
+    if state.metrics_require_key {
+        metrics = metrics.route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    }
+    let mut app = Router::new()
         .merge(v1)
+        .merge(metrics)
         .route("/health", get(health))
-        .route("/metrics", get(metrics_route))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(state.max_body))
-        .with_state(state)
+        .layer(DefaultBodyLimit::max(state.max_body));
+    if let Some(cors) = &state.cors {
+        app = app.layer(cors.clone());
+    }
+    app.with_state(state)
 }
 
 /// Serves until `shutdown` resolves, then stops accepting connections and lets in-flight

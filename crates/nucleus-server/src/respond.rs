@@ -226,8 +226,11 @@ pub(crate) fn stream_response(
             "system_fingerprint": "nucleus",
             "choices": if choice.is_null() { json!([]) } else { json!([choice]) },
         });
+        // With `include_usage`, OpenAI's chunks carry `usage: null` until the last.
         if let Some(u) = usage {
             v["usage"] = u;
+        } else if include_usage {
+            v["usage"] = Value::Null;
         }
         sse(&v)
     };
