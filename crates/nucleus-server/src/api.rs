@@ -73,7 +73,16 @@ pub struct ApiRequest {
     pub user: Option<String>,
     /// Accepted and unused (OpenAI: up to 16 string key-value pairs stored with the request).
     pub metadata: Option<Value>,
+    /// Sample this many and return the `n` with the highest mean logprob per token.
+    pub best_of: Option<i64>,
+    // vLLM's extensions
+    /// Beam search of `best_of` (default `n`) beams; the `n` best hypotheses are returned.
+    pub use_beam_search: Option<bool>,
+    /// Beam search's `alpha` in `score = sum_logprob / len^alpha`.
+    pub length_penalty: Option<f32>,
     // nucleus extensions
+    /// Per token: candidates left after each sampler stage, entropy, chosen probability.
+    pub explain: Option<bool>,
     pub top_k: Option<i64>,
     pub min_p: Option<f32>,
     pub typical_p: Option<f32>,
@@ -154,6 +163,18 @@ pub struct GenSettings {
     pub ignore_eos: bool,
     /// `None`: the server's default.
     pub context_policy: Option<ContextPolicy>,
+    /// Choices sampled (`>= n`); the `n` best by mean logprob per token are returned.
+    pub best_of: usize,
+    /// `use_beam_search`: the sampler settings above are unused (and refused when set).
+    pub beams: Option<BeamSettings>,
+    pub explain: bool,
+}
+
+/// Beam search over HTTP.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BeamSettings {
+    pub width: usize,
+    pub length_penalty: f32,
 }
 
 fn range_f32(name: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
@@ -177,6 +198,71 @@ fn range_i64(name: &str, v: Option<i64>, lo: i64, hi: i64) -> Result<Option<i64>
 }
 
 impl ApiRequest {
+    /// `use_beam_search` (with `best_of` beams, `length_penalty`), refusing the sampler settings
+    /// it would leave unused.
+    fn beam_settings(&self, width: usize) -> Result<Option<BeamSettings>, ApiError> {
+        let length_penalty = range_f32("length_penalty", self.length_penalty, -10.0, 10.0)?;
+        if self.use_beam_search != Some(true) {
+            if length_penalty.is_some_and(|a| a != 1.0) {
+                return Err(ApiError::param(
+                    "length_penalty",
+                    "`length_penalty` applies to beam search only: set `use_beam_search: true`",
+                ));
+            }
+            return Ok(None);
+        }
+        let unused = |field: &str, neutral: bool| -> Result<(), ApiError> {
+            if neutral {
+                return Ok(());
+            }
+            Err(ApiError::param(
+                field,
+                format!("`{field}` steers sampling; beam search does not sample: leave it out with `use_beam_search`"),
+            ))
+        };
+        unused("temperature", self.temperature.is_none_or(|t| t == 0.0))?;
+        unused("top_p", self.top_p.is_none_or(|v| v == 1.0))?;
+        unused("top_k", self.top_k.is_none_or(|v| v <= 0))?;
+        unused("min_p", self.min_p.is_none_or(|v| v == 0.0))?;
+        unused("typical_p", self.typical_p.is_none_or(|v| v == 1.0))?;
+        unused(
+            "presence_penalty",
+            self.presence_penalty.is_none_or(|v| v == 0.0),
+        )?;
+        unused(
+            "frequency_penalty",
+            self.frequency_penalty.is_none_or(|v| v == 0.0),
+        )?;
+        unused(
+            "repetition_penalty",
+            self.repetition_penalty.is_none_or(|v| v == 1.0),
+        )?;
+        unused(
+            "no_repeat_ngram",
+            self.no_repeat_ngram.is_none_or(|v| v == 0),
+        )?;
+        unused(
+            "logit_bias",
+            self.logit_bias.as_ref().is_none_or(HashMap::is_empty),
+        )?;
+        let no_logprobs = matches!(
+            self.logprobs,
+            None | Some(Value::Null) | Some(Value::Bool(false))
+        );
+        unused("logprobs", no_logprobs)?;
+        unused("explain", self.explain != Some(true))?;
+        if self.context_policy.as_deref() == Some("stream") {
+            return Err(ApiError::param(
+                "context_policy",
+                "beam search cannot stream past the context window: use `error` or `truncate`",
+            ));
+        }
+        Ok(Some(BeamSettings {
+            width,
+            length_penalty: length_penalty.unwrap_or(1.0),
+        }))
+    }
+
     pub fn settings(&self, ep: Endpoint, n_vocab: usize) -> Result<GenSettings, ApiError> {
         let mut p = SamplingParams::default();
         if let Some(t) = range_f32("temperature", self.temperature, 0.0, 2.0)? {
@@ -351,7 +437,25 @@ impl ApiRequest {
                 ))
             }
         }
+        let best_of = range_i64("best_of", self.best_of, 1, MAX_N)?.map_or(n, |b| b as usize);
+        if best_of < n {
+            return Err(ApiError::param(
+                "best_of",
+                format!("`best_of` = {best_of} must be >= `n` = {n}"),
+            ));
+        }
+        let explain = self.explain.unwrap_or(false);
+        let beams = self.beam_settings(best_of)?;
+        if beams.is_none() && best_of > n && stream {
+            return Err(ApiError::param(
+                "best_of",
+                "`best_of` > `n` cannot stream: the best choices are known only at the end",
+            ));
+        }
         Ok(GenSettings {
+            best_of,
+            beams,
+            explain,
             sampling: p,
             n,
             stream,

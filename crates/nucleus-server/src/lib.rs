@@ -9,6 +9,7 @@
 //! relay events.
 
 pub mod api;
+mod beams;
 mod embeddings;
 pub mod error;
 mod generate;
@@ -69,6 +70,8 @@ pub struct AppState {
     pub model: Option<Arc<Model>>,
     /// One embedding request computes at a time.
     embed_lock: tokio::sync::Mutex<()>,
+    /// One beam search runs at a time.
+    beam_lock: tokio::sync::Mutex<()>,
     pub created: u64,
     pub shutting_down: AtomicBool,
     next_id: AtomicU64,
@@ -101,6 +104,7 @@ impl AppState {
             metrics: Metrics::default(),
             model: None,
             embed_lock: tokio::sync::Mutex::new(()),
+            beam_lock: tokio::sync::Mutex::new(()),
             created: unix_now(),
             shutting_down: AtomicBool::new(false),
             next_id: AtomicU64::new(1),

@@ -18,7 +18,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("functions", "function calls are not implemented"),
     ("function_call", "function calls are not implemented"),
     ("response_format", "structured output is not implemented"),
-    ("best_of", "`best_of` > `n` is not supported; use `n`"),
     ("suffix", "insertion (`suffix`) is not supported"),
     ("audio", "audio output is not supported"),
     ("modalities", "only text output is supported"),
@@ -31,8 +30,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("guided_grammar", "structured output is not implemented"),
     ("guided_choice", "structured output is not implemented"),
     ("structured_outputs", "structured output is not implemented"),
-    ("use_beam_search", "beam search is not available over HTTP"),
-    ("length_penalty", "beam search is not available over HTTP"),
     ("min_tokens", "`min_tokens` is not supported"),
     (
         "stop_token_ids",
@@ -67,7 +64,7 @@ const UNSUPPORTED: &[(&str, &str)] = &[
 ];
 
 /// A value that asks for nothing (the field's default).
-fn is_neutral(field: &str, v: &Value, body: &Map<String, Value>) -> bool {
+fn is_neutral(field: &str, v: &Value) -> bool {
     match v {
         Value::Null | Value::Bool(false) => field != "skip_special_tokens",
         Value::Bool(true) => field == "skip_special_tokens",
@@ -75,17 +72,14 @@ fn is_neutral(field: &str, v: &Value, body: &Map<String, Value>) -> bool {
         Value::Object(o) if o.is_empty() => true,
         Value::Array(a) if field == "modalities" => a == &[Value::from("text")],
         Value::Number(x) => match field {
-            "best_of" => {
-                let n = body.get("n").and_then(Value::as_i64).unwrap_or(1);
-                x.as_i64().is_some_and(|b| b == n || b == 1)
-            }
             "min_tokens" | "n_probs" | "mirostat" | "dry_multiplier" | "xtc_probability" => {
                 x.as_f64() == Some(0.0)
             }
-            "tfs_z" | "length_penalty" => x.as_f64() == Some(1.0),
+            "tfs_z" => x.as_f64() == Some(1.0),
             _ => false,
         },
         Value::String(s) if field == "tool_choice" => s == "none" || s == "auto",
+        Value::String(s) if field == "grammar" => s.is_empty(),
         Value::Object(o) if field == "response_format" => {
             o.get("type").and_then(Value::as_str) == Some("text")
         }
@@ -97,7 +91,7 @@ fn is_neutral(field: &str, v: &Value, body: &Map<String, Value>) -> bool {
 pub fn check(body: &Map<String, Value>) -> Result<(), ApiError> {
     for &(field, why) in UNSUPPORTED {
         if let Some(v) = body.get(field) {
-            if !is_neutral(field, v, body) {
+            if !is_neutral(field, v) {
                 return Err(ApiError::param(
                     field,
                     format!("`{field}` is not supported by this server: {why}"),
@@ -125,11 +119,7 @@ mod tests {
             run(json!({"tools": [{"type": "function"}]})),
             Err("tools".into())
         );
-        assert_eq!(run(json!({"best_of": 3, "n": 2})), Err("best_of".into()));
-        assert_eq!(
-            run(json!({"use_beam_search": true})),
-            Err("use_beam_search".into())
-        );
+        assert_eq!(run(json!({"grammar": "root ::= x"})), Err("grammar".into()));
         assert_eq!(
             run(json!({"skip_special_tokens": false})),
             Err("skip_special_tokens".into())
@@ -148,9 +138,7 @@ mod tests {
     fn defaults_and_unknown_fields_pass() {
         for v in [
             json!({"tools": [], "tool_choice": "none", "functions": null}),
-            json!({"best_of": 2, "n": 2}),
-            json!({"best_of": 1}),
-            json!({"use_beam_search": false, "skip_special_tokens": true, "min_tokens": 0}),
+            json!({"grammar": "", "skip_special_tokens": true, "min_tokens": 0}),
             json!({"modalities": ["text"], "response_format": {"type": "text"}}),
             json!({"store": true, "service_tier": "auto", "cache_prompt": true}),
         ] {

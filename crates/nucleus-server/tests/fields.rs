@@ -115,8 +115,13 @@ fn unsupported_fields_that_change_the_output_are_named() {
             "tools",
             json!([{"type": "function", "function": {"name": "f"}}]),
         ),
-        ("best_of", json!(4)),
-        ("use_beam_search", json!(true)),
+        ("tool_choice", json!("required")),
+        ("response_format", json!({"type": "json_object"})),
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+        ),
+        ("grammar", json!("root ::= \"a\"")),
         ("mirostat", json!(2)),
         ("stop_token_ids", json!([5])),
     ] {
@@ -136,7 +141,7 @@ fn unsupported_fields_that_change_the_output_are_named() {
     req["max_tokens"] = json!(2);
     req["tools"] = json!([]);
     req["tool_choice"] = json!("none");
-    req["best_of"] = json!(1);
+    req["grammar"] = json!("");
     req["response_format"] = json!({"type": "text"});
     let r = post(a, CHAT, &req);
     assert_eq!(r.status, 200, "{}", r.text());
