@@ -2,7 +2,7 @@
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/embeddings`,
 //! `GET /v1/models`, `POST /tokenize`, `POST /detokenize` (behind the optional API key),
-//! `GET /health`, `GET /metrics` (Prometheus text; behind the key too with
+//! `GET /` (the chat page), `GET /health`, `GET /metrics` (Prometheus text; behind the key too with
 //! [`AppState::metrics_require_key`]). With [`AppState::set_cors_origins`], browsers on those
 //! origins may call every route (CORS, preflight included). The forward pass runs on
 //! the engine's scheduler thread, never on the async runtime; handlers only tokenize, submit and
@@ -16,6 +16,7 @@ mod generate;
 pub mod metrics;
 mod prompt;
 mod respond;
+mod routes;
 mod tokens;
 mod unsupported;
 
@@ -186,6 +187,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(v1)
         .merge(metrics)
         .route("/health", get(health))
+        .route("/", get(routes::page::chat_page))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body));

@@ -1,0 +1,3 @@
+//! Routes that live in their own files (the OpenAI routes are still in the crate root).
+
+pub(crate) mod page;
