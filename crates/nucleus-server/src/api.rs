@@ -418,7 +418,8 @@ impl ApiRequest {
             None => None,
         };
         if self.echo == Some(true) {
-            return Err(ApiError::param("echo", "`echo` is not supported"));
+            return Err(ApiError::param("echo", "`echo` is not supported")
+                .with_code("unsupported_parameter"));
         }
         let stream = self.stream.unwrap_or(false);
         if self.stream_options.is_some() && !stream {

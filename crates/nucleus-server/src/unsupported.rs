@@ -48,7 +48,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "special tokens are always skipped in the text",
     ),
     ("prompt_logprobs", "prompt logprobs are not supported"),
-    ("min_p_tokens", "not supported"),
     // llama-server's extensions
     ("grammar", "grammars are not implemented"),
     ("json_schema", "structured output is not implemented"),
@@ -72,13 +71,17 @@ fn is_neutral(field: &str, v: &Value) -> bool {
         Value::Object(o) if o.is_empty() => true,
         Value::Array(a) if field == "modalities" => a == &[Value::from("text")],
         Value::Number(x) => match field {
-            "min_tokens" | "n_probs" | "mirostat" | "dry_multiplier" | "xtc_probability" => {
-                x.as_f64() == Some(0.0)
-            }
+            "min_tokens" | "n_probs" | "mirostat" | "dry_multiplier" | "xtc_probability"
+            | "dynatemp_range" => x.as_f64() == Some(0.0),
+            // llama-server's "off" values.
+            "top_n_sigma" => x.as_f64().is_some_and(|v| v <= 0.0),
+            "n_predict" => x.as_i64() == Some(-1),
             "tfs_z" => x.as_f64() == Some(1.0),
             _ => false,
         },
-        Value::String(s) if field == "tool_choice" => s == "none" || s == "auto",
+        Value::String(s) if field == "tool_choice" || field == "function_call" => {
+            s == "none" || s == "auto"
+        }
         Value::String(s) if field == "grammar" => s.is_empty(),
         Value::Object(o) if field == "response_format" => {
             o.get("type").and_then(Value::as_str) == Some("text")
@@ -138,7 +141,9 @@ mod tests {
     fn defaults_and_unknown_fields_pass() {
         for v in [
             json!({"tools": [], "tool_choice": "none", "functions": null}),
+            json!({"function_call": "none", "tool_choice": "auto"}),
             json!({"grammar": "", "skip_special_tokens": true, "min_tokens": 0}),
+            json!({"top_n_sigma": -1, "dynatemp_range": 0, "n_predict": -1, "tfs_z": 1}),
             json!({"modalities": ["text"], "response_format": {"type": "text"}}),
             json!({"store": true, "service_tier": "auto", "cache_prompt": true}),
         ] {

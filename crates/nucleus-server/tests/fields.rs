@@ -136,6 +136,9 @@ fn unsupported_fields_that_change_the_output_are_named() {
         &json!({"prompt": "hi", "suffix": "end"}),
     );
     assert_error(&r, 400, Some("suffix"));
+    let r = post(a, "/v1/completions", &json!({"prompt": "hi", "echo": true}));
+    let v = assert_error(&r, 400, Some("echo"));
+    assert_eq!(v["error"]["code"], "unsupported_parameter");
     // Their neutral values change nothing and pass.
     let mut req = hi();
     req["max_tokens"] = json!(2);
