@@ -19,7 +19,8 @@ use serde_json::{json, Value};
 use nucleus::tokenizer::TokenId;
 
 use crate::api::parse_json;
-use crate::{body_bytes, ApiError, AppState};
+use crate::routes::body_bytes;
+use crate::{ApiError, AppState};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

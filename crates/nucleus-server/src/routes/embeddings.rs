@@ -23,8 +23,9 @@ use nucleus::model::EMBED_CHUNK;
 use nucleus::tokenizer::TokenId;
 
 use crate::api::parse_json;
-use crate::tokens::token_ids;
-use crate::{body_bytes, ApiError, AppState};
+use crate::routes::body_bytes;
+use crate::routes::tokens::token_ids;
+use crate::{ApiError, AppState};
 
 /// Inputs in one request at most.
 pub const MAX_INPUTS: usize = 256;
