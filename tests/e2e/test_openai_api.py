@@ -182,3 +182,41 @@ def test_context_policy_truncate_is_an_extension_field(client, model_id):
     )
     assert r.usage.completion_tokens == 4
     assert r.model_extra["dropped_tokens"] > 0
+
+
+def test_fields_the_client_sends(client, model_id):
+    args = dict(model=model_id, messages=MESSAGES, temperature=0)
+    r = client.chat.completions.create(
+        **args, max_completion_tokens=5, user="u-1", metadata={"run": "e2e"}
+    )
+    assert r.usage.completion_tokens <= 5
+    # Legacy completions: best_of samples more and returns the most likely.
+    r = client.completions.create(
+        model=model_id, prompt="def add(a, b):\n", max_tokens=8, temperature=1.0, seed=3,
+        n=1, best_of=3,
+    )
+    assert len(r.choices) == 1 and r.usage.completion_tokens <= 24
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(**args, response_format={"type": "json_object"})
+    assert e.value.body["param"] == "response_format"
+    assert e.value.body["code"] == "unsupported_parameter"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(**args, tools=tools)
+    assert e.value.body["param"] == "tools"
+
+
+def test_beam_search_and_explain_are_extension_fields(client, model_id):
+    r = client.chat.completions.create(
+        model=model_id, messages=MESSAGES, max_tokens=8, n=2,
+        extra_body={"use_beam_search": True, "best_of": 3, "ignore_eos": True},
+    )
+    texts = [c.message.content for c in r.choices]
+    assert len(texts) == 2 and texts[0] != texts[1], texts
+    r = client.chat.completions.create(
+        model=model_id, messages=MESSAGES, max_tokens=4, temperature=0.7, seed=5,
+        extra_body={"explain": True, "ignore_eos": True},
+    )
+    steps = r.choices[0].model_extra["explain"]
+    assert len(steps) == 4
+    assert steps[0]["stages"][0]["stage"] == "input" and 0 < steps[0]["chosen_prob"] <= 1

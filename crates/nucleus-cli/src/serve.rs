@@ -44,6 +44,13 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1 routes (also read from NUCLEUS_API_KEY).
     #[arg(long, env = "NUCLEUS_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Let browser pages on this origin call the API (CORS), e.g. `http://localhost:3000`;
+    /// repeatable; `*` allows any origin.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
+    /// Put /metrics behind the API key too (needs --api-key).
+    #[arg(long)]
+    pub metrics_require_key: bool,
     /// Model id reported by /v1/models (default: the catalog name or file stem).
     #[arg(long)]
     pub model_id: Option<String>,
@@ -68,6 +75,9 @@ pub struct ServeArgs {
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
+    if args.metrics_require_key && args.api_key.as_deref().is_none_or(str::is_empty) {
+        anyhow::bail!("--metrics-require-key needs --api-key (or NUCLEUS_API_KEY)");
+    }
     args.speculate.check(1)?;
     let speculation = match args.speculate.speculate {
         None => None,
@@ -110,10 +120,16 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     cfg.kv_config(&model).check().map_err(anyhow::Error::msg)?;
     let threads = model.n_threads();
     let tokenizer = Arc::new(tokenizer);
-    let engine = Engine::start(Arc::new(model), tokenizer.clone(), cfg.clone());
+    let model = Arc::new(model);
+    let engine = Engine::start(model.clone(), tokenizer.clone(), cfg.clone());
     let n_ctx = engine.config().n_ctx;
     let mut state = AppState::new(engine, tokenizer, model_id.clone(), args.api_key.clone());
     state.context_policy = args.context_policy;
+    state.model = Some(model);
+    state.metrics_require_key = args.metrics_require_key;
+    state
+        .set_cors_origins(&args.cors_origins)
+        .map_err(anyhow::Error::msg)?;
     let state = Arc::new(state);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

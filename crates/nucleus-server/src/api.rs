@@ -46,7 +46,8 @@ pub struct ChatMessage {
     pub content: Option<Content>,
 }
 
-/// The fields of both endpoints (OpenAI's, then nucleus extensions). Unknown fields are ignored.
+/// The fields of both endpoints (OpenAI's, then nucleus extensions). Unknown fields are ignored,
+/// except those [`crate::unsupported`] lists.
 #[derive(Deserialize, Debug, Clone, Default)]
 pub struct ApiRequest {
     pub model: Option<String>,
@@ -68,8 +69,20 @@ pub struct ApiRequest {
     pub frequency_penalty: Option<f32>,
     pub logit_bias: Option<HashMap<String, f32>>,
     pub echo: Option<bool>,
+    /// Accepted and unused (OpenAI: an end-user id).
     pub user: Option<String>,
+    /// Accepted and unused (OpenAI: up to 16 string key-value pairs stored with the request).
+    pub metadata: Option<Value>,
+    /// Sample this many and return the `n` with the highest mean logprob per token.
+    pub best_of: Option<i64>,
+    // vLLM's extensions
+    /// Beam search of `best_of` (default `n`) beams; the `n` best hypotheses are returned.
+    pub use_beam_search: Option<bool>,
+    /// Beam search's `alpha` in `score = sum_logprob / len^alpha`.
+    pub length_penalty: Option<f32>,
     // nucleus extensions
+    /// Per token: candidates left after each sampler stage, entropy, chosen probability.
+    pub explain: Option<bool>,
     pub top_k: Option<i64>,
     pub min_p: Option<f32>,
     pub typical_p: Option<f32>,
@@ -83,17 +96,39 @@ pub struct ApiRequest {
     pub context_policy: Option<String>,
 }
 
-/// Parses a JSON body; the error names the offending field.
+/// Parses a completions or chat body; the error names the offending field, or the first field
+/// set that would change the output and is not supported ([`crate::unsupported`]).
 pub fn parse(body: &[u8]) -> Result<ApiRequest, ApiError> {
+    let req = parse_json(body)?;
+    if let Ok(map) = serde_json::from_slice::<serde_json::Map<String, Value>>(body) {
+        crate::unsupported::check(&map)?;
+    }
+    Ok(req)
+}
+
+/// Parses a JSON body into `T`; the error names the offending field.
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(body);
-    match serde_path_to_error::deserialize::<_, ApiRequest>(de) {
+    match serde_path_to_error::deserialize::<_, T>(de) {
         Ok(r) => Ok(r),
         Err(e) => {
             let path = e.path().to_string();
             let inner = e.into_inner();
+            let msg = inner.to_string();
             if inner.is_syntax() || inner.is_eof() {
                 Err(ApiError::invalid(format!("malformed JSON body: {inner}"))
                     .with_code("invalid_json"))
+            } else if let Some(field) = msg
+                .strip_prefix("unknown field `")
+                .and_then(|r| r.split('`').next())
+            {
+                // Bodies that deny unknown fields: name the field.
+                Err(ApiError::param(field, msg.clone()).with_code("unknown_field"))
+            } else if let Some(field) = msg
+                .strip_prefix("missing field `")
+                .and_then(|r| r.split('`').next())
+            {
+                Err(ApiError::param(field, format!("`{field}` is required")))
             } else if path == "." || path.is_empty() {
                 Err(ApiError::invalid(format!(
                     "the body must be a JSON object: {inner}"
@@ -128,6 +163,18 @@ pub struct GenSettings {
     pub ignore_eos: bool,
     /// `None`: the server's default.
     pub context_policy: Option<ContextPolicy>,
+    /// Choices sampled (`>= n`); the `n` best by mean logprob per token are returned.
+    pub best_of: usize,
+    /// `use_beam_search`: the sampler settings above are unused (and refused when set).
+    pub beams: Option<BeamSettings>,
+    pub explain: bool,
+}
+
+/// Beam search over HTTP.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BeamSettings {
+    pub width: usize,
+    pub length_penalty: f32,
 }
 
 fn range_f32(name: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
@@ -151,6 +198,71 @@ fn range_i64(name: &str, v: Option<i64>, lo: i64, hi: i64) -> Result<Option<i64>
 }
 
 impl ApiRequest {
+    /// `use_beam_search` (with `best_of` beams, `length_penalty`), refusing the sampler settings
+    /// it would leave unused.
+    fn beam_settings(&self, width: usize) -> Result<Option<BeamSettings>, ApiError> {
+        let length_penalty = range_f32("length_penalty", self.length_penalty, -10.0, 10.0)?;
+        if self.use_beam_search != Some(true) {
+            if length_penalty.is_some_and(|a| a != 1.0) {
+                return Err(ApiError::param(
+                    "length_penalty",
+                    "`length_penalty` applies to beam search only: set `use_beam_search: true`",
+                ));
+            }
+            return Ok(None);
+        }
+        let unused = |field: &str, neutral: bool| -> Result<(), ApiError> {
+            if neutral {
+                return Ok(());
+            }
+            Err(ApiError::param(
+                field,
+                format!("`{field}` steers sampling; beam search does not sample: leave it out with `use_beam_search`"),
+            ))
+        };
+        unused("temperature", self.temperature.is_none_or(|t| t == 0.0))?;
+        unused("top_p", self.top_p.is_none_or(|v| v == 1.0))?;
+        unused("top_k", self.top_k.is_none_or(|v| v <= 0))?;
+        unused("min_p", self.min_p.is_none_or(|v| v == 0.0))?;
+        unused("typical_p", self.typical_p.is_none_or(|v| v == 1.0))?;
+        unused(
+            "presence_penalty",
+            self.presence_penalty.is_none_or(|v| v == 0.0),
+        )?;
+        unused(
+            "frequency_penalty",
+            self.frequency_penalty.is_none_or(|v| v == 0.0),
+        )?;
+        unused(
+            "repetition_penalty",
+            self.repetition_penalty.is_none_or(|v| v == 1.0),
+        )?;
+        unused(
+            "no_repeat_ngram",
+            self.no_repeat_ngram.is_none_or(|v| v == 0),
+        )?;
+        unused(
+            "logit_bias",
+            self.logit_bias.as_ref().is_none_or(HashMap::is_empty),
+        )?;
+        let no_logprobs = matches!(
+            self.logprobs,
+            None | Some(Value::Null) | Some(Value::Bool(false))
+        );
+        unused("logprobs", no_logprobs)?;
+        unused("explain", self.explain != Some(true))?;
+        if self.context_policy.as_deref() == Some("stream") {
+            return Err(ApiError::param(
+                "context_policy",
+                "beam search cannot stream past the context window: use `error` or `truncate`",
+            ));
+        }
+        Ok(Some(BeamSettings {
+            width,
+            length_penalty: length_penalty.unwrap_or(1.0),
+        }))
+    }
+
     pub fn settings(&self, ep: Endpoint, n_vocab: usize) -> Result<GenSettings, ApiError> {
         let mut p = SamplingParams::default();
         if let Some(t) = range_f32("temperature", self.temperature, 0.0, 2.0)? {
@@ -279,6 +391,14 @@ impl ApiRequest {
                 format!("at most {MAX_STOPS} stop strings"),
             ));
         }
+        if let (Some(a), Some(b)) = (self.max_completion_tokens, self.max_tokens) {
+            if a != b {
+                return Err(ApiError::param(
+                    "max_completion_tokens",
+                    format!("`max_completion_tokens` = {a} and `max_tokens` = {b} disagree; `max_completion_tokens` is the new name of `max_tokens`: send one"),
+                ));
+            }
+        }
         let max = self.max_completion_tokens.or(self.max_tokens);
         let param = if self.max_completion_tokens.is_some() {
             "max_completion_tokens"
@@ -298,12 +418,48 @@ impl ApiRequest {
             None => None,
         };
         if self.echo == Some(true) {
-            return Err(ApiError::param("echo", "`echo` is not supported"));
+            return Err(ApiError::param("echo", "`echo` is not supported")
+                .with_code("unsupported_parameter"));
+        }
+        let stream = self.stream.unwrap_or(false);
+        if self.stream_options.is_some() && !stream {
+            return Err(ApiError::param(
+                "stream_options",
+                "`stream_options` is only allowed with `stream: true`",
+            ));
+        }
+        match &self.metadata {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) if m.len() <= 16 && m.values().all(Value::is_string) => {}
+            Some(_) => {
+                return Err(ApiError::param(
+                    "metadata",
+                    "`metadata` must be an object of at most 16 string values",
+                ))
+            }
+        }
+        let best_of = range_i64("best_of", self.best_of, 1, MAX_N)?.map_or(n, |b| b as usize);
+        if best_of < n {
+            return Err(ApiError::param(
+                "best_of",
+                format!("`best_of` = {best_of} must be >= `n` = {n}"),
+            ));
+        }
+        let explain = self.explain.unwrap_or(false);
+        let beams = self.beam_settings(best_of)?;
+        if beams.is_none() && best_of > n && stream {
+            return Err(ApiError::param(
+                "best_of",
+                "`best_of` > `n` cannot stream: the best choices are known only at the end",
+            ));
         }
         Ok(GenSettings {
+            best_of,
+            beams,
+            explain,
             sampling: p,
             n,
-            stream: self.stream.unwrap_or(false),
+            stream,
             include_usage: self
                 .stream_options
                 .as_ref()

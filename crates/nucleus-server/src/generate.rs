@@ -13,7 +13,7 @@ use nucleus::engine::ContextPolicy;
 
 use crate::api::{Endpoint, GenSettings};
 use crate::prompt::Prompt;
-use crate::respond::{collect_response, stream_response};
+use crate::respond::{collect_response, stream_response, Shape};
 use crate::{ApiError, AppState};
 
 pub(crate) fn submit_error(e: SubmitError) -> ApiError {
@@ -78,19 +78,45 @@ pub(crate) async fn generate(
             .with_code("context_length_exceeded"));
         }
     }
-    let mut rxs = Vec::with_capacity(s.n);
-    for i in 0..s.n {
+    let id = st.new_id(match ep {
+        Endpoint::Completions => "cmpl",
+        Endpoint::Chat => "chatcmpl",
+    });
+    let shape = Shape {
+        ep,
+        id,
+        n: s.n,
+        policy,
+        want_logprobs: s.sampling.logprobs.is_some(),
+        want_explain: s.explain,
+        include_usage: s.include_usage,
+    };
+    if let Some(beams) = s.beams {
+        let prompt = Prompt {
+            tokens: prompt,
+            keep,
+            param: prompt_param,
+        };
+        return crate::beams::beam_response(st, shape, prompt, &s, beams).await;
+    }
+    // `best_of` ranks the choices by their logprobs: have them computed.
+    let mut sampling = s.sampling.clone();
+    if s.best_of > s.n && sampling.logprobs.is_none() {
+        sampling.logprobs = Some(0);
+    }
+    let mut rxs = Vec::with_capacity(s.best_of);
+    for i in 0..s.best_of {
         // Each choice draws from its own stream of the seed (independent of every other
         // request's and choice's).
-        let sampling = s.sampling.for_choice(i);
         let req = GenRequest {
             prompt_tokens: prompt.clone(),
-            sampling,
+            sampling: sampling.for_choice(i),
             stop: s.stop.clone(),
             max_tokens: s.max_tokens,
             ignore_eos: s.ignore_eos,
             context_policy: policy,
             keep_tokens: keep,
+            explain: s.explain,
         };
         // On failure the receivers already made are dropped, which cancels them.
         rxs.push(st.engine.submit(req).map_err(submit_error)?);
@@ -100,24 +126,10 @@ pub(crate) async fn generate(
         tokio::spawn(relay(i, rx, mtx.clone(), st.clone(), t0));
     }
     drop(mtx);
-    let want_logprobs = s.sampling.logprobs.is_some();
-    let id = st.new_id(match ep {
-        Endpoint::Completions => "cmpl",
-        Endpoint::Chat => "chatcmpl",
-    });
     if s.stream {
-        Ok(stream_response(
-            st,
-            ep,
-            id,
-            s.n,
-            policy,
-            want_logprobs,
-            s.include_usage,
-            mrx,
-        ))
+        Ok(stream_response(st, shape, mrx))
     } else {
-        collect_response(st, ep, id, s.n, policy, want_logprobs, mrx).await
+        collect_response(st, shape, s.best_of, mrx).await
     }
 }
 

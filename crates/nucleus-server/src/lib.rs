@@ -1,43 +1,43 @@
 //! nucleus's OpenAI-compatible HTTP server (axum + tokio) over the continuous-batching engine.
 //!
-//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models` (behind the
-//! optional API key), `GET /health`, `GET /metrics` (Prometheus text). The forward pass runs on
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/embeddings`,
+//! `GET /v1/models`, `POST /tokenize`, `POST /detokenize` (behind the optional API key),
+//! `GET /` (the chat page), `GET /health`, `GET /metrics` (Prometheus text; behind the key too with
+//! [`AppState::metrics_require_key`]). With [`AppState::set_cors_origins`], browsers on those
+//! origins may call every route (CORS, preflight included). The forward pass runs on
 //! the engine's scheduler thread, never on the async runtime; handlers only tokenize, submit and
 //! relay events.
 
+mod access;
 pub mod api;
+mod beams;
 pub mod error;
 mod generate;
 pub mod metrics;
 mod prompt;
 mod respond;
+mod routes;
+mod unsupported;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
 use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde_json::json;
+use axum::Router;
+use tower_http::cors::CorsLayer;
 
 use nucleus::chat::ChatTemplate;
-use nucleus::engine::context::SINK_TOKENS;
 use nucleus::engine::scheduler::EngineHandle;
 use nucleus::engine::ContextPolicy;
+use nucleus::model::Model;
 use nucleus::tokenizer::{TokenId, Tokenizer};
 
-use api::Endpoint;
 pub use error::ApiError;
-use generate::generate;
 use metrics::Metrics;
-use prompt::{chat_prompt, completion_prompt, Prompt};
 
 /// Default request body limit: 1 MiB.
 pub const DEFAULT_MAX_BODY: usize = 1 << 20;
@@ -49,10 +49,20 @@ pub struct AppState {
     pub template: Option<ChatTemplate>,
     pub model_id: String,
     pub api_key: Option<String>,
+    /// `/metrics` needs the API key too (when one is set).
+    pub metrics_require_key: bool,
+    /// Set by [`set_cors_origins`](Self::set_cors_origins).
+    cors: Option<CorsLayer>,
     pub max_body: usize,
     /// What a request that does not fit its window gets, unless it says (`context_policy`).
     pub context_policy: ContextPolicy,
     pub metrics: Metrics,
+    /// The model, for `/v1/embeddings` (which answers 501 without it).
+    pub model: Option<Arc<Model>>,
+    /// One embedding request computes at a time.
+    embed_lock: tokio::sync::Mutex<()>,
+    /// One beam search runs at a time.
+    beam_lock: tokio::sync::Mutex<()>,
     pub created: u64,
     pub shutting_down: AtomicBool,
     next_id: AtomicU64,
@@ -78,14 +88,28 @@ impl AppState {
             template,
             model_id: model_id.into(),
             api_key: api_key.filter(|k| !k.is_empty()),
+            metrics_require_key: false,
+            cors: None,
             max_body: DEFAULT_MAX_BODY,
             context_policy: ContextPolicy::Error,
             metrics: Metrics::default(),
+            model: None,
+            embed_lock: tokio::sync::Mutex::new(()),
+            beam_lock: tokio::sync::Mutex::new(()),
             created: unix_now(),
             shutting_down: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             tokenizer,
         }
+    }
+
+    /// Lets browsers on `origins` (`scheme://host[:port]`, or `*` for any) call the API: CORS
+    /// headers on every response and answers to preflight requests, for GET and POST with the
+    /// `Authorization` and `Content-Type` headers. An empty list turns CORS off. Fails on a
+    /// value that cannot be an origin header.
+    pub fn set_cors_origins(&mut self, origins: &[String]) -> Result<(), String> {
+        self.cors = access::cors_layer(origins)?;
+        Ok(())
     }
 
     fn new_id(&self, prefix: &str) -> String {
@@ -102,19 +126,32 @@ fn unix_now() -> u64 {
 
 /// The application's routes.
 pub fn router(state: Arc<AppState>) -> Router {
+    use routes::{completions, embeddings, info, page, tokens};
+    let auth = || middleware::from_fn_with_state(state.clone(), access::auth);
     let v1 = Router::new()
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/models", get(models))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
-    Router::new()
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/chat/completions", post(completions::chat_completions))
+        .route("/v1/models", get(info::models))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/tokenize", post(tokens::tokenize))
+        .route("/detokenize", post(tokens::detokenize))
+        .route_layer(auth());
+    let mut metrics = Router::new().route("/metrics", get(info::metrics_route));
+    if state.metrics_require_key {
+        metrics = metrics.route_layer(auth());
+    }
+    let mut app = Router::new()
         .merge(v1)
-        .route("/health", get(health))
-        .route("/metrics", get(metrics_route))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(state.max_body))
-        .with_state(state)
+        .merge(metrics)
+        .route("/health", get(info::health))
+        .route("/", get(page::chat_page))
+        .fallback(info::not_found)
+        .method_not_allowed_fallback(info::method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.max_body));
+    if let Some(cors) = &state.cors {
+        app = app.layer(cors.clone());
+    }
+    app.with_state(state)
 }
 
 /// Serves until `shutdown` resolves, then stops accepting connections and lets in-flight
@@ -164,151 +201,4 @@ pub async fn shutdown_signal() {
         _ = ctrl_c => {},
         _ = term => {},
     }
-}
-
-/// Constant-time comparison (the length is not secret).
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a
-        .iter()
-        .zip(b)
-        .fold(0u8, |acc, (x, y)| acc | std::hint::black_box(x ^ y));
-    diff == 0
-}
-
-async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(key) = &st.api_key {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        if !given.is_some_and(|g| ct_eq(g.as_bytes(), key.as_bytes())) {
-            return ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "authentication_error",
-                "invalid or missing API key (send `Authorization: Bearer <key>`)",
-            )
-            .with_code("invalid_api_key")
-            .into_response();
-        }
-    }
-    next.run(req).await
-}
-
-async fn not_found() -> Response {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
-        "no such route",
-    )
-    .into_response()
-}
-
-async fn method_not_allowed() -> Response {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "invalid_request_error",
-        "method not allowed on this route",
-    )
-    .into_response()
-}
-
-async fn health(State(st): State<Arc<AppState>>) -> Response {
-    if st.shutting_down.load(Ordering::SeqCst) || st.engine.is_shut_down() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "shutting_down"})),
-        )
-            .into_response();
-    }
-    Json(json!({"status": "ok", "model": st.model_id})).into_response()
-}
-
-async fn metrics_route(State(st): State<Arc<AppState>>) -> Response {
-    let body = st.metrics.render(&st.engine.stats());
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
-}
-
-async fn models(State(st): State<Arc<AppState>>) -> Response {
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": st.model_id,
-            "object": "model",
-            "created": st.created,
-            "owned_by": "nucleus",
-            "meta": {"n_ctx": st.engine.config().n_ctx, "n_vocab": st.tokenizer.vocab_size()},
-        }],
-    }))
-    .into_response()
-}
-
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rej| {
-        let status = rej.status();
-        if status == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                status,
-                "invalid_request_error",
-                "request body too large (limit 1 MiB)",
-            )
-            .with_code("body_too_large")
-        } else {
-            ApiError::new(status, "invalid_request_error", rej.body_text())
-        }
-    })
-}
-
-async fn completions(
-    State(st): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let t0 = Instant::now();
-    let r = async {
-        let body = body_bytes(body)?;
-        let req = api::parse(&body)?;
-        let settings = req.settings(Endpoint::Completions, st.tokenizer.vocab_size())?;
-        let tokens = completion_prompt(&st, &req)?;
-        let prompt = Prompt {
-            tokens,
-            keep: SINK_TOKENS,
-            param: "prompt",
-        };
-        generate(st.clone(), Endpoint::Completions, prompt, settings, t0).await
-    }
-    .await;
-    finish_response(&st, r)
-}
-
-async fn chat_completions(
-    State(st): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let t0 = Instant::now();
-    let r = async {
-        let body = body_bytes(body)?;
-        let req = api::parse(&body)?;
-        let settings = req.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
-        let prompt = chat_prompt(&st, &req)?;
-        generate(st.clone(), Endpoint::Chat, prompt, settings, t0).await
-    }
-    .await;
-    finish_response(&st, r)
-}
-
-fn finish_response(st: &AppState, r: Result<Response, ApiError>) -> Response {
-    let resp = r.unwrap_or_else(IntoResponse::into_response);
-    st.metrics.count_status(resp.status().as_u16());
-    resp
 }

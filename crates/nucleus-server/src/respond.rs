@@ -13,7 +13,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use nucleus::engine::scheduler::Event;
 use nucleus::engine::ContextPolicy;
-use nucleus::sampling::FinishReason;
+use nucleus::sampling::{Explain, FinishReason};
 use nucleus::tokenizer::{TokenId, Tokenizer};
 
 use crate::api::Endpoint;
@@ -75,6 +75,36 @@ impl CompletionLogprobs {
     }
 }
 
+/// What a response looks like, whatever produced its events.
+#[derive(Clone, Debug)]
+pub(crate) struct Shape {
+    pub ep: Endpoint,
+    pub id: String,
+    /// Choices returned.
+    pub n: usize,
+    pub policy: ContextPolicy,
+    pub want_logprobs: bool,
+    pub want_explain: bool,
+    pub include_usage: bool,
+}
+
+/// One token's [`Explain`] record: the candidates left after each stage of the sampler chain,
+/// the entropy (nats) of the distribution it was drawn from and its probability there.
+pub(crate) fn explain_json(tok: &Tokenizer, id: TokenId, ex: &Explain) -> Value {
+    let stages: Vec<Value> = ex
+        .stages
+        .iter()
+        .map(|(stage, n)| json!({"stage": stage.name(), "candidates": n}))
+        .collect();
+    json!({
+        "token": token_string(tok, id).0,
+        "id": id,
+        "chosen_prob": ex.chosen_prob,
+        "entropy": ex.entropy.abs(), // never -0
+        "stages": stages,
+    })
+}
+
 #[derive(Default)]
 pub(crate) struct Choice {
     text: String,
@@ -85,7 +115,22 @@ pub(crate) struct Choice {
     dropped_tokens: usize,
     chat_lp: Vec<Value>,
     cmpl_lp: CompletionLogprobs,
+    explain: Vec<Value>,
+    /// Sum and count of the tokens' logprobs (for `best_of`).
+    sum_logprob: f64,
+    n_logprobs: usize,
     error: Option<String>,
+}
+
+impl Choice {
+    /// Mean logprob per token: how `best_of` ranks the choices (OpenAI's rule).
+    fn mean_logprob(&self) -> f64 {
+        if self.n_logprobs == 0 {
+            f64::NEG_INFINITY
+        } else {
+            self.sum_logprob / self.n_logprobs as f64
+        }
+    }
 }
 
 /// OpenAI's usage object; `cached` is the prompt tokens taken from the prefix cache (for
@@ -99,20 +144,33 @@ pub(crate) fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
     })
 }
 
+/// Waits for every choice's events (`sampled` of them, ids `0..sampled`) and answers with the
+/// `shape.n` best of them (all when `sampled == n`; else by mean logprob per token, which the
+/// events then carry).
 pub(crate) async fn collect_response(
     st: Arc<AppState>,
-    ep: Endpoint,
-    id: String,
-    n: usize,
-    policy: ContextPolicy,
-    want_logprobs: bool,
+    shape: Shape,
+    sampled: usize,
     mut rx: UnboundedReceiver<(usize, Event)>,
 ) -> Result<Response, ApiError> {
-    let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
+    let Shape {
+        ep,
+        id,
+        n,
+        policy,
+        want_logprobs,
+        want_explain,
+        ..
+    } = shape;
+    let mut choices: Vec<Choice> = (0..sampled).map(|_| Choice::default()).collect();
     while let Some((i, ev)) = rx.recv().await {
         let c = &mut choices[i];
         match ev {
             Event::Token(t) => {
+                if let Some(lp) = t.logprob {
+                    c.sum_logprob += f64::from(lp);
+                    c.n_logprobs += 1;
+                }
                 if let Some(lp) = t.logprob.filter(|_| want_logprobs) {
                     match ep {
                         Endpoint::Chat => c.chat_lp.push(chat_logprob(
@@ -129,6 +187,9 @@ pub(crate) async fn collect_response(
                             c.text.len(),
                         ),
                     }
+                }
+                if let Some(ex) = t.explain.as_ref().filter(|_| want_explain) {
+                    c.explain.push(explain_json(&st.tokenizer, t.token, ex));
                 }
                 c.text.push_str(&t.text);
             }
@@ -151,27 +212,40 @@ pub(crate) async fn collect_response(
         };
         return Err(ApiError::new(status, "server_error", e));
     }
+    // Usage counts every sampled choice.
     let completion: usize = choices.iter().map(|c| c.completion_tokens).sum();
     let cached = choices.iter().map(|c| c.cached_tokens).min().unwrap_or(0);
     // Every choice has the same prompt (truncated alike).
     let n_prompt = choices.iter().map(|c| c.prompt_tokens).min().unwrap_or(0);
+    let dropped = choices.iter().map(|c| c.dropped_tokens).max();
+    if sampled > n {
+        // Stable: ties keep the sampling order.
+        choices.sort_by(|a, b| b.mean_logprob().total_cmp(&a.mean_logprob()));
+        choices.truncate(n);
+    }
     let finish = |c: &Choice| c.finish.map(FinishReason::as_str);
     let out: Vec<Value> = choices
         .iter()
         .enumerate()
-        .map(|(i, c)| match ep {
-            Endpoint::Chat => json!({
-                "index": i,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": if want_logprobs { json!({"content": c.chat_lp}) } else { Value::Null },
-                "finish_reason": finish(c),
-            }),
-            Endpoint::Completions => json!({
-                "index": i,
-                "text": c.text,
-                "logprobs": if want_logprobs { c.cmpl_lp.to_json() } else { Value::Null },
-                "finish_reason": finish(c),
-            }),
+        .map(|(i, c)| {
+            let mut v = match ep {
+                Endpoint::Chat => json!({
+                    "index": i,
+                    "message": {"role": "assistant", "content": c.text},
+                    "logprobs": if want_logprobs { json!({"content": c.chat_lp}) } else { Value::Null },
+                    "finish_reason": finish(c),
+                }),
+                Endpoint::Completions => json!({
+                    "index": i,
+                    "text": c.text,
+                    "logprobs": if want_logprobs { c.cmpl_lp.to_json() } else { Value::Null },
+                    "finish_reason": finish(c),
+                }),
+            };
+            if want_explain {
+                v["explain"] = json!(c.explain);
+            }
+            v
         })
         .collect();
     let object = match ep {
@@ -190,7 +264,7 @@ pub(crate) async fn collect_response(
     if policy != ContextPolicy::Error {
         // Tokens dropped from the context (the most of any choice): the prompt's, by
         // `truncate`; those the window evicted, by `stream`.
-        body["dropped_tokens"] = json!(choices.iter().map(|c| c.dropped_tokens).max());
+        body["dropped_tokens"] = json!(dropped);
     }
     Ok(Json(body).into_response())
 }
@@ -199,17 +273,21 @@ pub(crate) fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Streams each choice's events as SSE chunks (`shape.n` choices, ids `0..n`).
 pub(crate) fn stream_response(
     st: Arc<AppState>,
-    ep: Endpoint,
-    id: String,
-    n: usize,
-    policy: ContextPolicy,
-    want_logprobs: bool,
-    include_usage: bool,
+    shape: Shape,
     mut rx: UnboundedReceiver<(usize, Event)>,
 ) -> Response {
+    let Shape {
+        ep,
+        id,
+        n,
+        policy,
+        want_logprobs,
+        want_explain,
+        include_usage,
+    } = shape;
     let (btx, brx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
     let created = unix_now();
     let object = match ep {
@@ -226,8 +304,11 @@ pub(crate) fn stream_response(
             "system_fingerprint": "nucleus",
             "choices": if choice.is_null() { json!([]) } else { json!([choice]) },
         });
+        // With `include_usage`, OpenAI's chunks carry `usage: null` until the last.
         if let Some(u) = usage {
             v["usage"] = u;
+        } else if include_usage {
+            v["usage"] = Value::Null;
         }
         sse(&v)
     };
@@ -251,7 +332,8 @@ pub(crate) fn stream_response(
             let piece = match ev {
                 Event::Token(t) => {
                     let lp = t.logprob.filter(|_| want_logprobs);
-                    if t.text.is_empty() && lp.is_none() {
+                    let ex = t.explain.as_ref().filter(|_| want_explain);
+                    if t.text.is_empty() && lp.is_none() && ex.is_none() {
                         continue;
                     }
                     let logprobs = match (lp, ep) {
@@ -266,14 +348,18 @@ pub(crate) fn stream_response(
                         }
                     };
                     offsets[i] += t.text.len();
-                    match ep {
+                    let mut choice = match ep {
                         Endpoint::Chat => {
                             json!({"index": i, "delta": {"content": t.text}, "logprobs": logprobs, "finish_reason": Value::Null})
                         }
                         Endpoint::Completions => {
                             json!({"index": i, "text": t.text, "logprobs": logprobs, "finish_reason": Value::Null})
                         }
+                    };
+                    if let Some(ex) = ex {
+                        choice["explain"] = json!([explain_json(&st.tokenizer, t.token, ex)]);
                     }
+                    choice
                 }
                 Event::Done(f) => {
                     completion += f.completion_tokens;

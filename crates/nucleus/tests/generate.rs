@@ -212,6 +212,55 @@ fn one_beam_is_greedy() {
     assert!((b_sum - g_sum).abs() < 1e-3, "{b_sum} vs {g_sum}");
 }
 
+/// `beam_choices` returns `n` hypotheses best first; the first is what `generate` gives with the
+/// same beams, and a stop string cuts a hypothesis's text without steering the search.
+#[test]
+fn beam_choices_are_the_n_best_hypotheses() {
+    let Some((model, tok)) = load(GEMMA) else {
+        return;
+    };
+    let prompt = tok.encode("The capital of France is", true, true).unwrap();
+    let (width, n) = (4, 8);
+    let req = GenerateRequest {
+        beams: width,
+        length_penalty: 0.0,
+        ignore_eos: true,
+        ..GenerateRequest::greedy(n)
+    };
+    let n_ctx = prompt.len() + n + 1;
+    let session =
+        || Session::with_kv_tokens(&model, n_ctx, Session::kv_tokens_for_beams(n_ctx, width, n));
+    let best = session().generate(&tok, &prompt, &req, |_| {}).unwrap();
+    let choices = session().beam_choices(&tok, &prompt, &req, 3).unwrap();
+    assert_eq!(choices.len(), 3);
+    assert_eq!(choices[0].tokens, best.tokens);
+    assert_eq!(choices[0].text, best.text);
+    assert_eq!(Some(choices[0].sum_logprob), best.sum_logprob);
+    for w in choices.windows(2) {
+        assert!(w[0].score >= w[1].score, "best first");
+        assert_ne!(w[0].tokens, w[1].tokens);
+    }
+    for c in &choices {
+        assert_eq!(c.tokens.len(), n);
+        assert_eq!(c.finish_reason, FinishReason::Length);
+        assert_eq!(c.text, tok.decode(&c.tokens, true));
+    }
+    // A stop string found in the best hypothesis's text cuts it there.
+    let stop: String = choices[0].text.chars().skip(3).take(2).collect();
+    let cut = GenerateRequest {
+        stop: vec![stop.clone()],
+        ..req.clone()
+    };
+    let stopped = session().beam_choices(&tok, &prompt, &cut, 1).unwrap();
+    assert_eq!(stopped[0].finish_reason, FinishReason::Stop);
+    let at = choices[0].text.find(&stop).unwrap();
+    assert_eq!(stopped[0].text, choices[0].text[..at]);
+    // Bad requests are errors, not panics.
+    assert!(session().beam_choices(&tok, &prompt, &req, 5).is_err());
+    assert!(session().beam_choices(&tok, &prompt, &req, 0).is_err());
+    assert!(session().beam_choices(&tok, &[], &req, 1).is_err());
+}
+
 /// B = 4 finds a sequence at least as likely as greedy's (same length) on most prompts. Short
 /// (8 tokens): each beam step computes B rows of the large output projection.
 #[test]

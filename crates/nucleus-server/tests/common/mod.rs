@@ -52,13 +52,24 @@ impl Drop for Server {
 }
 
 pub fn start(cfg: EngineConfig, api_key: Option<&str>) -> Option<Server> {
+    start_with(cfg, api_key, |_| {})
+}
+
+/// [`start`], with `setup` changing the server's state before it serves.
+pub fn start_with(
+    cfg: EngineConfig,
+    api_key: Option<&str>,
+    setup: impl FnOnce(&mut AppState),
+) -> Option<Server> {
     let path = tiny_path()?;
     let model = Arc::new(Model::load(&path, 1).unwrap());
     let tok = Arc::new(Tokenizer::from_gguf(&model.file.metadata).unwrap());
-    let engine = Engine::start(model, tok.clone(), cfg);
+    let engine = Engine::start(model.clone(), tok.clone(), cfg);
     let mut state = AppState::new(engine.clone(), tok, "tiny", api_key.map(String::from));
+    state.model = Some(model);
     // The tiny model has no chat template; give it ChatML to test the chat route.
     state.template = Some(ChatTemplate::new(CHATML, "", "").unwrap());
+    setup(&mut state);
     let state = Arc::new(state);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();

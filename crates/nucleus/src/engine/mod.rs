@@ -22,7 +22,7 @@ mod session;
 pub mod speculate;
 
 pub use crate::sampling::FinishReason;
-pub use beams::KvBeams;
+pub use beams::{BeamChoice, KvBeams};
 pub use context::ContextPolicy;
 pub use sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob, TopLogprob};
 pub use session::{argmax, EngineError, Generation, Session, Timings, BLOCK_SIZE, MAX_CHUNK};

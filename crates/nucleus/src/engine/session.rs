@@ -3,14 +3,13 @@
 
 use std::time::Instant;
 
-use super::beams::KvBeams;
 use super::context::{check_stream_window, slide_window, ContextError, ContextPolicy, SINK_BLOCKS};
 use super::sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob};
 use super::speculate::{SpecStats, Speculator};
 use crate::kernels::PromptSlot;
 use crate::kv_cache::{extend_block_hashes, KvCache, KvConfig, KvType, SeqId, PINNED_BLOCKS};
 use crate::model::{arithmetic_class, Batch, ForwardState, Model, ModelError};
-use crate::sampling::{beam_search, BeamError, BeamId, BeamParams, FinishReason, SamplingError};
+use crate::sampling::{BeamError, FinishReason, SamplingError};
 use crate::tokenizer::{TokenId, Tokenizer};
 
 /// Why a generation failed.
@@ -214,7 +213,7 @@ impl<'m> Session<'m> {
         self.n_evicted
     }
 
-    fn streams(&self) -> bool {
+    pub(super) fn streams(&self) -> bool {
         self.policy == ContextPolicy::Stream
     }
 
@@ -535,21 +534,8 @@ impl Session<'_> {
         seq: &mut Sequence,
         on_event: &mut impl FnMut(&SequenceStep),
     ) -> Result<f32, EngineError> {
-        let params = BeamParams {
-            width: req.beams,
-            length_penalty: req.length_penalty,
-            max_new_tokens: req.max_tokens,
-            eos: if req.ignore_eos {
-                Vec::new()
-            } else {
-                tokenizer.eog_tokens().to_vec()
-            },
-            n_best: 1,
-        };
-        // The root shares every prompt block with the session's own sequence, which stays.
-        let root = self.kv.fork_seq(self.seq).map_err(ModelError::from)?;
-        let mut beams = KvBeams::new(self.model, &mut self.kv, &mut self.state);
-        let best = beam_search(&mut beams, root as BeamId, logits, &params)?
+        let best = self
+            .beam_hypotheses(tokenizer, logits, req, 1)?
             .into_iter()
             .next()
             .ok_or_else(|| EngineError::Request("beam search found no hypothesis".into()))?;

@@ -152,6 +152,8 @@ pub struct ForwardState {
     cos_sin: Vec<(f32, f32)>,
     acts: ActsCache,
     seq_counts: Vec<(SeqId, usize)>,
+    /// Stop after the output norm: no logits, [`hidden`](ForwardState::hidden) holds the rows.
+    hidden_only: bool,
 }
 
 impl ForwardState {
@@ -163,6 +165,19 @@ impl ForwardState {
     /// order.
     pub fn logits(&self) -> &[f32] {
         &self.logits
+    }
+
+    /// With `on`, a forward stops after the final norm: it computes no logits (the output
+    /// projection, the largest matrix, is skipped) and leaves the normed hidden states of the
+    /// tokens that asked for outputs in [`hidden`](Self::hidden). For embeddings.
+    pub fn set_hidden_only(&mut self, on: bool) {
+        self.hidden_only = on;
+    }
+
+    /// The last forward's final hidden states (after the output norm, before the output
+    /// projection): one row of `n_embd` per token that wanted outputs, in batch order.
+    pub fn hidden(&self) -> &[f32] {
+        &self.out_in
     }
 }
 
@@ -450,6 +465,10 @@ impl Model {
             hp.rms_eps,
             e,
         );
+        if st.hidden_only {
+            st.logits.clear();
+            return Ok(());
+        }
         resize(&mut st.logits, n_out * hp.n_vocab);
         if n_out > 0 {
             st.acts.invalidate();

@@ -2,12 +2,14 @@
 //! batch of tokens from one or more sequences (like llama.cpp's `llama_batch`).
 
 mod attention;
+mod embed;
 mod forward;
 mod hparams;
 mod kv_shift;
 mod memory;
 mod weights;
 
+pub use embed::EMBED_CHUNK;
 pub use forward::{arithmetic_class, Batch, ForwardState};
 pub use hparams::{Activation, Arch, HParams, RopeStyle};
 pub use memory::MemoryPlan;

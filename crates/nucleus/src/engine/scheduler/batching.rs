@@ -617,6 +617,7 @@ fn deliver(s: &mut Seq, out: SequenceStep) -> Option<Finished> {
             text: out.text,
             logprob,
             top_logprobs,
+            explain: out.explain,
         }));
         String::new()
     };

@@ -54,7 +54,7 @@ use super::speculate::{SpecStats, MAX_DRAFT};
 use crate::kernels::PromptSlot;
 use crate::kv_cache::{extend_block_hashes, BlockHash, KvCache, KvConfig, KvType};
 use crate::model::{arithmetic_class, Model};
-use crate::sampling::{FinishReason, Sampler, SamplingError, SamplingParams};
+use crate::sampling::{Explain, FinishReason, Sampler, SamplingError, SamplingParams};
 use crate::tokenizer::{TokenId, Tokenizer};
 use batching::Scheduler;
 
@@ -154,6 +154,9 @@ pub struct GenRequest {
     /// `truncate`: prompt tokens kept at the start (a chat's system message), when they leave
     /// room; otherwise the attention sinks.
     pub keep_tokens: usize,
+    /// Attach an [`Explain`] record (candidates left after each stage, entropy, chosen
+    /// probability) to each token event.
+    pub explain: bool,
 }
 
 impl GenRequest {
@@ -166,6 +169,7 @@ impl GenRequest {
             ignore_eos: false,
             context_policy: ContextPolicy::Error,
             keep_tokens: SINK_TOKENS,
+            explain: false,
         }
     }
 }
@@ -180,6 +184,8 @@ pub struct TokenEvent {
     pub logprob: Option<f32>,
     /// The most likely alternatives with their logprobs, most likely first.
     pub top_logprobs: Vec<(TokenId, f32)>,
+    /// With [`GenRequest::explain`]: how the token was chosen.
+    pub explain: Option<Explain>,
 }
 
 /// The end of a request.
@@ -453,6 +459,7 @@ impl EngineHandle {
             stop: req.stop,
             max_tokens,
             ignore_eos: req.ignore_eos,
+            explain: req.explain,
             ..GenerateRequest::default()
         };
         gen.validate()?;

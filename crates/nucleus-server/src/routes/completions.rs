@@ -1,0 +1,61 @@
+//! `POST /v1/completions` and `POST /v1/chat/completions`: parse, validate, build the
+//! prompt, then [`generate`](crate::generate::generate).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+
+use nucleus::engine::context::SINK_TOKENS;
+
+use crate::api::{self, Endpoint};
+use crate::generate::generate;
+use crate::prompt::{chat_prompt, completion_prompt, Prompt};
+use crate::routes::body_bytes;
+use crate::{ApiError, AppState};
+
+pub(crate) async fn completions(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let t0 = Instant::now();
+    let r = async {
+        let body = body_bytes(body)?;
+        let req = api::parse(&body)?;
+        let settings = req.settings(Endpoint::Completions, st.tokenizer.vocab_size())?;
+        let tokens = completion_prompt(&st, &req)?;
+        let prompt = Prompt {
+            tokens,
+            keep: SINK_TOKENS,
+            param: "prompt",
+        };
+        generate(st.clone(), Endpoint::Completions, prompt, settings, t0).await
+    }
+    .await;
+    finish_response(&st, r)
+}
+
+pub(crate) async fn chat_completions(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let t0 = Instant::now();
+    let r = async {
+        let body = body_bytes(body)?;
+        let req = api::parse(&body)?;
+        let settings = req.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
+        let prompt = chat_prompt(&st, &req)?;
+        generate(st.clone(), Endpoint::Chat, prompt, settings, t0).await
+    }
+    .await;
+    finish_response(&st, r)
+}
+
+fn finish_response(st: &AppState, r: Result<Response, ApiError>) -> Response {
+    let resp = r.unwrap_or_else(IntoResponse::into_response);
+    st.metrics.count_status(resp.status().as_u16());
+    resp
+}

@@ -1,0 +1,153 @@
+//! Request fields that would change the output and that nucleus does not implement: a request
+//! that sets one gets a 400 naming it instead of an answer that silently ignores it.
+//!
+//! Fields not listed here and not in [`crate::api::ApiRequest`] are ignored (clients send many
+//! that change nothing: `store`, `service_tier`, `cache_prompt`, ...). A listed field is accepted
+//! when its value asks for nothing: `null`, an empty list or object, `false`, and the few
+//! field-specific defaults in [`is_neutral`].
+
+use serde_json::{Map, Value};
+
+use crate::ApiError;
+
+/// (field, what to do instead).
+const UNSUPPORTED: &[(&str, &str)] = &[
+    // OpenAI
+    ("tools", "tool calls are not implemented"),
+    ("tool_choice", "tool calls are not implemented"),
+    ("functions", "function calls are not implemented"),
+    ("function_call", "function calls are not implemented"),
+    ("response_format", "structured output is not implemented"),
+    ("suffix", "insertion (`suffix`) is not supported"),
+    ("audio", "audio output is not supported"),
+    ("modalities", "only text output is supported"),
+    ("prediction", "predicted outputs are not supported"),
+    ("reasoning_effort", "this model has no reasoning mode"),
+    ("web_search_options", "web search is not supported"),
+    // vLLM's extensions
+    ("guided_json", "structured output is not implemented"),
+    ("guided_regex", "structured output is not implemented"),
+    ("guided_grammar", "structured output is not implemented"),
+    ("guided_choice", "structured output is not implemented"),
+    ("structured_outputs", "structured output is not implemented"),
+    ("min_tokens", "`min_tokens` is not supported"),
+    (
+        "stop_token_ids",
+        "`stop_token_ids` is not supported; use `stop` strings",
+    ),
+    (
+        "bad_words",
+        "`bad_words` is not supported; use `logit_bias`",
+    ),
+    (
+        "include_stop_str_in_output",
+        "stop strings are never part of the output",
+    ),
+    (
+        "skip_special_tokens",
+        "special tokens are always skipped in the text",
+    ),
+    ("prompt_logprobs", "prompt logprobs are not supported"),
+    // llama-server's extensions
+    ("grammar", "grammars are not implemented"),
+    ("json_schema", "structured output is not implemented"),
+    ("n_predict", "use `max_tokens`"),
+    ("n_probs", "use `logprobs`"),
+    ("mirostat", "mirostat sampling is not implemented"),
+    ("dry_multiplier", "DRY sampling is not implemented"),
+    ("xtc_probability", "XTC sampling is not implemented"),
+    ("top_n_sigma", "top-n-sigma sampling is not implemented"),
+    ("dynatemp_range", "dynamic temperature is not implemented"),
+    ("tfs_z", "tail-free sampling is not implemented"),
+    ("samplers", "the sampler order is fixed"),
+];
+
+/// A value that asks for nothing (the field's default).
+fn is_neutral(field: &str, v: &Value) -> bool {
+    match v {
+        Value::Null | Value::Bool(false) => field != "skip_special_tokens",
+        Value::Bool(true) => field == "skip_special_tokens",
+        Value::Array(a) if a.is_empty() => true,
+        Value::Object(o) if o.is_empty() => true,
+        Value::Array(a) if field == "modalities" => a == &[Value::from("text")],
+        Value::Number(x) => match field {
+            "min_tokens" | "n_probs" | "mirostat" | "dry_multiplier" | "xtc_probability"
+            | "dynatemp_range" => x.as_f64() == Some(0.0),
+            // llama-server's "off" values.
+            "top_n_sigma" => x.as_f64().is_some_and(|v| v <= 0.0),
+            "n_predict" => x.as_i64() == Some(-1),
+            "tfs_z" => x.as_f64() == Some(1.0),
+            _ => false,
+        },
+        Value::String(s) if field == "tool_choice" || field == "function_call" => {
+            s == "none" || s == "auto"
+        }
+        Value::String(s) if field == "grammar" => s.is_empty(),
+        Value::Object(o) if field == "response_format" => {
+            o.get("type").and_then(Value::as_str) == Some("text")
+        }
+        _ => false,
+    }
+}
+
+/// Rejects a body that sets an unsupported field (the first one, in [`UNSUPPORTED`]'s order).
+pub fn check(body: &Map<String, Value>) -> Result<(), ApiError> {
+    for &(field, why) in UNSUPPORTED {
+        if let Some(v) = body.get(field) {
+            if !is_neutral(field, v) {
+                return Err(ApiError::param(
+                    field,
+                    format!("`{field}` is not supported by this server: {why}"),
+                )
+                .with_code("unsupported_parameter"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::check;
+
+    fn run(v: serde_json::Value) -> Result<(), String> {
+        check(v.as_object().unwrap()).map_err(|e| e.param.unwrap_or_default())
+    }
+
+    #[test]
+    fn fields_that_ask_for_something_are_named() {
+        assert_eq!(
+            run(json!({"tools": [{"type": "function"}]})),
+            Err("tools".into())
+        );
+        assert_eq!(run(json!({"grammar": "root ::= x"})), Err("grammar".into()));
+        assert_eq!(
+            run(json!({"skip_special_tokens": false})),
+            Err("skip_special_tokens".into())
+        );
+        assert_eq!(
+            run(json!({"modalities": ["text", "audio"]})),
+            Err("modalities".into())
+        );
+        assert_eq!(
+            run(json!({"response_format": {"type": "json_object"}})),
+            Err("response_format".into())
+        );
+    }
+
+    #[test]
+    fn defaults_and_unknown_fields_pass() {
+        for v in [
+            json!({"tools": [], "tool_choice": "none", "functions": null}),
+            json!({"function_call": "none", "tool_choice": "auto"}),
+            json!({"grammar": "", "skip_special_tokens": true, "min_tokens": 0}),
+            json!({"top_n_sigma": -1, "dynatemp_range": 0, "n_predict": -1, "tfs_z": 1}),
+            json!({"modalities": ["text"], "response_format": {"type": "text"}}),
+            json!({"store": true, "service_tier": "auto", "cache_prompt": true}),
+        ] {
+            assert_eq!(run(v.clone()), Ok(()), "{v}");
+        }
+    }
+}
