@@ -111,12 +111,9 @@ impl EngineConfig {
         let bs = self.block_size.max(1);
         model
             .kv_config(self.kv_tokens.max(bs), bs, self.kv_type)
-            // A step writes its tokens and the window keeps the drafts it may roll back.
-            .fit_window_pool(
-                self.max_running.max(1),
-                self.step_token_budget + self.max_draft(),
-                0,
-            )
+            // (Drafts count in a step's tokens; the window is trimmed before a forward, and
+            // their rollback goes back no further than that, so they need nothing more.)
+            .fit_window_pool(self.max_running.max(1), self.step_token_budget, 0)
     }
 }
 
@@ -364,7 +361,6 @@ impl Engine {
         );
         let mut kv = KvCache::new(kv_cfg);
         kv.set_prefix_caching(cfg.prefix_caching);
-        kv.set_rollback_slack(cfg.max_draft());
         let shared = Arc::new(Shared {
             inbox: Mutex::new(Inbox::default()),
             wake: Condvar::new(),
