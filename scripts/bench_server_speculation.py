@@ -112,7 +112,7 @@ def main():
         "stories": [chat(s) for s in STORIES],
     }
     results = {}
-    servers = [("plain", [], False), ("ngram", ["--speculate", "ngram", "--draft-max", str(args.draft_max)], False)]
+    servers = [("plain", ["--speculate", "off"], False), ("ngram", ["--speculate", "ngram", "--draft-max", str(args.draft_max)], False)]
     if args.llama_server:
         servers += [("llama", [], True), ("llama-ngram", ["--spec-type", "ngram-simple"], True)]
     for name, extra, llama in servers:

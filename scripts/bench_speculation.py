@@ -81,7 +81,7 @@ def main():
     for kind, name, prompt in prompts:
         best_plain = best_spec = 0.0
         for _ in range(args.reps):
-            a = run(args.bin, args.target, prompt, args.max_tokens, args.threads, [])
+            a = run(args.bin, args.target, prompt, args.max_tokens, args.threads, ["--speculate", "off"])
             b = run(args.bin, args.target, prompt, args.max_tokens, args.threads, spec)
             if a["tokens"] != b["tokens"]:
                 sys.exit(f"the outputs differ on {name!r}")

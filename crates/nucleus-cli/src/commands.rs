@@ -215,11 +215,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     let n_ctx = context_size(&args.model, &model);
     let policy = policy_of(&args.model, ContextPolicy::Error);
-    args.speculate.check(req.beams)?;
-    let draft = args.speculate.load_draft(args.model.threads)?;
-    let mut speculator =
-        args.speculate
-            .speculator(draft.as_ref(), &tokenizer, n_ctx, args.model.kv_type)?;
+    let method = args.speculate.method(req.beams)?;
+    let draft = args.speculate.load_draft(method, args.model.threads)?;
+    let mut speculator = args.speculate.speculator(
+        method,
+        draft.as_ref(),
+        &tokenizer,
+        n_ctx,
+        args.model.kv_type,
+    )?;
     let (prompt_tokens, dropped) =
         fit_prompt(policy, prompt_tokens, SINK_TOKENS, n_ctx, req.max_tokens)?;
     let mut session = session_for(&args.model, &model, n_ctx, &req, policy)?;
@@ -277,8 +281,8 @@ pub fn chat(
 ) -> Result<()> {
     let Loaded { model, tokenizer } = load(&args, name.as_deref())?;
     let mut req = sampling.request(max_tokens, false, model.hp.n_vocab)?;
-    speculate.check(req.beams)?;
-    let draft = speculate.load_draft(args.threads)?;
+    let method = speculate.method(req.beams)?;
+    let draft = speculate.load_draft(method, args.threads)?;
     let source = tokenizer
         .chat_template()
         .ok_or(nucleus::chat::ChatError::NoTemplate)?;
@@ -297,7 +301,8 @@ pub fn chat(
     };
     let policy = policy_of(&args, default);
     let mut session = session_for(&args, &model, n_ctx, &req, policy)?;
-    let mut speculator = speculate.speculator(draft.as_ref(), &tokenizer, n_ctx, args.kv_type)?;
+    let mut speculator =
+        speculate.speculator(method, draft.as_ref(), &tokenizer, n_ctx, args.kv_type)?;
     let mut messages = Vec::new();
     if let Some(s) = system {
         messages.push(Message::new("system", &s));

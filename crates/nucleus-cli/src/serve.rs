@@ -78,9 +78,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if args.metrics_require_key && args.api_key.as_deref().is_none_or(str::is_empty) {
         anyhow::bail!("--metrics-require-key needs --api-key (or NUCLEUS_API_KEY)");
     }
-    args.speculate.check(1)?;
-    let speculation = match args.speculate.speculate {
-        None => None,
+    let speculation = match args.speculate.method(1)? {
+        None | Some(Method::Off) => None,
         Some(Method::Ngram) => Some(SpecConfig {
             max_draft: args.speculate.draft_max,
         }),
