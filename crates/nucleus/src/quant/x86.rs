@@ -1031,6 +1031,35 @@ unsafe fn f32_sgemm<const VNNI: bool, const NX: usize>(
     }
 }
 
+/// F16 as llama.cpp's sgemm computes batches of two or more rows: [`f32_sgemm`] on the widened
+/// values (one 16-lane FMA accumulator, then `_mm512_reduce_add_ps`). `n` is a multiple of 16.
+#[inline(always)]
+unsafe fn f16_sgemm<const VNNI: bool, const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        let w = w as *const __m128i;
+        for k in 0..NX {
+            let xr = x.add(k * s) as *const __m128i;
+            let mut acc = [_mm256_setzero_ps(); 2];
+            for i in (0..n / 16 * 16).step_by(16) {
+                for (h, r) in acc.iter_mut().enumerate() {
+                    // Eight f16 values (16 bytes) at element i + 8h.
+                    let at = (i + 8 * h) / 8;
+                    let wv = _mm256_cvtph_ps(_mm_loadu_si128(w.add(at)));
+                    let xv = _mm256_cvtph_ps(_mm_loadu_si128(xr.add(at)));
+                    *r = _mm256_fmadd_ps(wv, xv, *r);
+                }
+            }
+            *out.add(k) = reduce_add_16(&acc);
+        }
+    }
+}
+
 #[inline(always)]
 unsafe fn f16_<const VNNI: bool, const NX: usize>(
     n: usize,
@@ -1205,6 +1234,7 @@ macro_rules! level {
             entry!(k_q6_k_batched, q6_k_batched);
             entry!(k_q4_0_block_sums, q4_0_block_sums);
             entry!(k_q4_k_gemm, q4_k_gemm);
+            entry!(k_f16_sgemm, f16_sgemm);
             entry!(k_bf16_sgemm, bf16_sgemm);
             entry!(k_f32_sgemm, f32_sgemm);
             entry!(k_q4_k_vec_dot, q4_k_vec_dot);
@@ -1232,7 +1262,7 @@ macro_rules! level {
             q6_k_batched: $modname::k_q6_k_batched,
             q4_0_block_sums: $modname::k_q4_0_block_sums,
             q4_k_gemm: $modname::k_q4_k_gemm,
-            f16_sgemm: super::scalar::F16_SGEMM,
+            f16_sgemm: $modname::k_f16_sgemm,
             bf16_sgemm: $modname::k_bf16_sgemm,
             f32_sgemm: $modname::k_f32_sgemm,
             q4_k_vec_dot: $modname::k_q4_k_vec_dot,
