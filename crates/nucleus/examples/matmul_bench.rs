@@ -1,12 +1,16 @@
 //! Micro benchmark of the quantized matmul: a 896-row × 4864-col weight matrix (the shape of a
-//! Qwen2-0.5B `ffn_down`) times n_tokens activation rows.
+//! Qwen2-0.5B `ffn_down`) times 1, 4, 16, 64 and 512 activation rows, in llama.cpp's arithmetic
+//! (`exact`) and, for Q8_0 and Q5_0, nucleus's interleaved one (`fast`), beside the machine's
+//! peak rate of 8-bit multiply-adds (`vpmaddubsw` on every core, measured).
 //!
-//! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`; `NUCLEUS_SIMD` caps the
-//! SIMD level.
+//! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`;
+//! `NUCLEUS_SIMD` caps the SIMD level.
 
 use std::time::Instant;
 
-use nucleus::kernels::{matmul, QMatrix, QuantizedActs, ThreadPool};
+use nucleus::kernels::interleaved::{matmul_packed, pack, PackedActs};
+use nucleus::kernels::matmul::matmul_rows;
+use nucleus::kernels::{matmul, PromptSlot, QMatrix, QuantizedActs, ThreadPool};
 use nucleus::quant::{quantize_row, simd_level, vec_dot_type, GgmlType};
 
 fn main() {
@@ -27,6 +31,12 @@ fn main() {
         "simd level {:?}, {threads} threads, W {rows}x{cols}",
         simd_level()
     );
+    if let Some(peak) = peak_int8_macs(&pool) {
+        println!(
+            "peak: {:.1} G 8-bit MAC/s (vpmaddubsw on {threads} threads)",
+            peak / 1e9
+        );
+    }
     let mut seed = 0x2545F4914F6CDD1Du64;
     let mut rnd = move || {
         seed ^= seed << 13;
@@ -76,36 +86,94 @@ fn main() {
             rows,
             cols,
         };
-        for nt in [1usize, 4, 64] {
+        let packed = pack(&w);
+        for nt in [1usize, 4, 16, 64, 512] {
             let x: Vec<f32> = (0..nt * cols).map(|_| rnd()).collect();
             let mut acts = QuantizedActs::new();
             acts.quantize(&x, nt, cols, vec_dot_type(ty));
             let mut y = vec![0f32; nt * rows];
-            for _ in 0..3 {
-                matmul(&pool, &w, &acts, &mut y);
-            }
-            // The fastest of many calls: robust against other processes on a busy machine.
-            let mut s = f64::INFINITY;
-            let t = Instant::now();
-            while t.elapsed().as_secs_f64() < 0.7 {
-                let t1 = Instant::now();
-                matmul(&pool, &w, &acts, &mut y);
-                s = s.min(t1.elapsed().as_secs_f64());
-            }
-            let flops = 2.0 * (rows * cols * nt) as f64;
-            let t_q = Instant::now();
-            for _ in 0..10 {
-                acts.quantize(&x, nt, cols, vec_dot_type(ty));
-            }
-            let sq = t_q.elapsed().as_secs_f64() / 10.0;
-            println!(
-                "{:>5} nt={nt:>3}: {:8.1} us  {:7.1} GFLOP/s  {:6.1} GB/s weights  (act quantize {:.1} us)",
+            let macs = (rows * cols * nt) as f64;
+            let s = fastest(|| matmul(&pool, &w, &acts, &mut y));
+            let mut line = format!(
+                "{:>5} rows={nt:>3}: one-row kernels {:8.1} us {:6.1} G MAC/s",
                 ty.name(),
                 s * 1e6,
-                flops / s / 1e9,
-                data.len() as f64 / s / 1e9,
-                sq * 1e6
+                macs / s / 1e9
             );
+            if packed.is_none() {
+                // llama.cpp's batched kernels for every row (a prompt's arithmetic).
+                let slots = vec![PromptSlot::BATCHED; nt];
+                let b = fastest(|| matmul_rows(&pool, &w, &acts, &mut y, &slots));
+                line += &format!(
+                    " | batched kernels {:8.1} us {:6.1} G MAC/s ({:.2}x)",
+                    b * 1e6,
+                    macs / b / 1e9,
+                    s / b
+                );
+            }
+            if let Some(p) = &packed {
+                let mut pa = PackedActs::new();
+                pa.prepare(&acts);
+                let f = fastest(|| matmul_packed(&pool, p, &acts, &pa, &mut y));
+                line += &format!(
+                    " | fast {:8.1} us {:6.1} G MAC/s ({:.2}x)",
+                    f * 1e6,
+                    macs / f / 1e9,
+                    s / f
+                );
+            }
+            println!("{line}");
         }
     }
+}
+
+/// The fastest of many calls (robust against other processes on a busy machine), in seconds.
+fn fastest(mut f: impl FnMut()) -> f64 {
+    for _ in 0..3 {
+        f();
+    }
+    let mut s = f64::INFINITY;
+    let t = Instant::now();
+    while t.elapsed().as_secs_f64() < 0.7 {
+        let t1 = Instant::now();
+        f();
+        s = s.min(t1.elapsed().as_secs_f64());
+    }
+    s
+}
+
+/// 8-bit multiply-adds per second with every thread of the pool issuing independent
+/// `vpmaddubsw` (32 each): the ceiling of the AVX2 integer products.
+fn peak_int8_macs(pool: &ThreadPool) -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        const ITERS: u64 = 50_000_000;
+        let t = Instant::now();
+        pool.run(|_, _| {
+            // SAFETY: AVX2 is present (checked above).
+            std::hint::black_box(unsafe { maddubs_loop(ITERS) });
+        });
+        let s = t.elapsed().as_secs_f64();
+        return Some((pool.n_threads() as u64 * ITERS * 8 * 32) as f64 / s);
+    }
+    let _ = pool;
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn maddubs_loop(iters: u64) -> i32 {
+    use std::arch::x86_64::*;
+    let a = _mm256_set1_epi8(3);
+    let mut acc = [_mm256_set1_epi8(1); 8];
+    for _ in 0..iters {
+        for r in acc.iter_mut() {
+            *r = _mm256_maddubs_epi16(a, *r);
+        }
+    }
+    let mut s = 0;
+    for r in acc {
+        s ^= _mm256_extract_epi32(r, 0);
+    }
+    s
 }

@@ -240,6 +240,31 @@ impl GgufFile {
         &self.backing.bytes()[start..start + info.size]
     }
 
+    /// Tells the kernel that this process no longer needs the pages lying wholly inside
+    /// tensor `info`'s data: a repacked copy in memory replaces them, and this keeps the tensor
+    /// from counting twice in the process's memory. Should they be read again, they are read
+    /// back from the file on demand. Files held in memory are left as they are.
+    pub fn release_pages(&self, info: &TensorInfo) {
+        const PAGE: usize = 4096;
+        if let Backing::Mmap(m) = &self.backing {
+            let start = self.data_offset + info.offset as usize;
+            let (a, b) = (
+                start.div_ceil(PAGE) * PAGE,
+                (start + info.size) / PAGE * PAGE,
+            );
+            if b > a {
+                // SAFETY: the map is private and read-only, so nothing was ever written to
+                // these pages: dropping them loses nothing, and a later read faults the file's
+                // bytes back in. No reference into the range is used across the call in a way
+                // that depends on residency. An error (such as a page size larger than 4 KiB
+                // making the range unaligned) only means the pages stay.
+                let _ = unsafe {
+                    m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, a, b - a)
+                };
+            }
+        }
+    }
+
     /// The whole file's size in bytes.
     pub fn file_size(&self) -> usize {
         self.backing.bytes().len()

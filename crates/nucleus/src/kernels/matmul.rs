@@ -166,6 +166,14 @@ impl PromptSlot {
         all_logits: true,
     };
 
+    /// A row that gets every batched kernel llama.cpp has for its matrix's type (one in the
+    /// middle of a long prompt).
+    pub const BATCHED: PromptSlot = PromptSlot {
+        len: LLAMA_UBATCH,
+        index: 0,
+        all_logits: true,
+    };
+
     /// The slot of the row in llama.cpp's last layer after attention and in the output
     /// projection, which it computes for the tokens that want logits only.
     pub fn for_outputs(self) -> PromptSlot {

@@ -2,6 +2,7 @@
 //! element-wise operations of the forward pass.
 
 pub mod f16;
+pub mod interleaved;
 pub mod matmul;
 pub mod ops;
 pub mod pool;

@@ -5,6 +5,7 @@
 //! All tokens of a batch go through each matrix product together (prefill chunks and the
 //! decode steps of many sequences alike), so every weight row read serves the whole batch.
 
+use crate::kernels::interleaved::{matmul_packed, Arithmetic, PackedActs};
 use crate::kernels::matmul::{matmul_rows, PromptSlot, QuantizedActs};
 use crate::kernels::ops;
 use crate::kv_cache::{KvCache, KvSlot, SeqId};
@@ -108,6 +109,8 @@ impl Batch {
 struct ActsCache {
     slots: Vec<(GgmlType, u64, QuantizedActs)>,
     epoch: u64,
+    /// The block sums of the Q8_0 slot for the interleaved products, and its epoch.
+    packed: (u64, PackedActs),
 }
 
 impl ActsCache {
@@ -130,6 +133,18 @@ impl ActsCache {
             slot.1 = epoch;
         }
         &slot.2
+    }
+
+    /// The Q8_0 rows of `x` and their block sums for [`matmul_packed`].
+    fn get_packed(&mut self, x: &[f32], n: usize, cols: usize) -> (&QuantizedActs, &PackedActs) {
+        self.get(x, n, cols, GgmlType::Q8_0);
+        let i = self.slots.iter().position(|s| s.0 == GgmlType::Q8_0);
+        let q = &self.slots[i.expect("just quantized")].2;
+        if self.packed.0 != self.epoch {
+            self.packed.1.prepare(q);
+            self.packed.0 = self.epoch;
+        }
+        (q, &self.packed.1)
     }
 }
 
@@ -483,7 +498,9 @@ impl Model {
         Ok(())
     }
 
-    /// y = W·x for each of the `n` rows of x; `slots[t]` picks row t's arithmetic.
+    /// y = W·x for each of the `n` rows of x. In llama.cpp's arithmetic `slots[t]` picks row
+    /// t's kernels; in nucleus's every row is computed alike (the repacked matrices through
+    /// the interleaved kernels, the others through llama.cpp's one-row kernels).
     fn project(
         &self,
         acts: &mut ActsCache,
@@ -492,8 +509,25 @@ impl Model {
         n: usize,
         y: &mut [f32],
     ) {
-        let q = acts.get(&x[..n * w.cols], n, w.cols, vec_dot_type(w.info.ty));
-        matmul_rows(&self.pool, &w.q(&self.file), q, &mut y[..n * w.rows], slots);
+        let x = &x[..n * w.cols];
+        let y = &mut y[..n * w.rows];
+        match (self.arithmetic, &w.packed) {
+            (Arithmetic::Fast, Some(p)) => {
+                let (q, pa) = acts.get_packed(x, n, w.cols);
+                matmul_packed(&self.pool, p, q, pa, y);
+            }
+            (Arithmetic::Fast, None) => {
+                // Every row through llama.cpp's one-row kernels: one arithmetic for all rows.
+                // (Its batched kernels, for every row, cost up to 2.3x more per generated
+                // token here and measure the same distance from `--exact`.)
+                let q = acts.get(x, n, w.cols, vec_dot_type(w.info.ty));
+                matmul_rows(&self.pool, &w.q(&self.file), q, y, &[]);
+            }
+            (Arithmetic::Exact, _) => {
+                let q = acts.get(x, n, w.cols, vec_dot_type(w.info.ty));
+                matmul_rows(&self.pool, &w.q(&self.file), q, y, slots);
+            }
+        }
     }
 
     /// Attention for every (token, head) of the batch, spread over the thread pool.

@@ -18,6 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::gguf::{GgufError, GgufFile};
+pub use crate::kernels::interleaved::Arithmetic;
 use crate::kernels::pool::ThreadPool;
 use crate::kv_cache::{KvCache, KvConfig, KvType, SlidingWindow};
 use weights::Weights;
@@ -47,16 +48,35 @@ pub struct Model {
     pub hp: HParams,
     weights: Weights,
     pool: ThreadPool,
+    arithmetic: Arithmetic,
 }
 
 impl Model {
-    /// Loads a GGUF model. `n_threads` = 0 uses every available core.
+    /// Loads a GGUF model. `n_threads` = 0 uses every available core. The arithmetic is
+    /// nucleus's own unless `NUCLEUS_EXACT` asks for llama.cpp's ([`Arithmetic::from_env`]).
     pub fn load(path: impl AsRef<Path>, n_threads: usize) -> Result<Model, ModelError> {
+        Self::load_with(path, n_threads, Arithmetic::from_env())
+    }
+
+    /// [`Model::load`] with the given arithmetic.
+    pub fn load_with(
+        path: impl AsRef<Path>,
+        n_threads: usize,
+        arithmetic: Arithmetic,
+    ) -> Result<Model, ModelError> {
         let file = Arc::new(GgufFile::open(path)?);
-        Self::from_file(file, n_threads)
+        Self::from_file_with(file, n_threads, arithmetic)
     }
 
     pub fn from_file(file: Arc<GgufFile>, n_threads: usize) -> Result<Model, ModelError> {
+        Self::from_file_with(file, n_threads, Arithmetic::from_env())
+    }
+
+    pub fn from_file_with(
+        file: Arc<GgufFile>,
+        n_threads: usize,
+        arithmetic: Arithmetic,
+    ) -> Result<Model, ModelError> {
         let arch = file
             .architecture()
             .ok_or_else(|| ModelError::Invalid("no general.architecture in metadata".into()))?;
@@ -68,7 +88,7 @@ impl Model {
             .map(|t| t.dims.get(1).copied().unwrap_or(0) as usize)
             .ok_or_else(|| ModelError::Invalid("missing tensor token_embd.weight".into()))?;
         let hp = HParams::from_metadata(&file.metadata, n_vocab)?;
-        let weights = Weights::load(&file, &hp)?;
+        let weights = Weights::load(&file, &hp, arithmetic)?;
         let n_threads = if n_threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -79,7 +99,13 @@ impl Model {
             hp,
             weights,
             pool: ThreadPool::new(n_threads),
+            arithmetic,
         })
+    }
+
+    /// The arithmetic of the matrix products.
+    pub fn arithmetic(&self) -> Arithmetic {
+        self.arithmetic
     }
 
     pub fn n_threads(&self) -> usize {

@@ -1,7 +1,10 @@
 //! The weight index: which GGUF tensor plays which role, checked for shape and type at load.
 //! Small vectors (norms, biases) are copied to f32; matrices stay in the mapped file.
 
+use std::sync::Arc;
+
 use crate::gguf::{GgufFile, TensorInfo};
+use crate::kernels::interleaved::{pack, Arithmetic, PackedMatrix};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{dequantize_row, GgmlType};
 
@@ -13,6 +16,9 @@ pub struct Matrix {
     pub info: TensorInfo,
     pub rows: usize,
     pub cols: usize,
+    /// The matrix repacked for nucleus's own arithmetic (Q8_0 and Q5_0 with whole groups of
+    /// rows, when the model runs in [`Arithmetic::Fast`]).
+    pub packed: Option<Arc<PackedMatrix>>,
 }
 
 impl Matrix {
@@ -84,6 +90,7 @@ impl Loader<'_> {
             info: info.clone(),
             rows,
             cols,
+            packed: None,
         })
     }
 
@@ -115,7 +122,55 @@ impl Loader<'_> {
 }
 
 impl Weights {
-    pub fn load(file: &GgufFile, hp: &HParams) -> Result<Weights, ModelError> {
+    /// The weight index of `file`; with [`Arithmetic::Fast`], the matrices it computes in its
+    /// own arithmetic repacked (in memory; the file is never written).
+    pub fn load(
+        file: &GgufFile,
+        hp: &HParams,
+        arithmetic: Arithmetic,
+    ) -> Result<Weights, ModelError> {
+        let mut w = Self::index(file, hp)?;
+        if arithmetic == Arithmetic::Fast {
+            w.pack(file);
+        }
+        Ok(w)
+    }
+
+    /// Repacks every matrix that [`pack`] takes, the matrices spread over the cores.
+    fn pack(&mut self, file: &GgufFile) {
+        let mut todo: Vec<&mut Matrix> = self
+            .layers
+            .iter_mut()
+            .flat_map(|l| {
+                [
+                    &mut l.wq,
+                    &mut l.wk,
+                    &mut l.wv,
+                    &mut l.wo,
+                    &mut l.w_gate,
+                    &mut l.w_up,
+                    &mut l.w_down,
+                ]
+            })
+            .collect();
+        todo.push(&mut self.output);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per = todo.len().div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            for part in todo.chunks_mut(per) {
+                s.spawn(move || {
+                    for m in part.iter_mut() {
+                        m.packed = pack(&m.q(file)).map(Arc::new);
+                        if m.packed.is_some() {
+                            file.release_pages(&m.info);
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    fn index(file: &GgufFile, hp: &HParams) -> Result<Weights, ModelError> {
         let l = Loader { file };
         let (e, v) = (hp.n_embd, hp.n_vocab);
         let q_dim = hp.n_head * hp.head_dim;

@@ -1,0 +1,342 @@
+//! nucleus's own arithmetic for the 8-bit and 5-bit products (Q8_0 and Q5_0 weights), the
+//! default; `--exact` keeps llama.cpp's (see [`super::matmul`]).
+//!
+//! The weights are repacked at load time, in memory only, eight rows interleaved: for each
+//! block of 32 inputs, the eight rows' scales, then their values four at a time (bytes
+//! `4j..4j+4` of chunk `k` are values `4k..4k+4` of row `j`), so one 256-bit register holds four
+//! values of each of eight rows and one multiply-add instruction serves eight outputs. Each
+//! output is
+//!
+//! ```text
+//! acc = 0;  for every block b in order:  acc = fma(dw[b] · dx[b], isum[b], acc)
+//! ```
+//!
+//! with `isum` the exact integer dot product of the block (weights times the activations
+//! quantized to 8 bits as llama.cpp quantizes them), `dw · dx` rounded to f32 and one fused
+//! multiply-add per block. Integer sums are exact whatever the order, and the float chain is
+//! the same for every output, so an output has the same bits whether its token came alone or
+//! among many, on every SIMD level and on the scalar path: the batch invariance nucleus
+//! promises holds by construction.
+
+mod pack;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod tests;
+
+pub use pack::{pack, PackedMatrix};
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::matmul::QuantizedActs;
+use super::pool::ThreadPool;
+use crate::quant::GgmlType;
+
+/// Which arithmetic the matrix products use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Arithmetic {
+    /// nucleus's own: repacked Q8_0/Q5_0 weights, one float chain per output, and every row of
+    /// every other type through the one-row kernels, so that a token's results never depend on
+    /// its place in a prompt or a batch.
+    #[default]
+    Fast,
+    /// llama.cpp's, bit for bit (its batched kernels for a prompt's rows, chosen by the row's
+    /// place in its prompt).
+    Exact,
+}
+
+impl Arithmetic {
+    /// `Exact` when the environment variable `NUCLEUS_EXACT` is set to anything but `0` or the
+    /// empty string, otherwise `Fast`.
+    pub fn from_env() -> Arithmetic {
+        match std::env::var("NUCLEUS_EXACT") {
+            Ok(v) if !v.is_empty() && v != "0" => Arithmetic::Exact,
+            _ => Arithmetic::Fast,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arithmetic::Fast => "fast",
+            Arithmetic::Exact => "exact",
+        }
+    }
+}
+
+/// Rows interleaved in one group.
+pub const GROUP_ROWS: usize = 8;
+/// Inputs per block.
+const QK: usize = 32;
+/// Bytes of a Q8_0 activation block: an f16 scale, then 32 signed values.
+const ACT_BLOCK: usize = 34;
+/// Token rows per kernel call.
+const TILE_TOKENS: usize = 4;
+
+/// Activations quantized for [`matmul_packed`]: the Q8_0 rows of [`QuantizedActs`], plus each
+/// block's scale as f32 and 16 times the sum of its values (the offset of the 5-bit weights,
+/// which are stored without their sign).
+#[derive(Debug, Default)]
+pub struct PackedActs {
+    scales: Vec<f32>,
+    offsets: Vec<i32>,
+}
+
+impl PackedActs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads the block scales and sums of `x` (Q8_0 rows).
+    pub fn prepare(&mut self, x: &QuantizedActs) {
+        assert_eq!(
+            x.ty(),
+            GgmlType::Q8_0,
+            "PackedActs: activations must be Q8_0"
+        );
+        let nb = x.cols() / QK;
+        let n = x.n_tokens() * nb;
+        self.scales.clear();
+        self.offsets.clear();
+        self.scales.reserve(n);
+        self.offsets.reserve(n);
+        for t in 0..x.n_tokens() {
+            for block in x.row(t).chunks_exact(ACT_BLOCK) {
+                let d = half::f16::from_bits(u16::from_le_bytes([block[0], block[1]]));
+                self.scales.push(d.to_f32());
+                let sum: i32 = block[2..].iter().map(|&q| q as i8 as i32).sum();
+                self.offsets.push(16 * sum);
+            }
+        }
+    }
+}
+
+/// What a kernel call reads: `nx` token rows of quantized activations starting at `x` (stride
+/// `x_stride` bytes), their `blocks` scales and offsets each at `scales`/`offsets` (stride
+/// `blocks`), and writes eight floats per token at `out` (stride `out_stride` floats).
+#[derive(Clone, Copy)]
+pub(crate) struct Tile {
+    pub blocks: usize,
+    pub x: *const u8,
+    pub x_stride: usize,
+    pub scales: *const f32,
+    pub offsets: *const i32,
+    pub nx: usize,
+    pub out: *mut f32,
+    pub out_stride: usize,
+}
+
+/// One group's weights ready for the kernels: the eight rows' scales per block as f32
+/// (`8 * blocks`), and their values, 256 bytes per block `stride` bytes apart, interleaved as
+/// described above: unsigned 5-bit values (weight + 16) for Q5_0, unpacked; signed 8-bit values
+/// for Q8_0, read where they are stored.
+pub(crate) struct GroupView<'a> {
+    pub scales: &'a [f32],
+    pub values: &'a [u8],
+    pub stride: usize,
+}
+
+impl<'a> GroupView<'a> {
+    /// The view of stored group `src` of `ty`, unpacking what needs it into `scales` and
+    /// `unpacked` with `unpack`.
+    fn new(
+        ty: GgmlType,
+        blocks: usize,
+        src: &'a [u8],
+        scales: &'a mut [f32],
+        unpacked: &'a mut [u8],
+        unpack: UnpackFn,
+    ) -> GroupView<'a> {
+        unpack(ty, blocks, src, scales, unpacked);
+        match ty {
+            GgmlType::Q8_0 => GroupView {
+                scales,
+                values: &src[16..],
+                stride: 272,
+            },
+            _ => GroupView {
+                scales,
+                values: unpacked,
+                stride: 256,
+            },
+        }
+    }
+}
+
+/// Unpacks a stored group: the f32 scales, and for Q5_0 the five-bit values whole.
+type UnpackFn = fn(ty: GgmlType, blocks: usize, src: &[u8], scales: &mut [f32], values: &mut [u8]);
+
+/// A kernel: the eight rows of a group against up to four token rows.
+///
+/// # Safety
+/// `tile`'s pointers are valid for what [`Tile`] says, `1 <= tile.nx <= 4`, the group holds
+/// `tile.blocks` blocks, and the CPU has the kernel's features.
+pub(crate) type TileFn = unsafe fn(group: &GroupView, tile: &Tile);
+
+/// The tile kernel for `ty` at the best level the CPU has (`simd` false: the scalar one).
+fn tile_kernel(ty: GgmlType, simd: bool) -> TileFn {
+    #[cfg(target_arch = "x86_64")]
+    if simd && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2 {
+        return match ty {
+            GgmlType::Q5_0 => x86::tile_u5,
+            _ => x86::tile_i8,
+        };
+    }
+    let _ = simd;
+    match ty {
+        GgmlType::Q5_0 => scalar::tile_u5,
+        _ => scalar::tile_i8,
+    }
+}
+
+/// Raw output pointer shared by the threads of one product.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+impl OutPtr {
+    /// Pointer to element `i` (a method, so closures capture the whole `Sync` wrapper).
+    #[inline(always)]
+    fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+// SAFETY: the threads write disjoint groups of rows, and `matmul_packed` holds the `&mut [f32]`
+// for the whole run.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// Groups per work item.
+const GROUPS_PER_CHUNK: usize = 4;
+/// Tokens per pass over a work item's groups.
+const TOKEN_BLOCK: usize = 32;
+
+/// `y[t * w.rows + r] = W[r] · x[t]` for every token `t` and row `r`, in the arithmetic
+/// described at the top of this module. `x` holds Q8_0 rows and `acts` was prepared from it.
+pub fn matmul_packed(
+    pool: &ThreadPool,
+    w: &PackedMatrix,
+    x: &QuantizedActs,
+    acts: &PackedActs,
+    y: &mut [f32],
+) {
+    matmul_packed_with(pool, w, x, acts, y, true)
+}
+
+/// [`matmul_packed`], with the SIMD kernels or (`simd` false) the scalar ones.
+fn matmul_packed_with(
+    pool: &ThreadPool,
+    w: &PackedMatrix,
+    x: &QuantizedActs,
+    acts: &PackedActs,
+    y: &mut [f32],
+    simd: bool,
+) {
+    let nt = x.n_tokens();
+    assert_eq!(
+        x.ty(),
+        GgmlType::Q8_0,
+        "matmul_packed: activations must be Q8_0"
+    );
+    assert_eq!(x.cols(), w.cols(), "matmul_packed: activation width");
+    assert_eq!(y.len(), nt * w.rows(), "matmul_packed: output size");
+    let blocks = w.cols() / QK;
+    assert_eq!(
+        acts.scales.len(),
+        nt * blocks,
+        "matmul_packed: acts not prepared"
+    );
+    if nt == 0 {
+        return;
+    }
+    let tile_fn = tile_kernel(w.ty(), simd);
+    #[cfg(target_arch = "x86_64")]
+    let q5_stored = simd
+        && nt <= TILE_TOKENS
+        && w.ty() == GgmlType::Q5_0
+        && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2;
+    let unpack: UnpackFn = if simd {
+        pack::unpack_group
+    } else {
+        pack::unpack_group_scalar
+    };
+    let groups = w.rows() / GROUP_ROWS;
+    let n_chunks = groups.div_ceil(GROUPS_PER_CHUNK);
+    let next = AtomicUsize::new(0);
+    let out = OutPtr(y.as_mut_ptr());
+    let rows = w.rows();
+    let work = |_: usize, _: usize| {
+        let per_group = GROUP_ROWS * QK * blocks;
+        let mut scales = vec![0f32; GROUPS_PER_CHUNK * GROUP_ROWS * blocks];
+        let mut unpacked = vec![0u8; GROUPS_PER_CHUNK * per_group];
+        loop {
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c >= n_chunks {
+                break;
+            }
+            let (g0, g1) = (
+                c * GROUPS_PER_CHUNK,
+                ((c + 1) * GROUPS_PER_CHUNK).min(groups),
+            );
+            // One tile of tokens (decode) on Q5_0 with AVX2: the values are unpacked in
+            // registers, never stored.
+            #[cfg(target_arch = "x86_64")]
+            if q5_stored {
+                for g in g0..g1 {
+                    let tile = Tile {
+                        blocks,
+                        x: x.row(0).as_ptr(),
+                        x_stride: x.row_bytes(),
+                        scales: acts.scales.as_ptr(),
+                        offsets: acts.offsets.as_ptr(),
+                        nx: nt,
+                        out: out.at(g * GROUP_ROWS),
+                        out_stride: rows,
+                    };
+                    // SAFETY: as below, with tokens 0..nt (nt <= 4) and the stored group g.
+                    unsafe { x86::tile_q5_stored(w.group(g), &tile) };
+                }
+                continue;
+            }
+            let views: Vec<GroupView> = scales
+                .chunks_exact_mut(GROUP_ROWS * blocks)
+                .zip(unpacked.chunks_exact_mut(per_group))
+                .zip(g0..g1)
+                .map(|((s, u), g)| GroupView::new(w.ty(), blocks, w.group(g), s, u, unpack))
+                .collect();
+            // Tokens a block at a time, so that their activations stay in cache while every
+            // group of the chunk goes over them.
+            for tb in (0..nt).step_by(TOKEN_BLOCK) {
+                for (view, g) in views.iter().zip(g0..g1) {
+                    let mut t = tb;
+                    while t < (tb + TOKEN_BLOCK).min(nt) {
+                        let nx = ((tb + TOKEN_BLOCK).min(nt) - t).min(TILE_TOKENS);
+                        let tile = Tile {
+                            blocks,
+                            x: x.row(t).as_ptr(),
+                            x_stride: x.row_bytes(),
+                            scales: acts.scales[t * blocks..].as_ptr(),
+                            offsets: acts.offsets[t * blocks..].as_ptr(),
+                            nx,
+                            // Row g·8 of token t.
+                            out: out.at(t * rows + g * GROUP_ROWS),
+                            out_stride: rows,
+                        };
+                        // SAFETY: tokens t..t+nx < nt are rows of `x` (stride row_bytes) and
+                        // of `acts` (stride `blocks`, sizes checked above); the view holds
+                        // `blocks` blocks; outputs t·rows + 8g .. +8 lie inside `y` (size
+                        // checked) and no other thread writes group g; the kernel matches the
+                        // CPU (`tile_kernel`).
+                        unsafe { tile_fn(view, &tile) };
+                        t += nx;
+                    }
+                }
+            }
+        }
+    };
+    if nt * w.rows() * w.cols() < (1 << 15) {
+        work(0, 1);
+    } else {
+        pool.run(work);
+    }
+}

@@ -1,0 +1,170 @@
+//! The interleaved layout: Q8_0 and Q5_0 matrices repacked eight rows at a time, the same
+//! bytes per block as in the file (the scales stay f16, Q5_0's values stay five bits).
+//!
+//! Per group of eight rows and block of 32 inputs (`q[j][i]`: value `i` of row `j`):
+//! - Q8_0 (272 bytes): the eight f16 scales, then eight chunks of 32 bytes, chunk `k` holding
+//!   `q[j][4k + m]` at byte `4j + m`;
+//! - Q5_0 (176 bytes): the eight f16 scales; 128 bytes of nibbles in four chunks, chunk `c`
+//!   holding the low four bits of `q[j][4c + m]` in the low nibble of byte `4j + m` and those of
+//!   `q[j][4(c + 4) + m]` in its high nibble; 32 bytes of fifth bits, bit `k` of byte `4j + m`
+//!   being bit 4 of `q[j][4k + m]`. Q5_0 values are kept unsigned (weight + 16, 0..=31).
+
+use super::{GROUP_ROWS, QK};
+use crate::kernels::matmul::QMatrix;
+use crate::quant::GgmlType;
+
+/// A weight matrix in the interleaved layout.
+#[derive(Debug)]
+pub struct PackedMatrix {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+}
+
+/// Bytes of one group-block in the packed layout.
+fn group_block_bytes(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q8_0 => 16 + 256,
+        GgmlType::Q5_0 => 16 + 128 + 32,
+        _ => unreachable!("only Q8_0 and Q5_0 are packed"),
+    }
+}
+
+impl PackedMatrix {
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// Bytes held (the same as the file's tensor).
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// The stored bytes of row group `g`.
+    pub(crate) fn group(&self, g: usize) -> &[u8] {
+        let gb = group_block_bytes(self.ty) * (self.cols / QK);
+        &self.data[g * gb..(g + 1) * gb]
+    }
+}
+
+/// Whether a matrix can be packed: Q8_0 or Q5_0 with a row count that is a multiple of eight.
+pub fn can_pack(ty: GgmlType, rows: usize, cols: usize) -> bool {
+    matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0)
+        && rows.is_multiple_of(GROUP_ROWS)
+        && cols.is_multiple_of(QK)
+        && rows > 0
+}
+
+/// The 32 unsigned values of a file block (Q8_0: the signed bytes as they are; Q5_0: weight +
+/// 16) and its f16 scale bits.
+fn block_values(ty: GgmlType, block: &[u8]) -> (u16, [u8; QK]) {
+    let d = u16::from_le_bytes([block[0], block[1]]);
+    let mut q = [0u8; QK];
+    match ty {
+        GgmlType::Q8_0 => q.copy_from_slice(&block[2..2 + QK]),
+        _ => {
+            // ggml's block_q5_0: d, qh (32 fifth bits), qs (value i in the low nibble of byte
+            // i, value i + 16 in its high nibble).
+            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+            let qs = &block[6..22];
+            for i in 0..16 {
+                q[i] = (qs[i] & 0x0F) | (((qh >> i) & 1) << 4) as u8;
+                q[i + 16] = (qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4) as u8;
+            }
+        }
+    }
+    (d, q)
+}
+
+/// Repacks `w`, or `None` when [`can_pack`] says no.
+pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
+    if !can_pack(w.ty, w.rows, w.cols) {
+        return None;
+    }
+    let rb = w.ty.row_bytes(w.cols)?;
+    let (blocks, bb) = (w.cols / QK, rb / (w.cols / QK));
+    let gbb = group_block_bytes(w.ty);
+    let mut data = vec![0u8; w.rows / GROUP_ROWS * blocks * gbb];
+    for (g, out) in data.chunks_exact_mut(blocks * gbb).enumerate() {
+        for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
+            for j in 0..GROUP_ROWS {
+                let r = g * GROUP_ROWS + j;
+                let at = r * rb + b * bb;
+                let (d, q) = block_values(w.ty, &w.data[at..at + bb]);
+                dst[2 * j..2 * j + 2].copy_from_slice(&d.to_le_bytes());
+                for (i, &v) in q.iter().enumerate() {
+                    let (k, m) = (i / 4, i % 4);
+                    match w.ty {
+                        GgmlType::Q8_0 => dst[16 + 32 * k + 4 * j + m] = v,
+                        _ => {
+                            let nib = 16 + 32 * (k % 4) + 4 * j + m;
+                            dst[nib] |= (v & 0x0F) << (4 * (k / 4));
+                            dst[16 + 128 + 4 * j + m] |= ((v >> 4) & 1) << k;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Some(PackedMatrix {
+        ty: w.ty,
+        rows: w.rows,
+        cols: w.cols,
+        data,
+    })
+}
+
+/// Unpacks one stored group into f32 scales (`8 * blocks`) and, for Q5_0, 256 value bytes per
+/// block in the kernels' order (chunk `k` at bytes `32k..32k+32` of the block), the five-bit
+/// values whole. Q8_0 values are read where they are stored.
+pub(crate) fn unpack_group(
+    ty: GgmlType,
+    blocks: usize,
+    src: &[u8],
+    scales: &mut [f32],
+    values: &mut [u8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2 {
+        return super::x86::unpack_group(ty, blocks, src, scales, values);
+    }
+    unpack_group_scalar(ty, blocks, src, scales, values)
+}
+
+pub(crate) fn unpack_group_scalar(
+    ty: GgmlType,
+    blocks: usize,
+    src: &[u8],
+    scales: &mut [f32],
+    values: &mut [u8],
+) {
+    let gbb = group_block_bytes(ty);
+    assert!(src.len() >= blocks * gbb && scales.len() >= 8 * blocks);
+    assert!(ty == GgmlType::Q8_0 || values.len() >= 256 * blocks);
+    for b in 0..blocks {
+        let s = &src[b * gbb..(b + 1) * gbb];
+        for j in 0..GROUP_ROWS {
+            scales[8 * b + j] =
+                half::f16::from_bits(u16::from_le_bytes([s[2 * j], s[2 * j + 1]])).to_f32();
+        }
+        match ty {
+            GgmlType::Q8_0 => {}
+            _ => {
+                let v = &mut values[256 * b..256 * (b + 1)];
+                for k in 0..8 {
+                    for l in 0..32 {
+                        let nib = (s[16 + 32 * (k % 4) + l] >> (4 * (k / 4))) & 0x0F;
+                        let high = (s[16 + 128 + l] >> k) & 1;
+                        v[32 * k + l] = nib | high << 4;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! The reference kernels: the arithmetic of the module doc written out per output. The SIMD
+//! kernels compute these bits.
+
+use super::{GroupView, Tile, GROUP_ROWS, QK};
+
+/// Q5_0 groups (unsigned five-bit values, offset 16).
+///
+/// # Safety
+/// As [`super::TileFn`].
+pub(crate) unsafe fn tile_u5(group: &GroupView, tile: &Tile) {
+    unsafe { tile_scalar::<true>(group, tile) }
+}
+
+/// Q8_0 groups (signed bytes).
+///
+/// # Safety
+/// As [`super::TileFn`].
+pub(crate) unsafe fn tile_i8(group: &GroupView, tile: &Tile) {
+    unsafe { tile_scalar::<false>(group, tile) }
+}
+
+unsafe fn tile_scalar<const U5: bool>(group: &GroupView, t: &Tile) {
+    let blocks = t.blocks;
+    for n in 0..t.nx {
+        // SAFETY: the caller guarantees token n's activation row (`blocks` Q8_0 blocks of 34
+        // bytes), its `blocks` scales and offsets, and 8 output floats.
+        let (x, scales, offsets, out) = unsafe {
+            (
+                std::slice::from_raw_parts(t.x.add(n * t.x_stride), blocks * 34),
+                std::slice::from_raw_parts(t.scales.add(n * blocks), blocks),
+                std::slice::from_raw_parts(t.offsets.add(n * blocks), blocks),
+                std::slice::from_raw_parts_mut(t.out.add(n * t.out_stride), GROUP_ROWS),
+            )
+        };
+        let mut acc = [0f32; GROUP_ROWS];
+        for b in 0..blocks {
+            let xq = &x[34 * b + 2..34 * b + 2 + QK];
+            let v = &group.values[group.stride * b..group.stride * b + 256];
+            for (j, a) in acc.iter_mut().enumerate() {
+                let mut isum = 0i32;
+                for (i, &xi) in xq.iter().enumerate() {
+                    let w = v[32 * (i / 4) + 4 * j + i % 4];
+                    let w = if U5 { w as i32 } else { w as i8 as i32 };
+                    isum += w * xi as i8 as i32;
+                }
+                if U5 {
+                    isum -= offsets[b];
+                }
+                let d = group.scales[GROUP_ROWS * b + j] * scales[b];
+                *a = d.mul_add(isum as f32, *a);
+            }
+        }
+        out.copy_from_slice(&acc);
+    }
+}

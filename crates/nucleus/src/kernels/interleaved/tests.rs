@@ -1,0 +1,213 @@
+//! The interleaved arithmetic: the packing keeps every value, the SIMD kernels compute the
+//! scalar kernels' bits, a token's outputs do not depend on the other tokens of the product, and
+//! the products are the dot products to rounding.
+
+use super::pack::{can_pack, pack, unpack_group_scalar};
+use super::*;
+use crate::kernels::matmul::QMatrix;
+use crate::quant::{dequantize_row, quantize_row};
+
+/// xorshift floats in [-1, 1).
+struct Rng(u64);
+impl Rng {
+    fn f32(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// A random `rows × cols` matrix of `ty`, with rows of different magnitudes, and its floats.
+fn matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let rb = ty.row_bytes(cols).unwrap();
+    let mut data = vec![0u8; rows * rb];
+    for r in 0..rows {
+        let scale = 0.01 * (1 + r % 7) as f32;
+        let f: Vec<f32> = (0..cols).map(|_| rng.f32() * scale).collect();
+        quantize_row(ty, &f, &mut data[r * rb..(r + 1) * rb]);
+    }
+    data
+}
+
+fn acts(rng: &mut Rng, n: usize, cols: usize) -> (QuantizedActs, PackedActs) {
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| rng.f32() * (1 + i % 5) as f32)
+        .collect();
+    let mut q = QuantizedActs::new();
+    q.quantize(&x, n, cols, GgmlType::Q8_0);
+    let mut p = PackedActs::new();
+    p.prepare(&q);
+    (q, p)
+}
+
+const TYPES: [GgmlType; 2] = [GgmlType::Q5_0, GgmlType::Q8_0];
+
+#[test]
+fn packing_keeps_every_value_and_scale() {
+    let mut rng = Rng(11);
+    for ty in TYPES {
+        let (rows, cols) = (16, 96);
+        let data = matrix(&mut rng, ty, rows, cols);
+        let w = QMatrix {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        };
+        let p = pack(&w).unwrap();
+        assert_eq!(
+            p.bytes(),
+            data.len(),
+            "{ty}: the packed matrix is as large as the file's"
+        );
+        let blocks = cols / QK;
+        let rb = ty.row_bytes(cols).unwrap();
+        for g in 0..rows / GROUP_ROWS {
+            let (mut scales, mut unpacked) = (vec![0f32; 8 * blocks], vec![0u8; 256 * blocks]);
+            let src = p.group(g);
+            let view = GroupView::new(
+                ty,
+                blocks,
+                src,
+                &mut scales,
+                &mut unpacked,
+                unpack_group_scalar,
+            );
+            let (scales, values, stride) = (view.scales, view.values, view.stride);
+            for j in 0..GROUP_ROWS {
+                let r = g * GROUP_ROWS + j;
+                let mut want = vec![0f32; cols];
+                dequantize_row(ty, &data[r * rb..(r + 1) * rb], &mut want);
+                for (i, &wv) in want.iter().enumerate() {
+                    let b = i / QK;
+                    let v = values[stride * b + 32 * (i % QK / 4) + 4 * j + i % 4];
+                    let q = match ty {
+                        GgmlType::Q5_0 => v as i32 - 16,
+                        _ => v as i8 as i32,
+                    };
+                    assert_eq!(q as f32 * scales[8 * b + j], wv, "{ty} row {r} value {i}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn only_q8_0_and_q5_0_with_whole_groups_are_packed() {
+    assert!(can_pack(GgmlType::Q5_0, 896, 4864));
+    assert!(
+        !can_pack(GgmlType::Q5_0, 12, 64),
+        "rows not a multiple of 8"
+    );
+    assert!(!can_pack(GgmlType::Q4_K, 256, 256));
+    assert!(!can_pack(GgmlType::Q8_0, 0, 32));
+}
+
+#[test]
+fn simd_matches_scalar_and_tokens_do_not_depend_on_each_other() {
+    let mut rng = Rng(12);
+    let pool = ThreadPool::new(2);
+    for ty in TYPES {
+        for (rows, cols) in [(8, 32), (16, 96), (64, 4864), (136, 896)] {
+            let data = matrix(&mut rng, ty, rows, cols);
+            let w = pack(&QMatrix {
+                ty,
+                data: &data,
+                rows,
+                cols,
+            })
+            .unwrap();
+            let nt = 9;
+            let (x, xa) = acts(&mut rng, nt, cols);
+            let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
+            matmul_packed_with(&pool, &w, &x, &xa, &mut simd, true);
+            matmul_packed_with(&pool, &w, &x, &xa, &mut scalar, false);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&simd),
+                bits(&scalar),
+                "{ty} {rows}x{cols}: SIMD vs scalar"
+            );
+            // Each token alone gives the bits it got among nine.
+            for t in 0..nt {
+                let mut one = QuantizedActs::new();
+                let row_floats: Vec<f32> = {
+                    let mut f = vec![0f32; cols];
+                    dequantize_row(GgmlType::Q8_0, x.row(t), &mut f);
+                    f
+                };
+                // Requantizing a dequantized Q8_0 row gives the same bytes.
+                one.quantize(&row_floats, 1, cols, GgmlType::Q8_0);
+                assert_eq!(one.row(0), x.row(t));
+                let mut oa = PackedActs::new();
+                oa.prepare(&one);
+                let mut y = vec![0f32; rows];
+                matmul_packed(&pool, &w, &one, &oa, &mut y);
+                assert_eq!(
+                    bits(&y),
+                    bits(&simd[t * rows..(t + 1) * rows]),
+                    "{ty} token {t}"
+                );
+            }
+            // And two or three at a time (decode's tile of a few tokens).
+            for (t0, n) in [(0, 2), (3, 3), (6, 3)] {
+                let f: Vec<f32> = (t0..t0 + n)
+                    .flat_map(|t| {
+                        let mut f = vec![0f32; cols];
+                        dequantize_row(GgmlType::Q8_0, x.row(t), &mut f);
+                        f
+                    })
+                    .collect();
+                let mut few = QuantizedActs::new();
+                few.quantize(&f, n, cols, GgmlType::Q8_0);
+                let mut fa = PackedActs::new();
+                fa.prepare(&few);
+                let mut y = vec![0f32; n * rows];
+                matmul_packed(&pool, &w, &few, &fa, &mut y);
+                let want = &simd[t0 * rows..(t0 + n) * rows];
+                assert_eq!(bits(&y), bits(want), "{ty} tokens {t0}..{}", t0 + n);
+            }
+        }
+    }
+}
+
+#[test]
+fn products_are_the_dot_products_to_rounding() {
+    let mut rng = Rng(13);
+    let pool = ThreadPool::new(1);
+    for ty in TYPES {
+        let (rows, cols, nt) = (24, 2048, 3);
+        let data = matrix(&mut rng, ty, rows, cols);
+        let w = pack(&QMatrix {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        })
+        .unwrap();
+        let (x, xa) = acts(&mut rng, nt, cols);
+        let mut y = vec![0f32; nt * rows];
+        matmul_packed(&pool, &w, &x, &xa, &mut y);
+        let rb = ty.row_bytes(cols).unwrap();
+        for t in 0..nt {
+            let mut xf = vec![0f32; cols];
+            dequantize_row(GgmlType::Q8_0, x.row(t), &mut xf);
+            for r in 0..rows {
+                let mut wf = vec![0f32; cols];
+                dequantize_row(ty, &data[r * rb..(r + 1) * rb], &mut wf);
+                let exact: f64 = wf.iter().zip(&xf).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let mag: f64 = wf
+                    .iter()
+                    .zip(&xf)
+                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                    .sum();
+                let got = y[t * rows + r] as f64;
+                assert!(
+                    (got - exact).abs() <= 1e-5 * mag,
+                    "{ty} token {t} row {r}: {got} vs {exact} (magnitude {mag})"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! AVX2 kernels of the interleaved arithmetic (see the module doc): eight rows in the eight
+//! lanes of a register, four values of each per `vpmaddubsw`.
+
+use std::arch::x86_64::*;
+
+use super::{GroupView, Tile, GROUP_ROWS};
+use crate::quant::GgmlType;
+
+/// Q5_0 groups: `vpmaddubsw` of the unsigned five-bit values by the signed activations (a pair
+/// sums to at most 2·31·127, four chunks at most 31,496: no 16-bit overflow), then the offset
+/// 16·Σx taken off the exact 32-bit sum.
+///
+/// # Safety
+/// As [`super::TileFn`]; the CPU has AVX2 and FMA.
+pub(crate) unsafe fn tile_u5(group: &GroupView, tile: &Tile) {
+    // SAFETY: forwarded; `nx` picks the instantiation.
+    unsafe {
+        match tile.nx {
+            1 => tile_nx::<true, 1>(group, tile),
+            2 => tile_nx::<true, 2>(group, tile),
+            3 => tile_nx::<true, 3>(group, tile),
+            _ => tile_nx::<true, 4>(group, tile),
+        }
+    }
+}
+
+/// Q8_0 groups: `vpmaddubsw` of |w| by x carrying w's sign (a pair sums to at most
+/// 2·128·127), widened to 32 bits after every chunk.
+///
+/// # Safety
+/// As [`super::TileFn`]; the CPU has AVX2 and FMA.
+pub(crate) unsafe fn tile_i8(group: &GroupView, tile: &Tile) {
+    // SAFETY: forwarded; `nx` picks the instantiation.
+    unsafe {
+        match tile.nx {
+            1 => tile_nx::<false, 1>(group, tile),
+            2 => tile_nx::<false, 2>(group, tile),
+            3 => tile_nx::<false, 3>(group, tile),
+            _ => tile_nx::<false, 4>(group, tile),
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_nx<const U5: bool, const NX: usize>(group: &GroupView, t: &Tile) {
+    debug_assert!(group.values.len() >= group.stride * (t.blocks - 1) + 256);
+    debug_assert!(group.scales.len() >= GROUP_ROWS * t.blocks);
+    let ones = _mm256_set1_epi16(1);
+    let (vp, sp) = (group.values.as_ptr(), group.scales.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); NX];
+    // SAFETY (all pointer reads below): block b < blocks of the group's values (256 bytes at stride·b) and
+    // scales (8 floats), checked above; token n < nx's activation bytes 34b + 2 + 4k .. +4
+    // inside its row of 34·blocks bytes, and its scale and offset b (the caller's contract).
+    unsafe {
+        for b in 0..t.blocks {
+            let ws = _mm256_loadu_ps(sp.add(GROUP_ROWS * b));
+            let qb = vp.add(group.stride * b);
+            let x_at = |n: usize, k: usize| {
+                let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
+                _mm256_set1_epi32(p.read_unaligned())
+            };
+            let mut s32 = [_mm256_setzero_si256(); NX];
+            if U5 {
+                for half in 0..2 {
+                    let mut s16 = [_mm256_setzero_si256(); NX];
+                    for c in 0..4 {
+                        let k = 4 * half + c;
+                        let wk = _mm256_loadu_si256(qb.add(32 * k) as *const __m256i);
+                        for (n, s) in s16.iter_mut().enumerate() {
+                            *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(wk, x_at(n, k)));
+                        }
+                    }
+                    for (s, p) in s32.iter_mut().zip(s16) {
+                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
+                    }
+                }
+            } else {
+                for k in 0..8 {
+                    let wk = _mm256_loadu_si256(qb.add(32 * k) as *const __m256i);
+                    let aw = _mm256_abs_epi8(wk);
+                    for (n, s) in s32.iter_mut().enumerate() {
+                        let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x_at(n, k), wk));
+                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
+                    }
+                }
+            }
+            for (n, (a, s)) in acc.iter_mut().zip(s32).enumerate() {
+                let isum = if U5 {
+                    _mm256_sub_epi32(s, _mm256_set1_epi32(*t.offsets.add(n * t.blocks + b)))
+                } else {
+                    s
+                };
+                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
+                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), *a);
+            }
+        }
+        for (n, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
+        }
+    }
+}
+
+/// Q5_0 groups read as stored (for one tile of tokens: decode), the values unpacked in
+/// registers; the same integer sums and float chain as [`tile_u5`], so the same bits.
+///
+/// # Safety
+/// As [`super::TileFn`] with `stored` the group's stored bytes (176 per block); the CPU has
+/// AVX2, FMA and F16C.
+pub(crate) unsafe fn tile_q5_stored(stored: &[u8], tile: &Tile) {
+    assert!(stored.len() >= 176 * tile.blocks);
+    // SAFETY: forwarded; `nx` picks the instantiation.
+    unsafe {
+        match tile.nx {
+            1 => q5_stored_nx::<1>(stored, tile),
+            2 => q5_stored_nx::<2>(stored, tile),
+            3 => q5_stored_nx::<3>(stored, tile),
+            _ => q5_stored_nx::<4>(stored, tile),
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
+    let ones = _mm256_set1_epi16(1);
+    let (m4, m16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
+    let mut acc = [_mm256_setzero_ps(); NX];
+    // SAFETY: block b < blocks: 176 stored bytes (checked by the caller); activation reads as
+    // in `tile_nx`.
+    unsafe {
+        for b in 0..t.blocks {
+            let s = stored.as_ptr().add(176 * b);
+            let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
+            let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
+            let x_at = |n: usize, k: usize| {
+                let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
+                _mm256_set1_epi32(p.read_unaligned())
+            };
+            let mut s16 = [[_mm256_setzero_si256(); NX]; 2];
+            for c in 0..4 {
+                let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
+                let up = _mm_cvtsi32_si128(4 - c as i32);
+                let down = _mm_cvtsi32_si128(c as i32);
+                let lo = _mm256_or_si256(
+                    _mm256_and_si256(qs, m4),
+                    _mm256_and_si256(_mm256_sll_epi16(qh, up), m16),
+                );
+                let hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4),
+                    _mm256_and_si256(_mm256_srl_epi16(qh, down), m16),
+                );
+                let [s_lo, s_hi] = &mut s16;
+                for (n, (a, b)) in s_lo.iter_mut().zip(s_hi.iter_mut()).enumerate() {
+                    *a = _mm256_add_epi16(*a, _mm256_maddubs_epi16(lo, x_at(n, c)));
+                    *b = _mm256_add_epi16(*b, _mm256_maddubs_epi16(hi, x_at(n, c + 4)));
+                }
+            }
+            for n in 0..NX {
+                let s32 = _mm256_add_epi32(
+                    _mm256_madd_epi16(s16[0][n], ones),
+                    _mm256_madd_epi16(s16[1][n], ones),
+                );
+                let isum =
+                    _mm256_sub_epi32(s32, _mm256_set1_epi32(*t.offsets.add(n * t.blocks + b)));
+                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
+                acc[n] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[n]);
+            }
+        }
+        for (n, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
+        }
+    }
+}
+
+/// [`super::pack::unpack_group_scalar`] with AVX2.
+pub(crate) fn unpack_group(
+    ty: GgmlType,
+    blocks: usize,
+    src: &[u8],
+    scales: &mut [f32],
+    values: &mut [u8],
+) {
+    let gbb = if ty == GgmlType::Q8_0 { 272 } else { 176 };
+    assert!(src.len() >= blocks * gbb && scales.len() >= 8 * blocks);
+    assert!(ty == GgmlType::Q8_0 || values.len() >= 256 * blocks);
+    // SAFETY: the CPU has AVX2 and F16C (the caller checked the level); the sizes are checked.
+    unsafe { unpack_avx2(ty == GgmlType::Q5_0, blocks, src, scales, values) }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn unpack_avx2(q5: bool, blocks: usize, src: &[u8], scales: &mut [f32], values: &mut [u8]) {
+    let gbb = if q5 { 176 } else { 272 };
+    let (m4, m16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
+    // SAFETY: block b < blocks: `gbb` source bytes, 8 scales and 256 value bytes (sizes checked
+    // by the caller).
+    unsafe {
+        for b in 0..blocks {
+            let s = src.as_ptr().add(b * gbb);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
+            _mm256_storeu_ps(scales.as_mut_ptr().add(8 * b), d);
+            if !q5 {
+                continue;
+            }
+            let v = values.as_mut_ptr().add(256 * b) as *mut __m256i;
+            let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
+            for c in 0..4 {
+                let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
+                let lo = _mm256_and_si256(qs, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+                // Bit k of each byte of qh to bit 4 of the same byte: 16-bit shifts, which
+                // never carry another byte's bit onto bit 4 (a shift of at most 4).
+                let up = _mm_cvtsi32_si128(4 - c as i32);
+                let down = _mm_cvtsi32_si128(c as i32);
+                let h_lo = _mm256_and_si256(_mm256_sll_epi16(qh, up), m16);
+                let h_hi = _mm256_and_si256(_mm256_srl_epi16(qh, down), m16);
+                _mm256_storeu_si256(v.add(c), _mm256_or_si256(lo, h_lo));
+                _mm256_storeu_si256(v.add(c + 4), _mm256_or_si256(hi, h_hi));
+            }
+        }
+    }
+}
