@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side speed of nucleus and llama.cpp on the same GGUF files with the same thread count,
 # in one run: prefill (pp512, one 512-token batch) and decode (tg128, 128 single-token steps after
-# a one-token prompt) in tokens/s, and the ratios nucleus / llama.cpp. Prints a markdown table.
+# a one-token prompt) in tokens/s, and the ratios nucleus / llama.cpp, for nucleus's default
+# arithmetic and for `--exact` (llama.cpp's, bit for bit). Prints a markdown table.
 # Not run in CI.
 #
 # Usage: scripts/bench_vs_llama_cpp.sh [LLAMA_BENCH] [MODEL.gguf ...]
@@ -57,14 +58,17 @@ for model in $MODELS; do
     echo "   load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     lj="$("${RUN[@]}" "$LLAMA_BENCH" -m "$model" -t "$THREADS" -p 512 -n 128 -r "$REPS" -o json 2>/dev/null)"
     nj="$("${RUN[@]}" "$NUCLEUS" bench "$model" -t "$THREADS" -p 512 -g 128 -r "$REPS" --json)"
+    ej="$("${RUN[@]}" "$NUCLEUS" bench "$model" -t "$THREADS" -p 512 -g 128 -r "$REPS" --json --exact)"
     echo "   load after:  $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-    rows+=("$(python3 - "$name" "$lj" "$nj" <<'EOF'
+    rows+=("$(python3 - "$name" "$lj" "$nj" "$ej" <<'EOF'
 import json, sys
-name, lj, nj = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+name, lj, nj, ej = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
 pp = next(r["avg_ts"] for r in lj if r["n_prompt"] > 0 and r["n_gen"] == 0)
 tg = next(r["avg_ts"] for r in lj if r["n_gen"] > 0 and r["n_prompt"] == 0)
 npp, ntg = nj["prefill_tokens_per_s"], nj["decode_tokens_per_s"]
-print(f"| {name} | {pp:.1f} | {tg:.1f} | {npp:.1f} | {ntg:.1f} | {npp / pp:.2f}x | {ntg / tg:.2f}x |")
+epp, etg = ej["prefill_tokens_per_s"], ej["decode_tokens_per_s"]
+print(f"| {name} | {pp:.1f} | {tg:.1f} | {npp:.1f} | {ntg:.1f} | {npp / pp:.2f}x | {ntg / tg:.2f}x "
+      f"| {epp:.1f} | {etg:.1f} | {epp / pp:.2f}x | {etg / tg:.2f}x |")
 EOF
 )")
 done
@@ -72,8 +76,8 @@ done
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $THREADS threads, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| model | llama.cpp pp512 | llama.cpp tg128 | nucleus pp512 | nucleus tg128 | prefill ratio | decode ratio |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
+echo "| model | llama.cpp pp512 | llama.cpp tg128 | nucleus pp512 | nucleus tg128 | prefill ratio | decode ratio | --exact pp512 | --exact tg128 | --exact prefill ratio | --exact decode ratio |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
     echo "$r"
 done

@@ -18,6 +18,11 @@ use clap::{Args, Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Compute with llama.cpp's arithmetic, bit for bit (also `NUCLEUS_EXACT=1`). By default
+    /// nucleus uses its own, faster arithmetic for the 8- and 5-bit products, whose distance
+    /// from this one is measured in BENCHMARKS.md.
+    #[arg(long, global = true)]
+    exact: bool,
 }
 
 /// Which model to use: a catalog name or a GGUF path, given positionally or with --model.
@@ -257,6 +262,11 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if cli.exact {
+        // Read by `Model::load` (`Arithmetic::from_env`), so every model this process loads,
+        // draft models included, computes llama.cpp's way. Set before any thread exists.
+        std::env::set_var("NUCLEUS_EXACT", "1");
+    }
     // Rust ignores SIGPIPE, which turns `nucleus inspect FILE | head` into a panic on the next
     // print; the printing commands end quietly instead, like other command-line tools. The
     // server keeps ignoring it: a client that disconnects must not end the process.

@@ -9,7 +9,7 @@ mod common;
 use nucleus::eval::kl::{Base, BaseHeader, BaseWriter, KlStats};
 use nucleus::eval::{evaluate, Mode};
 use nucleus::kv_cache::KvType;
-use nucleus::model::Model;
+use nucleus::model::{Arithmetic, Model};
 use nucleus::tokenizer::Tokenizer;
 
 #[test]
@@ -111,7 +111,7 @@ fn nll_matches_llama_cpp_log_softmax_on_the_golden_prompts() {
         if !common::require(&golden, "golden file") || !common::require(&path, name) {
             return;
         }
-        let model = Model::load(&path, 0).unwrap();
+        let model = Model::load_with(&path, 0, Arithmetic::Exact).unwrap();
         let (mut compared, mut worst) = (0, 0f64);
         for line in std::fs::read_to_string(&golden).unwrap().lines() {
             let case: serde_json::Value = serde_json::from_str(line).unwrap();

@@ -5,7 +5,7 @@
 mod common;
 
 use nucleus::engine::{FinishReason, GenerateRequest, KvBeams, Session};
-use nucleus::model::Model;
+use nucleus::model::{Arithmetic, Model};
 use nucleus::sampling::{beam_search, BeamParams, SamplingParams};
 use nucleus::tokenizer::Tokenizer;
 use serde_json::Value;
@@ -18,7 +18,7 @@ fn load(name: &str) -> Option<(Model, Tokenizer)> {
     if !common::require(&path, "model") {
         return None;
     }
-    let model = Model::load(&path, 2).unwrap();
+    let model = Model::load_with(&path, 2, Arithmetic::Exact).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.metadata).unwrap();
     Some((model, tok))
 }
