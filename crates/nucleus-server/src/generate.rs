@@ -90,7 +90,7 @@ pub(crate) async fn generate(
         want_logprobs: s.sampling.logprobs.is_some(),
         want_explain: s.explain,
         include_usage: s.include_usage,
-        tools: s.tools.is_some(),
+        tools: s.tools.as_ref().map(|t| t.names.clone()),
     };
     if let Some(beams) = s.beams {
         let prompt = Prompt {

@@ -87,8 +87,8 @@ pub(crate) struct Shape {
     pub want_logprobs: bool,
     pub want_explain: bool,
     pub include_usage: bool,
-    /// Chat with tools: the output's `<tool_call>` blocks become `tool_calls`.
-    pub tools: bool,
+    /// Chat with tools (their names): the output's calls become `tool_calls`.
+    pub tools: Option<Vec<String>>,
 }
 
 /// One token's [`Explain`] record: the candidates left after each stage of the sampler chain,
@@ -235,8 +235,8 @@ pub(crate) async fn collect_response(
         .map(|(i, c)| {
             let mut v = match ep {
                 Endpoint::Chat => {
-                    let (message, reason) = if tools {
-                        let (m, calls) = crate::tools::message(&c.text, &mut new_id);
+                    let (message, reason) = if let Some(names) = &tools {
+                        let (m, calls) = crate::tools::message(&c.text, names, &mut new_id);
                         (m, tool_finish(c.finish, calls))
                     } else {
                         (json!({"role": "assistant", "content": c.text}), finish(c))
@@ -336,9 +336,9 @@ pub(crate) fn stream_response(
     };
     let mut streams: Vec<Option<ToolStream>> = (0..n)
         .map(|_| {
-            tools.then(|| {
+            tools.as_ref().map(|names| {
                 let st = st.clone();
-                ToolStream::new(Box::new(move || st.new_id("call")))
+                ToolStream::new(names.clone(), Box::new(move || st.new_id("call")))
             })
         })
         .collect();

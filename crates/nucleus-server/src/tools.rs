@@ -27,6 +27,8 @@ pub struct ToolSettings {
     pub grammar: Option<GrammarSpec>,
     /// A stop string that ends the output after its first call.
     pub stop: Option<String>,
+    /// The tools' names (for untagged calls).
+    pub names: Vec<String>,
 }
 
 fn name_ok(n: &str) -> bool {
@@ -176,6 +178,7 @@ pub fn tool_settings(req: &ApiRequest) -> Result<Option<ToolSettings>, ApiError>
             _ => Ok(None),
         };
     }
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     let (grammar, stop) = match choice {
         Choice::None => return Ok(None),
         Choice::Auto => (None, (!parallel).then(|| CALL_CLOSE.to_string())),
@@ -189,6 +192,7 @@ pub fn tool_settings(req: &ApiRequest) -> Result<Option<ToolSettings>, ApiError>
         tools,
         grammar: grammar.map(GrammarSpec::Lark),
         stop,
+        names,
     }))
 }
 
@@ -202,9 +206,10 @@ pub struct ToolStream {
 }
 
 impl ToolStream {
-    pub fn new(new_id: Box<dyn FnMut() -> String + Send>) -> ToolStream {
+    /// `names`: the tools, whose untagged call objects count as calls too.
+    pub fn new(names: Vec<String>, new_id: Box<dyn FnMut() -> String + Send>) -> ToolStream {
         ToolStream {
-            parser: ToolCallParser::new(),
+            parser: ToolCallParser::new().bare_calls(names),
             new_id,
         }
     }
@@ -246,8 +251,13 @@ impl ToolStream {
 }
 
 /// A whole answer's message: `content` (null when only calls) and `tool_calls`.
-pub fn message(text: &str, new_id: &mut dyn FnMut() -> String) -> (Value, usize) {
-    let (content, calls) = nucleus::chat::tools::parse_tool_calls(text);
+pub fn message(
+    text: &str,
+    names: &[String],
+    new_id: &mut dyn FnMut() -> String,
+) -> (Value, usize) {
+    let parser = ToolCallParser::new().bare_calls(names.to_vec());
+    let (content, calls) = nucleus::chat::tools::parse_with(parser, text);
     let mut m = json!({"role": "assistant", "content": content});
     if !calls.is_empty() {
         m["tool_calls"] = calls
@@ -322,7 +332,7 @@ mod tests {
     #[test]
     fn streamed_deltas_as_openai_sends_them() {
         let mut n = 0;
-        let mut s = ToolStream::new(Box::new(move || {
+        let mut s = ToolStream::new(vec!["get_weather".into()], Box::new(move || {
             n += 1;
             format!("call_{n}")
         }));
@@ -349,7 +359,7 @@ mod tests {
         assert!(deltas.len() > 3, "{deltas:?}");
         assert_eq!(s.calls(), 1);
         let mut m = 0;
-        let (msg, calls) = message("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", &mut || {
+        let (msg, calls) = message("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", &[], &mut || {
             m += 1;
             format!("id{m}")
         });

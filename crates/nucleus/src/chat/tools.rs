@@ -16,6 +16,11 @@
 //! closing tag, which are held back until they can be told apart). A block that does not have
 //! that shape is parsed whole at its closing tag (`{"arguments": …, "name": …}` works too), and
 //! if it is not a call at all it is given back as text.
+//!
+//! Small models often leave the tags out and answer with the bare call object(s),
+//! `{"name": "get_weather", "arguments": {...}}`. With [`ToolCallParser::bare_calls`], an
+//! output that begins with `{` is held to its end and taken as calls when it is nothing but
+//! such objects naming known tools (as text otherwise).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -97,6 +102,8 @@ enum State {
     Args,
     /// Inside a block whose head is not the usual one: parsed whole at the closing tag.
     Whole,
+    /// An output that begins with `{`, held to its end (see `bare_calls`).
+    Bare,
 }
 
 /// The incremental parser: see the [module docs](self).
@@ -112,6 +119,10 @@ pub struct ToolCallParser {
     calls: usize,
     /// Arguments text given out for the current call.
     args_out: usize,
+    /// Tool names for untagged calls (`None`: only tagged blocks are calls).
+    bare: Option<Vec<String>>,
+    /// Text was given out.
+    started: bool,
 }
 
 impl Default for ToolCallParser {
@@ -210,7 +221,32 @@ impl ToolCallParser {
             block_ws: String::new(),
             calls: 0,
             args_out: 0,
+            bare: None,
+            started: false,
         }
+    }
+
+    /// Also take an output made only of untagged call objects naming one of `names` as calls
+    /// (see the [module docs](self)); such an output is given out at its end.
+    pub fn bare_calls(mut self, names: Vec<String>) -> ToolCallParser {
+        self.bare = Some(names);
+        self
+    }
+
+    /// The bare call objects `text` is made of, if it is nothing else.
+    fn parse_bare(&self, text: &str) -> Option<Vec<(String, Value)>> {
+        let names = self.bare.as_ref()?;
+        let mut out = Vec::new();
+        for v in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
+            let v = v.ok()?;
+            let name = v.get("name")?.as_str()?;
+            let args = v.get("arguments")?;
+            if !names.iter().any(|n| n == name) || !args.is_object() || v.as_object()?.len() != 2 {
+                return None;
+            }
+            out.push((name.to_string(), args.clone()));
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     /// Calls begun so far.
@@ -225,6 +261,7 @@ impl ToolCallParser {
         // Whitespace is held at the end of text: it goes before more text, not before a call.
         let body = t.trim_end();
         if !body.is_empty() {
+            self.started = true;
             let mut s = std::mem::take(&mut self.ws);
             s.push_str(body);
             out.push(ToolEvent::Text(s));
@@ -242,6 +279,7 @@ impl ToolCallParser {
                 State::Header => self.step_header(&mut out),
                 State::Args => self.step_args(&mut out),
                 State::Whole => self.step_whole(&mut out),
+                State::Bare => false,
             };
             if !progressed {
                 return out;
@@ -250,6 +288,16 @@ impl ToolCallParser {
     }
 
     fn step_text(&mut self, out: &mut Vec<ToolEvent>) -> bool {
+        if self.bare.is_some() && !self.started && self.calls == 0 {
+            match self.buf.trim_start().chars().next() {
+                Some('{') => {
+                    self.state = State::Bare;
+                    return false;
+                }
+                None => return false,
+                Some(_) => {}
+            }
+        }
         if let Some(p) = self.buf.find(CALL_OPEN) {
             let before = self.buf[..p].to_string();
             self.text(out, &before);
@@ -376,6 +424,30 @@ impl ToolCallParser {
                 let body = std::mem::take(&mut self.buf);
                 self.close_block(&mut out, &body, "");
             }
+            State::Bare => {
+                let text = std::mem::take(&mut self.buf);
+                match self.parse_bare(&text) {
+                    Some(calls) => {
+                        for (name, args) in calls {
+                            let index = self.calls;
+                            self.calls += 1;
+                            out.push(ToolEvent::Start { index, name });
+                            out.push(ToolEvent::Args {
+                                index,
+                                text: args.to_string(),
+                            });
+                        }
+                    }
+                    None => {
+                        // Not calls: parse it as any other output.
+                        self.bare = None;
+                        self.state = State::Text;
+                        out.extend(self.push(&text));
+                        out.extend(self.finish());
+                        return out;
+                    }
+                }
+            }
         }
         self.state = State::Text;
         if self.calls == 0 && !self.ws.is_empty() {
@@ -386,9 +458,13 @@ impl ToolCallParser {
 }
 
 /// Parses a whole output: its text (outside the calls, trimmed; `None` when empty) and its calls
-/// as `(name, arguments JSON text)`.
+/// as `(name, arguments JSON text)`; only tagged blocks are calls.
 pub fn parse_tool_calls(output: &str) -> (Option<String>, Vec<(String, String)>) {
-    let mut p = ToolCallParser::new();
+    parse_with(ToolCallParser::new(), output)
+}
+
+/// [`parse_tool_calls`] with a parser set up as wanted (e.g. [`ToolCallParser::bare_calls`]).
+pub fn parse_with(mut p: ToolCallParser, output: &str) -> (Option<String>, Vec<(String, String)>) {
     let mut events = p.push(output);
     events.extend(p.finish());
     let mut text = String::new();

@@ -130,3 +130,35 @@ fn forced_grammar_names_every_tool() {
     assert!(g.contains("{\"const\":\"a\"}") && g.contains("{\"const\":\"b\"}"), "{g}");
     assert!(forced_call_grammar(&tools, false).starts_with("start: call\n"));
 }
+
+#[test]
+fn bare_call_objects_when_asked() {
+    let names = vec!["get_weather".to_string(), "f".to_string()];
+    let bare = || ToolCallParser::new().bare_calls(names.clone());
+    let s = " {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n{\"name\": \"f\", \"arguments\": {}}";
+    assert_eq!(
+        parse_with(bare(), s),
+        (
+            None,
+            vec![
+                ("get_weather".into(), "{\"city\":\"Paris\"}".into()),
+                ("f".into(), "{}".into())
+            ]
+        )
+    );
+    // Without bare_calls, or naming an unknown tool, or with more: text.
+    assert_eq!(parse_tool_calls(s).1, vec![]);
+    for t in [
+        "{\"name\": \"nope\", \"arguments\": {}}",
+        "{\"name\": \"f\", \"arguments\": {}} and more",
+        "{\"city\": \"Paris\"}",
+    ] {
+        assert_eq!(parse_with(bare(), t), (Some(t.to_string()), vec![]), "{t}");
+    }
+    // Text first: streamed as usual, tagged calls still parsed.
+    let (text, calls) = parse_with(
+        bare(),
+        "Sure. <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+    );
+    assert_eq!((text.as_deref(), calls.len()), (Some("Sure."), 1));
+}
