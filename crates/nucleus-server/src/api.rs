@@ -475,13 +475,16 @@ impl ApiRequest {
             Endpoint::Chat => crate::tools::tool_settings(self)?,
             Endpoint::Completions => {
                 if !matches!(&self.tools, None | Some(Value::Null))
-                    && self.tools.as_ref().and_then(Value::as_array).is_none_or(|a| !a.is_empty())
+                    && self
+                        .tools
+                        .as_ref()
+                        .and_then(Value::as_array)
+                        .is_none_or(|a| !a.is_empty())
                 {
-                    return Err(ApiError::param(
-                        "tools",
-                        "`tools` belong to /v1/chat/completions",
-                    )
-                    .with_code("unsupported_parameter"));
+                    return Err(
+                        ApiError::param("tools", "`tools` belong to /v1/chat/completions")
+                            .with_code("unsupported_parameter"),
+                    );
                 }
                 None
             }
@@ -492,7 +495,10 @@ impl ApiRequest {
             if tools.is_some() {
                 return Err(ApiError::param(
                     c.field,
-                    format!("`{}` cannot be combined with `tools` (unless `tool_choice` is \"none\")", c.field),
+                    format!(
+                        "`{}` cannot be combined with `tools` (unless `tool_choice` is \"none\")",
+                        c.field
+                    ),
                 ));
             }
             p.grammar = Some(c.spec.clone());
@@ -503,7 +509,13 @@ impl ApiRequest {
                 p.grammar = Some(g.clone());
                 grammar_field = Some("tools");
             }
-            stop.extend(t.stop.iter().filter(|s| !stop.contains(s)).cloned().collect::<Vec<_>>());
+            stop.extend(
+                t.stop
+                    .iter()
+                    .filter(|s| !stop.contains(s))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
         }
         if let Some(field) = grammar_field.or(tools.as_ref().map(|_| "tools")) {
             if beams.is_some() {

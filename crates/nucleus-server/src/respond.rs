@@ -388,7 +388,8 @@ pub(crate) fn stream_response(
                         for (k, delta) in deltas.into_iter().enumerate() {
                             let mut choice = json!({"index": i, "delta": delta, "logprobs": if k == 0 { logprobs.clone() } else { Value::Null }, "finish_reason": Value::Null});
                             if let (Some(ex), 0) = (ex, k) {
-                                choice["explain"] = json!([explain_json(&st.tokenizer, t.token, ex)]);
+                                choice["explain"] =
+                                    json!([explain_json(&st.tokenizer, t.token, ex)]);
                             }
                             if btx.send(Ok(chunk(choice, None))).await.is_err() {
                                 return;
@@ -426,7 +427,11 @@ pub(crate) fn stream_response(
                         reason = tool_finish(Some(f.finish_reason), ts.calls()).unwrap_or(reason);
                     }
                     let f = nucleus::engine::scheduler::Finished {
-                        text: if streams[i].is_some() { String::new() } else { f.text },
+                        text: if streams[i].is_some() {
+                            String::new()
+                        } else {
+                            f.text
+                        },
                         ..f
                     };
                     let mut choice = match ep {

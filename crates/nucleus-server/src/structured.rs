@@ -50,12 +50,15 @@ fn response_format(v: &Value) -> Result<Option<GrammarSpec>, ApiError> {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(GrammarSpec::JsonObject)),
         Some("json_schema") => {
-            let js = o.get("json_schema").and_then(Value::as_object).ok_or_else(|| {
-                ApiError::param(
-                    F,
-                    "`response_format.json_schema` must be an object with `name` and `schema`",
-                )
-            })?;
+            let js = o
+                .get("json_schema")
+                .and_then(Value::as_object)
+                .ok_or_else(|| {
+                    ApiError::param(
+                        F,
+                        "`response_format.json_schema` must be an object with `name` and `schema`",
+                    )
+                })?;
             match js.get("name") {
                 Some(Value::String(n))
                     if !n.is_empty()
@@ -68,7 +71,10 @@ fn response_format(v: &Value) -> Result<Option<GrammarSpec>, ApiError> {
                     ))
                 }
             }
-            if !matches!(js.get("strict"), None | Some(Value::Null) | Some(Value::Bool(_))) {
+            if !matches!(
+                js.get("strict"),
+                None | Some(Value::Null) | Some(Value::Bool(_))
+            ) {
                 return Err(ApiError::param(
                     F,
                     "`response_format.json_schema.strict` must be a boolean",
@@ -94,7 +100,10 @@ fn text_field(field: &'static str, v: &Value) -> Result<Option<String>, ApiError
     match v {
         Value::String(s) if s.is_empty() => Ok(None),
         Value::String(s) => Ok(Some(s.clone())),
-        _ => Err(ApiError::param(field, format!("`{field}` must be a string"))),
+        _ => Err(ApiError::param(
+            field,
+            format!("`{field}` must be a string"),
+        )),
     }
 }
 
@@ -188,15 +197,27 @@ mod tests {
         );
         let s = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
         let rf = json!({"response_format": {"type": "json_schema", "json_schema": {"name": "a_b-1", "schema": s, "strict": true}}});
-        assert_eq!(run(rf).unwrap().unwrap().spec, GrammarSpec::JsonSchema(s.clone()));
-        let g = run(json!({"guided_json": s.to_string()})).unwrap().unwrap();
-        assert_eq!((g.spec, g.field), (GrammarSpec::JsonSchema(s), "guided_json"));
         assert_eq!(
-            run(json!({"grammar": "start: \"x\""})).unwrap().unwrap().spec,
+            run(rf).unwrap().unwrap().spec,
+            GrammarSpec::JsonSchema(s.clone())
+        );
+        let g = run(json!({"guided_json": s.to_string()})).unwrap().unwrap();
+        assert_eq!(
+            (g.spec, g.field),
+            (GrammarSpec::JsonSchema(s), "guided_json")
+        );
+        assert_eq!(
+            run(json!({"grammar": "start: \"x\""}))
+                .unwrap()
+                .unwrap()
+                .spec,
             GrammarSpec::Lark("start: \"x\"".into())
         );
         assert_eq!(
-            run(json!({"guided_regex": "[0-9]+"})).unwrap().unwrap().spec,
+            run(json!({"guided_regex": "[0-9]+"}))
+                .unwrap()
+                .unwrap()
+                .spec,
             GrammarSpec::Regex("[0-9]+".into())
         );
         assert_eq!(run(json!({"grammar": ""})), Ok(None));
@@ -206,9 +227,15 @@ mod tests {
     fn bad_values_name_the_field() {
         for (v, field) in [
             (json!({"response_format": "json"}), "response_format"),
-            (json!({"response_format": {"type": "xml"}}), "response_format"),
+            (
+                json!({"response_format": {"type": "xml"}}),
+                "response_format",
+            ),
             (json!({"response_format": {}}), "response_format"),
-            (json!({"response_format": {"type": "json_schema"}}), "response_format"),
+            (
+                json!({"response_format": {"type": "json_schema"}}),
+                "response_format",
+            ),
             (
                 json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}),
                 "response_format",

@@ -34,8 +34,7 @@ pub struct ToolSettings {
 fn name_ok(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 64
-        && n
-            .bytes()
+        && n.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
@@ -58,9 +57,10 @@ fn parse_tools(v: &Value) -> Result<(Vec<Value>, Vec<ToolSpec>), ApiError> {
                 ))
             }
         }
-        let f = o.get("function").and_then(Value::as_object).ok_or_else(|| {
-            ApiError::param(&field("function"), "`function` must be an object")
-        })?;
+        let f = o
+            .get("function")
+            .and_then(Value::as_object)
+            .ok_or_else(|| ApiError::param(&field("function"), "`function` must be an object"))?;
         let name = match f.get("name") {
             Some(Value::String(n)) if name_ok(n) => n.clone(),
             _ => {
@@ -76,7 +76,10 @@ fn parse_tools(v: &Value) -> Result<(Vec<Value>, Vec<ToolSpec>), ApiError> {
                 format!("two tools are named {name:?}"),
             ));
         }
-        if !matches!(f.get("description"), None | Some(Value::Null) | Some(Value::String(_))) {
+        if !matches!(
+            f.get("description"),
+            None | Some(Value::Null) | Some(Value::String(_))
+        ) {
             return Err(ApiError::param(
                 &field("function.description"),
                 "`description` must be a string",
@@ -92,7 +95,10 @@ fn parse_tools(v: &Value) -> Result<(Vec<Value>, Vec<ToolSpec>), ApiError> {
                 ))
             }
         };
-        if !matches!(f.get("strict"), None | Some(Value::Null) | Some(Value::Bool(_))) {
+        if !matches!(
+            f.get("strict"),
+            None | Some(Value::Null) | Some(Value::Bool(_))
+        ) {
             return Err(ApiError::param(
                 &field("function.strict"),
                 "`strict` must be a boolean",
@@ -154,12 +160,10 @@ pub fn tool_settings(req: &ApiRequest) -> Result<Option<ToolSettings>, ApiError>
                     }
                     Choice::Named(n.to_string())
                 }
-                _ => {
-                    return Err(ApiError::param(
-                        "tool_choice",
-                        "`tool_choice` must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                    ))
-                }
+                _ => return Err(ApiError::param(
+                    "tool_choice",
+                    "`tool_choice` must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                )),
             }
         }
         Some(_) => {
@@ -251,11 +255,7 @@ impl ToolStream {
 }
 
 /// A whole answer's message: `content` (null when only calls) and `tool_calls`.
-pub fn message(
-    text: &str,
-    names: &[String],
-    new_id: &mut dyn FnMut() -> String,
-) -> (Value, usize) {
+pub fn message(text: &str, names: &[String], new_id: &mut dyn FnMut() -> String) -> (Value, usize) {
     let parser = ToolCallParser::new().bare_calls(names.to_vec());
     let (content, calls) = nucleus::chat::tools::parse_with(parser, text);
     let mut m = json!({"role": "assistant", "content": content});
@@ -288,7 +288,10 @@ mod tests {
     fn choices() {
         assert_eq!(run(json!({})), Ok(None));
         assert_eq!(run(json!({"tools": [], "tool_choice": "auto"})), Ok(None));
-        assert_eq!(run(json!({"tools": weather(), "tool_choice": "none"})), Ok(None));
+        assert_eq!(
+            run(json!({"tools": weather(), "tool_choice": "none"})),
+            Ok(None)
+        );
         let auto = run(json!({"tools": weather()})).unwrap().unwrap();
         assert_eq!((auto.grammar, auto.stop), (None, None));
         let one = run(json!({"tools": weather(), "parallel_tool_calls": false}))
@@ -302,7 +305,9 @@ mod tests {
         let named = run(json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}))
             .unwrap()
             .unwrap();
-        assert!(matches!(named.grammar, Some(GrammarSpec::Lark(g)) if g.starts_with("start: call\n")));
+        assert!(
+            matches!(named.grammar, Some(GrammarSpec::Lark(g)) if g.starts_with("start: call\n"))
+        );
     }
 
     #[test]
@@ -312,18 +317,45 @@ mod tests {
             (json!({"tools": {"a": 1}}), "tools"),
             (json!({"tools": [1]}), "tools[0]"),
             (json!({"tools": [{"type": "retrieval"}]}), "tools[0].type"),
-            (json!({"tools": [{"type": "function"}]}), "tools[0].function"),
-            (json!({"tools": [{"type": "function", "function": {"name": "a b"}}]}), "tools[0].function.name"),
-            (json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}), "tools[0].function.parameters"),
-            (json!({"tools": [{"type": "function", "function": {"name": "f", "description": 1}}]}), "tools[0].function.description"),
-            (json!({"tools": [{"type": "function", "function": {"name": "f", "strict": 1}}]}), "tools[0].function.strict"),
+            (
+                json!({"tools": [{"type": "function"}]}),
+                "tools[0].function",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "a b"}}]}),
+                "tools[0].function.name",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}),
+                "tools[0].function.parameters",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f", "description": 1}}]}),
+                "tools[0].function.description",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f", "strict": 1}}]}),
+                "tools[0].function.strict",
+            ),
             (json!({"tools": [w[0], w[0]]}), "tools[1].function.name"),
-            (json!({"tools": w, "tool_choice": "sometimes"}), "tool_choice"),
-            (json!({"tools": w, "tool_choice": {"type": "function", "function": {"name": "nope"}}}), "tool_choice"),
-            (json!({"tools": w, "tool_choice": {"type": "function"}}), "tool_choice"),
+            (
+                json!({"tools": w, "tool_choice": "sometimes"}),
+                "tool_choice",
+            ),
+            (
+                json!({"tools": w, "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+                "tool_choice",
+            ),
+            (
+                json!({"tools": w, "tool_choice": {"type": "function"}}),
+                "tool_choice",
+            ),
             (json!({"tools": w, "tool_choice": 3}), "tool_choice"),
             (json!({"tool_choice": "required"}), "tool_choice"),
-            (json!({"tools": w, "parallel_tool_calls": "no"}), "parallel_tool_calls"),
+            (
+                json!({"tools": w, "parallel_tool_calls": "no"}),
+                "parallel_tool_calls",
+            ),
         ] {
             assert_eq!(run(v.clone()).err().as_deref(), Some(field), "{v}");
         }
@@ -332,16 +364,28 @@ mod tests {
     #[test]
     fn streamed_deltas_as_openai_sends_them() {
         let mut n = 0;
-        let mut s = ToolStream::new(vec!["get_weather".into()], Box::new(move || {
-            n += 1;
-            format!("call_{n}")
-        }));
+        let mut s = ToolStream::new(
+            vec!["get_weather".into()],
+            Box::new(move || {
+                n += 1;
+                format!("call_{n}")
+            }),
+        );
         let mut deltas = Vec::new();
-        for piece in ["Sure", ".\n<tool_", "call>\n{\"name\": \"get_weather\", \"argu", "ments\": {\"city\"", ": \"Paris\"}}\n</tool_call>"] {
+        for piece in [
+            "Sure",
+            ".\n<tool_",
+            "call>\n{\"name\": \"get_weather\", \"argu",
+            "ments\": {\"city\"",
+            ": \"Paris\"}}\n</tool_call>",
+        ] {
             deltas.extend(s.push(piece));
         }
         deltas.extend(s.finish());
-        let start = deltas.iter().position(|d| d.get("tool_calls").is_some()).unwrap();
+        let start = deltas
+            .iter()
+            .position(|d| d.get("tool_calls").is_some())
+            .unwrap();
         let content: String = deltas[..start]
             .iter()
             .map(|d| d["content"].as_str().unwrap())
@@ -353,16 +397,25 @@ mod tests {
         );
         let args: String = deltas[start + 1..]
             .iter()
-            .map(|d| d["tool_calls"][0]["function"]["arguments"].as_str().unwrap().to_string())
+            .map(|d| {
+                d["tool_calls"][0]["function"]["arguments"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
             .collect();
         assert_eq!(args, "{\"city\": \"Paris\"}");
         assert!(deltas.len() > 3, "{deltas:?}");
         assert_eq!(s.calls(), 1);
         let mut m = 0;
-        let (msg, calls) = message("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", &[], &mut || {
-            m += 1;
-            format!("id{m}")
-        });
+        let (msg, calls) = message(
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+            &[],
+            &mut || {
+                m += 1;
+                format!("id{m}")
+            },
+        );
         assert_eq!(calls, 1);
         assert_eq!(
             msg,

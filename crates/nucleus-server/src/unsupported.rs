@@ -13,8 +13,14 @@ use crate::ApiError;
 /// (field, what to do instead).
 const UNSUPPORTED: &[(&str, &str)] = &[
     // OpenAI
-    ("functions", "the legacy `functions` are not supported: use `tools`"),
-    ("function_call", "the legacy `function_call` is not supported: use `tool_choice`"),
+    (
+        "functions",
+        "the legacy `functions` are not supported: use `tools`",
+    ),
+    (
+        "function_call",
+        "the legacy `function_call` is not supported: use `tool_choice`",
+    ),
     ("suffix", "insertion (`suffix`) is not supported"),
     ("audio", "audio output is not supported"),
     ("modalities", "only text output is supported"),
@@ -23,7 +29,10 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("web_search_options", "web search is not supported"),
     // vLLM's extensions
     ("guided_choice", "use `guided_regex` or `guided_grammar`"),
-    ("structured_outputs", "use `response_format`, `guided_json`, `guided_regex` or `guided_grammar`"),
+    (
+        "structured_outputs",
+        "use `response_format`, `guided_json`, `guided_regex` or `guided_grammar`",
+    ),
     ("min_tokens", "`min_tokens` is not supported"),
     (
         "stop_token_ids",
@@ -108,7 +117,10 @@ mod tests {
             run(json!({"functions": [{"name": "f"}]})),
             Err("functions".into())
         );
-        assert_eq!(run(json!({"guided_choice": ["a"]})), Err("guided_choice".into()));
+        assert_eq!(
+            run(json!({"guided_choice": ["a"]})),
+            Err("guided_choice".into())
+        );
         assert_eq!(
             run(json!({"skip_special_tokens": false})),
             Err("skip_special_tokens".into())

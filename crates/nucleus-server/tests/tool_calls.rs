@@ -52,7 +52,10 @@ fn ask(extra: Value) -> Value {
 fn weather_args(args: &str) {
     let a: Value = serde_json::from_str(args).unwrap_or_else(|e| panic!("{e}: {args}"));
     assert!(a["city"].is_string(), "{args}");
-    assert!(a["unit"] == "celsius" || a["unit"] == "fahrenheit", "{args}");
+    assert!(
+        a["unit"] == "celsius" || a["unit"] == "fahrenheit",
+        "{args}"
+    );
 }
 
 #[test]
@@ -63,7 +66,12 @@ fn required_named_auto_streamed_and_a_second_turn() {
     let a = srv.addr;
     // The tools are in the prompt.
     let with = post(a, CHAT, &ask(json!({"max_tokens": 1}))).json();
-    let without = post(a, CHAT, &ask(json!({"max_tokens": 1, "tool_choice": "none"}))).json();
+    let without = post(
+        a,
+        CHAT,
+        &ask(json!({"max_tokens": 1, "tool_choice": "none"})),
+    )
+    .json();
     assert!(
         with["usage"]["prompt_tokens"].as_u64().unwrap()
             > without["usage"]["prompt_tokens"].as_u64().unwrap() + 50
@@ -71,7 +79,12 @@ fn required_named_auto_streamed_and_a_second_turn() {
 
     // required, sampled at temperature 1 over several seeds: always a valid call.
     for seed in 0..4 {
-        let v = post(a, CHAT, &ask(json!({"tool_choice": "required", "temperature": 1.0, "seed": seed}))).json();
+        let v = post(
+            a,
+            CHAT,
+            &ask(json!({"tool_choice": "required", "temperature": 1.0, "seed": seed})),
+        )
+        .json();
         let c = &v["choices"][0];
         assert_eq!(c["finish_reason"], "tool_calls", "{v}");
         assert!(c["message"]["content"].is_null(), "{v}");
@@ -84,7 +97,9 @@ fn required_named_auto_streamed_and_a_second_turn() {
             let args = call["function"]["arguments"].as_str().unwrap();
             match name {
                 "get_weather" => weather_args(args),
-                "get_time" => assert!(serde_json::from_str::<Value>(args).unwrap()["city"].is_string()),
+                "get_time" => {
+                    assert!(serde_json::from_str::<Value>(args).unwrap()["city"].is_string())
+                }
                 other => panic!("{other}"),
             }
         }
@@ -92,7 +107,9 @@ fn required_named_auto_streamed_and_a_second_turn() {
 
     // Named and streamed: the first tool_calls delta has the index, id, type, name and empty
     // arguments; the arguments follow in fragments.
-    let mut req = ask(json!({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "stream": true}));
+    let mut req = ask(
+        json!({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "stream": true}),
+    );
     let events = sse_events(&post(a, CHAT, &req));
     let deltas: Vec<&Value> = events
         .iter()
@@ -105,14 +122,22 @@ fn required_named_auto_streamed_and_a_second_turn() {
     assert_eq!(deltas[0]["function"]["arguments"], "");
     let id = deltas[0]["id"].as_str().unwrap();
     assert!(!id.is_empty());
-    assert!(deltas[1..].iter().all(|d| d["index"] == 0 && d.get("id").is_none()));
-    assert!(deltas.len() > 3, "the arguments come in fragments: {deltas:?}");
+    assert!(deltas[1..]
+        .iter()
+        .all(|d| d["index"] == 0 && d.get("id").is_none()));
+    assert!(
+        deltas.len() > 3,
+        "the arguments come in fragments: {deltas:?}"
+    );
     let args: String = deltas[1..]
         .iter()
         .map(|d| d["function"]["arguments"].as_str().unwrap())
         .collect();
     weather_args(&args);
-    assert_eq!(events.last().unwrap()["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(
+        events.last().unwrap()["choices"][0]["finish_reason"],
+        "tool_calls"
+    );
     // The same request whole gives the same call.
     req["stream"] = json!(false);
     let v = post(a, CHAT, &req).json();
@@ -134,7 +159,10 @@ fn required_named_auto_streamed_and_a_second_turn() {
         .filter_map(|e| e["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str())
         .collect();
     assert_eq!(streamed, call["arguments"].as_str().unwrap());
-    assert_eq!(events.last().unwrap()["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(
+        events.last().unwrap()["choices"][0]["finish_reason"],
+        "tool_calls"
+    );
 
     // Second turn: the call and its result go back through the template; the answer is text.
     let turn2 = json!({

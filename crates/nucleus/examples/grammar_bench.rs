@@ -18,7 +18,9 @@ use serde_json::json;
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let path = args.next().expect("usage: grammar_bench MODEL.gguf [tokens] [runs]");
+    let path = args
+        .next()
+        .expect("usage: grammar_bench MODEL.gguf [tokens] [runs]");
     let tokens: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(128);
     let runs: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(3);
     let model = Model::load(&path, 0).expect("load the model");

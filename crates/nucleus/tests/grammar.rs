@@ -85,7 +85,10 @@ fn check_person(text: &str) -> Result<(), String> {
     if !["admin", "user", "guest"].contains(&role) {
         return Err("role".into());
     }
-    let addr = o.get("address").and_then(Value::as_object).ok_or("address")?;
+    let addr = o
+        .get("address")
+        .and_then(Value::as_object)
+        .ok_or("address")?;
     if addr.keys().any(|k| k != "city" && k != "zip") {
         return Err("address has an unknown property".into());
     }

@@ -76,7 +76,9 @@ pub fn start_with(
 /// A catalog model from the models directory (`$NUCLEUS_MODELS`), with its own chat template;
 /// `None` (skipped, with a message) when it is absent outside CI.
 pub fn start_catalog(name: &str, cfg: EngineConfig) -> Option<Server> {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     let dir = std::env::var_os("NUCLEUS_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|| home.join(".cache/nucleus/models"));

@@ -47,7 +47,8 @@ pub(crate) fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     let r = match indent {
         Some(n) => {
             let pad = " ".repeat(n);
-            let mut ser = Serializer::with_formatter(&mut out, PrettyFormatter::with_indent(pad.as_bytes()));
+            let mut ser =
+                Serializer::with_formatter(&mut out, PrettyFormatter::with_indent(pad.as_bytes()));
             value.serialize(&mut ser)
         }
         None => value.serialize(&mut Serializer::with_formatter(&mut out, PyFormatter)),
@@ -63,8 +64,12 @@ mod tests {
 
     #[test]
     fn like_python_json_dumps() {
-        let t = ChatTemplate::new("{{ tools[0] | tojson }}|{{ messages[0] | tojson(indent=1) }}", "", "")
-            .unwrap();
+        let t = ChatTemplate::new(
+            "{{ tools[0] | tojson }}|{{ messages[0] | tojson(indent=1) }}",
+            "",
+            "",
+        )
+        .unwrap();
         let tool = serde_json::json!({"type": "function", "function": {"name": "f<x>", "z": [1, 2.5, "é"], "a": null}});
         let out = t
             .render_with_tools(&[Message::new("user", "hi")], Some(&[tool]), false)

@@ -384,11 +384,13 @@ impl ToolCallParser {
     /// A block whose body is `body`, parsed whole: a call, or else text again (with `close`,
     /// the closing tag if it came).
     fn close_block(&mut self, out: &mut Vec<ToolEvent>, body: &str, close: &str) {
-        let call = serde_json::from_str::<Value>(body.trim()).ok().and_then(|v| {
-            let name = v.get("name")?.as_str()?.to_string();
-            let args = v.get("arguments")?.clone();
-            Some((name, args))
-        });
+        let call = serde_json::from_str::<Value>(body.trim())
+            .ok()
+            .and_then(|v| {
+                let name = v.get("name")?.as_str()?.to_string();
+                let args = v.get("arguments")?.clone();
+                Some((name, args))
+            });
         match call {
             Some((name, args)) => {
                 let index = self.calls;

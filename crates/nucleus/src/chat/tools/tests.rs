@@ -127,7 +127,10 @@ fn forced_grammar_names_every_tool() {
     ];
     let g = forced_call_grammar(&tools, true);
     assert!(g.starts_with("start: call (\"\\n\" call)*\n"), "{g}");
-    assert!(g.contains("{\"const\":\"a\"}") && g.contains("{\"const\":\"b\"}"), "{g}");
+    assert!(
+        g.contains("{\"const\":\"a\"}") && g.contains("{\"const\":\"b\"}"),
+        "{g}"
+    );
     assert!(forced_call_grammar(&tools, false).starts_with("start: call\n"));
 }
 

@@ -64,9 +64,9 @@ impl GrammarSpec {
 
     pub(crate) fn top_level(&self) -> TopLevelGrammar {
         match self {
-            GrammarSpec::JsonObject => {
-                TopLevelGrammar::from_json_schema(Self::with_json_options(json!({"type": "object"})))
-            }
+            GrammarSpec::JsonObject => TopLevelGrammar::from_json_schema(Self::with_json_options(
+                json!({"type": "object"}),
+            )),
             GrammarSpec::JsonSchema(s) => {
                 TopLevelGrammar::from_json_schema(Self::with_json_options(s.clone()))
             }

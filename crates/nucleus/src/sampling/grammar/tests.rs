@@ -36,7 +36,10 @@ fn vocab() -> Tokenizer {
         "tokenizer.ggml.tokens".into(),
         MetaValue::Array(
             MetaType::String,
-            tokens.iter().map(|s| MetaValue::String(s.clone())).collect(),
+            tokens
+                .iter()
+                .map(|s| MetaValue::String(s.clone()))
+                .collect(),
         ),
     );
     m.insert(
@@ -45,7 +48,10 @@ fn vocab() -> Tokenizer {
     );
     m.insert(
         "tokenizer.ggml.token_type".into(),
-        MetaValue::Array(MetaType::I32, types.into_iter().map(MetaValue::I32).collect()),
+        MetaValue::Array(
+            MetaType::I32,
+            types.into_iter().map(MetaValue::I32).collect(),
+        ),
     );
     m.insert("tokenizer.ggml.bos_token_id".into(), MetaValue::U32(1));
     m.insert("tokenizer.ggml.eos_token_id".into(), MetaValue::U32(2));
@@ -65,7 +71,10 @@ fn sample_text(tok: &Tokenizer, spec: &GrammarSpec, seed: u64, max: usize) -> (S
             .map(|_| (rng.next_f64() * 4.0) as f32)
             .collect();
         let t = s.sample(&mut logits, &out).unwrap().token;
-        assert!((t as usize) < tok.vocab_size(), "a padding logit was sampled");
+        assert!(
+            (t as usize) < tok.vocab_size(),
+            "a padding logit was sampled"
+        );
         if tok.is_eog(t) {
             return (tok.decode(&out, false), true);
         }
@@ -118,7 +127,10 @@ fn every_sample_is_valid_json_for_the_schema() {
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
         let o = v.as_object().unwrap();
         assert!(o["ok"].is_boolean(), "{text}");
-        assert!(["ab", "abc"].contains(&o["tag"].as_str().unwrap()), "{text}");
+        assert!(
+            ["ab", "abc"].contains(&o["tag"].as_str().unwrap()),
+            "{text}"
+        );
         if let Some(n) = o.get("n") {
             assert!((0..=99).contains(&n.as_i64().unwrap()), "{text}");
         }
@@ -142,10 +154,16 @@ fn lark_grammar_and_special_tokens_masked() {
         .collect();
     assert_eq!(allowed, ok.len());
     // "a", "1", "ab", "abc" is too long? no: "abc" would need "c" next, not in the grammar.
-    assert!(ok.contains(&"ab".to_string()) && ok.contains(&"12".to_string()), "{ok:?}");
+    assert!(
+        ok.contains(&"ab".to_string()) && ok.contains(&"12".to_string()),
+        "{ok:?}"
+    );
     assert!(ok.contains(&"a".to_string()) && ok.contains(&"1".to_string()));
     assert!(!ok.contains(&"abc".to_string()) && !ok.contains(&"!".to_string()));
-    assert!(!g.allows(2), "EOS is not allowed before the grammar can end");
+    assert!(
+        !g.allows(2),
+        "EOS is not allowed before the grammar can end"
+    );
     let ids = ["ab", "12", "<0x21>"].map(|t| tok.token_id(t).unwrap());
     for t in ids {
         g.apply_mask(&mut logits).unwrap();
@@ -154,7 +172,11 @@ fn lark_grammar_and_special_tokens_masked() {
     }
     assert!(g.is_accepting());
     let mut logits = vec![0.0f32; tok.vocab_size()];
-    assert_eq!(g.apply_mask(&mut logits).unwrap(), 2, "EOS and <|im_end|>: the EOG tokens");
+    assert_eq!(
+        g.apply_mask(&mut logits).unwrap(),
+        2,
+        "EOS and <|im_end|>: the EOG tokens"
+    );
     assert!(g.allows(2));
 }
 
@@ -181,7 +203,10 @@ fn errors_name_the_problem() {
     ));
     assert!(matches!(
         Sampler::new(p),
-        Err(SamplingError::InvalidParam { name: "grammar", .. })
+        Err(SamplingError::InvalidParam {
+            name: "grammar",
+            ..
+        })
     ));
 }
 
