@@ -28,7 +28,7 @@ echo "== python venv at $VENV"
 if [[ ! -x $VENV/bin/python ]]; then
     python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check openai pytest
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check openai pydantic pytest
 
 PORT=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
 BASE=http://127.0.0.1:$PORT

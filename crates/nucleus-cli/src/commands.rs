@@ -84,6 +84,7 @@ impl SamplingArgs {
             seed: self.seed,
             stream: 0,
             logprobs: self.logprobs,
+            grammar: None,
         };
         let req = GenerateRequest {
             sampling,

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::tools::ToolSettings;
 
 pub const MAX_N: i64 = 16;
 pub const MAX_LOGPROBS: i64 = 20;
@@ -44,6 +45,11 @@ pub struct ContentPart {
 pub struct ChatMessage {
     pub role: String,
     pub content: Option<Content>,
+    /// An assistant's calls: `[{"id", "type": "function", "function": {"name", "arguments"}}]`.
+    pub tool_calls: Option<Vec<Value>>,
+    /// A `tool` message: the call it answers.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
 }
 
 /// The fields of both endpoints (OpenAI's, then nucleus extensions). Unknown fields are ignored,
@@ -75,6 +81,19 @@ pub struct ApiRequest {
     pub metadata: Option<Value>,
     /// Sample this many and return the `n` with the highest mean logprob per token.
     pub best_of: Option<i64>,
+    /// Structured output (see [`crate::structured`]).
+    pub response_format: Option<Value>,
+    /// Tool calls (see [`crate::tools`]).
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<Value>,
+    // llama-server's: a grammar (here Lark, llguidance's syntax) or a JSON Schema.
+    pub grammar: Option<Value>,
+    pub json_schema: Option<Value>,
+    // vLLM's guided decoding.
+    pub guided_json: Option<Value>,
+    pub guided_regex: Option<Value>,
+    pub guided_grammar: Option<Value>,
     // vLLM's extensions
     /// Beam search of `best_of` (default `n`) beams; the `n` best hypotheses are returned.
     pub use_beam_search: Option<bool>,
@@ -168,6 +187,10 @@ pub struct GenSettings {
     /// `use_beam_search`: the sampler settings above are unused (and refused when set).
     pub beams: Option<BeamSettings>,
     pub explain: bool,
+    /// The field that set `sampling.grammar` (named when it does not compile).
+    pub grammar_field: Option<&'static str>,
+    /// Chat with tools (`tool_choice` other than `none`): rendered, and the output parsed.
+    pub tools: Option<ToolSettings>,
 }
 
 /// Beam search over HTTP.
@@ -447,6 +470,67 @@ impl ApiRequest {
         }
         let explain = self.explain.unwrap_or(false);
         let beams = self.beam_settings(best_of)?;
+        let constraint = crate::structured::constraint(self)?;
+        let tools = match ep {
+            Endpoint::Chat => crate::tools::tool_settings(self)?,
+            Endpoint::Completions => {
+                if !matches!(&self.tools, None | Some(Value::Null))
+                    && self
+                        .tools
+                        .as_ref()
+                        .and_then(Value::as_array)
+                        .is_none_or(|a| !a.is_empty())
+                {
+                    return Err(
+                        ApiError::param("tools", "`tools` belong to /v1/chat/completions")
+                            .with_code("unsupported_parameter"),
+                    );
+                }
+                None
+            }
+        };
+        let mut stop = stop;
+        let mut grammar_field = None;
+        if let Some(c) = &constraint {
+            if tools.is_some() {
+                return Err(ApiError::param(
+                    c.field,
+                    format!(
+                        "`{}` cannot be combined with `tools` (unless `tool_choice` is \"none\")",
+                        c.field
+                    ),
+                ));
+            }
+            p.grammar = Some(c.spec.clone());
+            grammar_field = Some(c.field);
+        }
+        if let Some(t) = &tools {
+            if let Some(g) = &t.grammar {
+                p.grammar = Some(g.clone());
+                grammar_field = Some("tools");
+            }
+            stop.extend(
+                t.stop
+                    .iter()
+                    .filter(|s| !stop.contains(s))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+        if let Some(field) = grammar_field.or(tools.as_ref().map(|_| "tools")) {
+            if beams.is_some() {
+                return Err(ApiError::param(
+                    field,
+                    format!("`{field}` does not combine with `use_beam_search`"),
+                ));
+            }
+        }
+        if grammar_field.is_some() && self.ignore_eos == Some(true) {
+            return Err(ApiError::param(
+                "ignore_eos",
+                "`ignore_eos` does not combine with a constrained output, which ends once complete",
+            ));
+        }
         if beams.is_none() && best_of > n && stream {
             return Err(ApiError::param(
                 "best_of",
@@ -454,6 +538,8 @@ impl ApiRequest {
             ));
         }
         Ok(GenSettings {
+            grammar_field,
+            tools,
             best_of,
             beams,
             explain,

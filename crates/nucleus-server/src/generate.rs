@@ -90,6 +90,7 @@ pub(crate) async fn generate(
         want_logprobs: s.sampling.logprobs.is_some(),
         want_explain: s.explain,
         include_usage: s.include_usage,
+        tools: s.tools.as_ref().map(|t| t.names.clone()),
     };
     if let Some(beams) = s.beams {
         let prompt = Prompt {
@@ -119,7 +120,14 @@ pub(crate) async fn generate(
             explain: s.explain,
         };
         // On failure the receivers already made are dropped, which cancels them.
-        rxs.push(st.engine.submit(req).map_err(submit_error)?);
+        let rx = st.engine.submit(req).map_err(|e| match &e {
+            SubmitError::Sampling(se) => s
+                .grammar_field
+                .and_then(|f| crate::structured::field_error(f, se))
+                .unwrap_or_else(|| submit_error(e)),
+            _ => submit_error(e),
+        })?;
+        rxs.push(rx);
     }
     let (mtx, mrx) = unbounded_channel();
     for (i, rx) in rxs.into_iter().enumerate() {

@@ -17,6 +17,8 @@ pub mod metrics;
 mod prompt;
 mod respond;
 mod routes;
+pub mod structured;
+pub mod tools;
 mod unsupported;
 
 use std::future::Future;

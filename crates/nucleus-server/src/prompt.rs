@@ -3,11 +3,12 @@
 
 use serde_json::Value;
 
-use nucleus::chat::Message;
+use nucleus::chat::{Message, ToolCall};
 use nucleus::engine::context::chat_keep_tokens;
 use nucleus::tokenizer::TokenId;
 
-use crate::api::{ApiRequest, Content};
+use crate::api::{ApiRequest, ChatMessage, Content};
+use crate::tools::ToolSettings;
 use crate::{ApiError, AppState};
 
 pub(crate) fn completion_prompt(st: &AppState, req: &ApiRequest) -> Result<Vec<TokenId>, ApiError> {
@@ -69,7 +70,55 @@ pub(crate) struct Prompt {
     pub param: &'static str,
 }
 
-pub(crate) fn chat_prompt(st: &AppState, req: &ApiRequest) -> Result<Prompt, ApiError> {
+/// An assistant message's `tool_calls`, with their `arguments` (a JSON string) as JSON values
+/// for the template (a string that is not JSON stays a string).
+fn tool_calls(i: usize, m: &ChatMessage) -> Result<Vec<ToolCall>, ApiError> {
+    let Some(calls) = &m.tool_calls else {
+        return Ok(Vec::new());
+    };
+    if m.role != "assistant" && !calls.is_empty() {
+        return Err(ApiError::param(
+            &format!("messages[{i}].tool_calls"),
+            "only assistant messages have `tool_calls`",
+        ));
+    }
+    calls
+        .iter()
+        .enumerate()
+        .map(|(j, c)| {
+            let field = format!("messages[{i}].tool_calls[{j}]");
+            let bad = || {
+                ApiError::param(
+                    &field,
+                    "a tool call is {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+                )
+            };
+            let f = c.get("function").ok_or_else(bad)?;
+            let name = f.get("name").and_then(Value::as_str).ok_or_else(bad)?;
+            let arguments = match f.get("arguments") {
+                None | Some(Value::Null) => Value::Object(Default::default()),
+                Some(Value::String(s)) => {
+                    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+                }
+                Some(v) => v.clone(),
+            };
+            Ok(ToolCall {
+                id: c.get("id").and_then(Value::as_str).unwrap_or_default().to_string(),
+                kind: "function".into(),
+                function: nucleus::chat::tools::FunctionCall {
+                    name: name.to_string(),
+                    arguments,
+                },
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn chat_prompt(
+    st: &AppState,
+    req: &ApiRequest,
+    tools: Option<&ToolSettings>,
+) -> Result<Prompt, ApiError> {
     let msgs = match &req.messages {
         Some(m) if !m.is_empty() => m,
         Some(_) => return Err(ApiError::param("messages", "`messages` must not be empty")),
@@ -112,11 +161,29 @@ pub(crate) fn chat_prompt(st: &AppState, req: &ApiRequest) -> Result<Prompt, Api
         } else {
             &m.role
         };
-        messages.push(Message::new(role, &content));
+        let mut msg = Message::new(role, &content);
+        msg.tool_calls = tool_calls(i, m)?;
+        if m.role == "tool" {
+            msg.tool_call_id = Some(m.tool_call_id.clone().ok_or_else(|| {
+                ApiError::param(
+                    &format!("messages[{i}].tool_call_id"),
+                    "a `tool` message needs the `tool_call_id` it answers",
+                )
+            })?);
+        }
+        msg.name = m.name.clone();
+        messages.push(msg);
+    }
+    let tools = tools.map(|t| t.tools.as_slice());
+    if tools.is_some() && !template.renders_tools() {
+        return Err(ApiError::param(
+            "tools",
+            "this model's chat template does not render tools",
+        ));
     }
     let encode = |msgs: &[Message], gen: bool| -> Result<Vec<TokenId>, ApiError> {
         let text = template
-            .render(msgs, gen)
+            .render_with_tools(msgs, tools, gen)
             .map_err(|e| ApiError::param("messages", e.to_string()))?;
         st.tokenizer
             .encode(&text, true, true)

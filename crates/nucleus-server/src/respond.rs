@@ -17,6 +17,7 @@ use nucleus::sampling::{Explain, FinishReason};
 use nucleus::tokenizer::{TokenId, Tokenizer};
 
 use crate::api::Endpoint;
+use crate::tools::ToolStream;
 use crate::{unix_now, ApiError, AppState};
 
 pub(crate) fn token_string(tok: &Tokenizer, id: TokenId) -> (String, Vec<u8>) {
@@ -86,6 +87,8 @@ pub(crate) struct Shape {
     pub want_logprobs: bool,
     pub want_explain: bool,
     pub include_usage: bool,
+    /// Chat with tools (their names): the output's calls become `tool_calls`.
+    pub tools: Option<Vec<String>>,
 }
 
 /// One token's [`Explain`] record: the candidates left after each stage of the sampler chain,
@@ -160,6 +163,7 @@ pub(crate) async fn collect_response(
         policy,
         want_logprobs,
         want_explain,
+        tools,
         ..
     } = shape;
     let mut choices: Vec<Choice> = (0..sampled).map(|_| Choice::default()).collect();
@@ -224,17 +228,26 @@ pub(crate) async fn collect_response(
         choices.truncate(n);
     }
     let finish = |c: &Choice| c.finish.map(FinishReason::as_str);
+    let mut new_id = || st.new_id("call");
     let out: Vec<Value> = choices
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let mut v = match ep {
-                Endpoint::Chat => json!({
-                    "index": i,
-                    "message": {"role": "assistant", "content": c.text},
-                    "logprobs": if want_logprobs { json!({"content": c.chat_lp}) } else { Value::Null },
-                    "finish_reason": finish(c),
-                }),
+                Endpoint::Chat => {
+                    let (message, reason) = if let Some(names) = &tools {
+                        let (m, calls) = crate::tools::message(&c.text, names, &mut new_id);
+                        (m, tool_finish(c.finish, calls))
+                    } else {
+                        (json!({"role": "assistant", "content": c.text}), finish(c))
+                    };
+                    json!({
+                        "index": i,
+                        "message": message,
+                        "logprobs": if want_logprobs { json!({"content": c.chat_lp}) } else { Value::Null },
+                        "finish_reason": reason,
+                    })
+                }
                 Endpoint::Completions => json!({
                     "index": i,
                     "text": c.text,
@@ -269,6 +282,14 @@ pub(crate) async fn collect_response(
     Ok(Json(body).into_response())
 }
 
+/// OpenAI's `tool_calls` finish reason when the output ended (not by length) with calls.
+fn tool_finish(f: Option<FinishReason>, calls: usize) -> Option<&'static str> {
+    match f {
+        Some(FinishReason::Stop) if calls > 0 => Some("tool_calls"),
+        other => other.map(FinishReason::as_str),
+    }
+}
+
 pub(crate) fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
@@ -287,6 +308,7 @@ pub(crate) fn stream_response(
         want_logprobs,
         want_explain,
         include_usage,
+        tools,
     } = shape;
     let (btx, brx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
     let created = unix_now();
@@ -312,6 +334,14 @@ pub(crate) fn stream_response(
         }
         sse(&v)
     };
+    let mut streams: Vec<Option<ToolStream>> = (0..n)
+        .map(|_| {
+            tools.as_ref().map(|names| {
+                let st = st.clone();
+                ToolStream::new(names.clone(), Box::new(move || st.new_id("call")))
+            })
+        })
+        .collect();
     tokio::spawn(async move {
         let mut offsets = vec![0usize; n];
         let mut completion = 0;
@@ -348,6 +378,25 @@ pub(crate) fn stream_response(
                         }
                     };
                     offsets[i] += t.text.len();
+                    if let Some(ts) = streams[i].as_mut() {
+                        // Tools: the text's deltas (content or tool_calls), the first with the
+                        // token's logprobs and explain.
+                        let mut deltas = ts.push(&t.text);
+                        if deltas.is_empty() && (lp.is_some() || ex.is_some()) {
+                            deltas.push(json!({}));
+                        }
+                        for (k, delta) in deltas.into_iter().enumerate() {
+                            let mut choice = json!({"index": i, "delta": delta, "logprobs": if k == 0 { logprobs.clone() } else { Value::Null }, "finish_reason": Value::Null});
+                            if let (Some(ex), 0) = (ex, k) {
+                                choice["explain"] =
+                                    json!([explain_json(&st.tokenizer, t.token, ex)]);
+                            }
+                            if btx.send(Ok(chunk(choice, None))).await.is_err() {
+                                return;
+                            }
+                        }
+                        continue;
+                    }
                     let mut choice = match ep {
                         Endpoint::Chat => {
                             json!({"index": i, "delta": {"content": t.text}, "logprobs": logprobs, "finish_reason": Value::Null})
@@ -365,7 +414,26 @@ pub(crate) fn stream_response(
                     completion += f.completion_tokens;
                     cached = cached.min(f.cached_tokens);
                     n_prompt = n_prompt.min(f.prompt_tokens);
-                    let reason = f.finish_reason.as_str();
+                    let mut reason = f.finish_reason.as_str();
+                    if let Some(ts) = streams[i].as_mut() {
+                        let mut deltas = ts.push(&f.text);
+                        deltas.extend(ts.finish());
+                        for delta in deltas {
+                            let choice = json!({"index": i, "delta": delta, "logprobs": Value::Null, "finish_reason": Value::Null});
+                            if btx.send(Ok(chunk(choice, None))).await.is_err() {
+                                return;
+                            }
+                        }
+                        reason = tool_finish(Some(f.finish_reason), ts.calls()).unwrap_or(reason);
+                    }
+                    let f = nucleus::engine::scheduler::Finished {
+                        text: if streams[i].is_some() {
+                            String::new()
+                        } else {
+                            f.text
+                        },
+                        ..f
+                    };
                     let mut choice = match ep {
                         Endpoint::Chat => {
                             let delta = if f.text.is_empty() {

@@ -13,11 +13,14 @@ use crate::ApiError;
 /// (field, what to do instead).
 const UNSUPPORTED: &[(&str, &str)] = &[
     // OpenAI
-    ("tools", "tool calls are not implemented"),
-    ("tool_choice", "tool calls are not implemented"),
-    ("functions", "function calls are not implemented"),
-    ("function_call", "function calls are not implemented"),
-    ("response_format", "structured output is not implemented"),
+    (
+        "functions",
+        "the legacy `functions` are not supported: use `tools`",
+    ),
+    (
+        "function_call",
+        "the legacy `function_call` is not supported: use `tool_choice`",
+    ),
     ("suffix", "insertion (`suffix`) is not supported"),
     ("audio", "audio output is not supported"),
     ("modalities", "only text output is supported"),
@@ -25,11 +28,11 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("reasoning_effort", "this model has no reasoning mode"),
     ("web_search_options", "web search is not supported"),
     // vLLM's extensions
-    ("guided_json", "structured output is not implemented"),
-    ("guided_regex", "structured output is not implemented"),
-    ("guided_grammar", "structured output is not implemented"),
-    ("guided_choice", "structured output is not implemented"),
-    ("structured_outputs", "structured output is not implemented"),
+    ("guided_choice", "use `guided_regex` or `guided_grammar`"),
+    (
+        "structured_outputs",
+        "use `response_format`, `guided_json`, `guided_regex` or `guided_grammar`",
+    ),
     ("min_tokens", "`min_tokens` is not supported"),
     (
         "stop_token_ids",
@@ -49,8 +52,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ),
     ("prompt_logprobs", "prompt logprobs are not supported"),
     // llama-server's extensions
-    ("grammar", "grammars are not implemented"),
-    ("json_schema", "structured output is not implemented"),
     ("n_predict", "use `max_tokens`"),
     ("n_probs", "use `logprobs`"),
     ("mirostat", "mirostat sampling is not implemented"),
@@ -79,13 +80,7 @@ fn is_neutral(field: &str, v: &Value) -> bool {
             "tfs_z" => x.as_f64() == Some(1.0),
             _ => false,
         },
-        Value::String(s) if field == "tool_choice" || field == "function_call" => {
-            s == "none" || s == "auto"
-        }
-        Value::String(s) if field == "grammar" => s.is_empty(),
-        Value::Object(o) if field == "response_format" => {
-            o.get("type").and_then(Value::as_str) == Some("text")
-        }
+        Value::String(s) if field == "function_call" => s == "none" || s == "auto",
         _ => false,
     }
 }
@@ -119,10 +114,13 @@ mod tests {
     #[test]
     fn fields_that_ask_for_something_are_named() {
         assert_eq!(
-            run(json!({"tools": [{"type": "function"}]})),
-            Err("tools".into())
+            run(json!({"functions": [{"name": "f"}]})),
+            Err("functions".into())
         );
-        assert_eq!(run(json!({"grammar": "root ::= x"})), Err("grammar".into()));
+        assert_eq!(
+            run(json!({"guided_choice": ["a"]})),
+            Err("guided_choice".into())
+        );
         assert_eq!(
             run(json!({"skip_special_tokens": false})),
             Err("skip_special_tokens".into())
@@ -131,20 +129,15 @@ mod tests {
             run(json!({"modalities": ["text", "audio"]})),
             Err("modalities".into())
         );
-        assert_eq!(
-            run(json!({"response_format": {"type": "json_object"}})),
-            Err("response_format".into())
-        );
     }
 
     #[test]
     fn defaults_and_unknown_fields_pass() {
         for v in [
-            json!({"tools": [], "tool_choice": "none", "functions": null}),
-            json!({"function_call": "none", "tool_choice": "auto"}),
-            json!({"grammar": "", "skip_special_tokens": true, "min_tokens": 0}),
+            json!({"functions": null, "function_call": "auto"}),
+            json!({"function_call": "none", "skip_special_tokens": true, "min_tokens": 0}),
             json!({"top_n_sigma": -1, "dynatemp_range": 0, "n_predict": -1, "tfs_z": 1}),
-            json!({"modalities": ["text"], "response_format": {"type": "text"}}),
+            json!({"modalities": ["text"]}),
             json!({"store": true, "service_tier": "auto", "cache_prompt": true}),
         ] {
             assert_eq!(run(v.clone()), Ok(()), "{v}");

@@ -111,17 +111,10 @@ fn unsupported_fields_that_change_the_output_are_named() {
     };
     let a = srv.addr;
     for (field, value) in [
-        (
-            "tools",
-            json!([{"type": "function", "function": {"name": "f"}}]),
-        ),
-        ("tool_choice", json!("required")),
-        ("response_format", json!({"type": "json_object"})),
-        (
-            "response_format",
-            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
-        ),
-        ("grammar", json!("root ::= \"a\"")),
+        ("functions", json!([{"name": "f"}])),
+        ("function_call", json!({"name": "f"})),
+        ("guided_choice", json!(["a", "b"])),
+        ("structured_outputs", json!({"regex": "a"})),
         ("mirostat", json!(2)),
         ("stop_token_ids", json!([5])),
     ] {
@@ -142,6 +135,8 @@ fn unsupported_fields_that_change_the_output_are_named() {
     // Their neutral values change nothing and pass.
     let mut req = hi();
     req["max_tokens"] = json!(2);
+    req["functions"] = json!([]);
+    req["function_call"] = json!("none");
     req["tools"] = json!([]);
     req["tool_choice"] = json!("none");
     req["grammar"] = json!("");

@@ -47,7 +47,7 @@ pub(crate) async fn chat_completions(
         let body = body_bytes(body)?;
         let req = api::parse(&body)?;
         let settings = req.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
-        let prompt = chat_prompt(&st, &req)?;
+        let prompt = chat_prompt(&st, &req, settings.tools.as_ref())?;
         generate(st.clone(), Endpoint::Chat, prompt, settings, t0).await
     }
     .await;

@@ -70,6 +70,35 @@ pub fn start_with(
     // The tiny model has no chat template; give it ChatML to test the chat route.
     state.template = Some(ChatTemplate::new(CHATML, "", "").unwrap());
     setup(&mut state);
+    Some(serve_state(state, engine))
+}
+
+/// A catalog model from the models directory (`$NUCLEUS_MODELS`), with its own chat template;
+/// `None` (skipped, with a message) when it is absent outside CI.
+pub fn start_catalog(name: &str, cfg: EngineConfig) -> Option<Server> {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let dir = std::env::var_os("NUCLEUS_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".cache/nucleus/models"));
+    let path = dir.join(format!("{name}.gguf"));
+    if !path.exists() {
+        if std::env::var_os("CI").is_some() {
+            panic!("{name} is missing at {}", path.display());
+        }
+        eprintln!("skipped: {name} is absent at {}", path.display());
+        return None;
+    }
+    let model = Arc::new(Model::load(&path, 0).unwrap());
+    let tok = Arc::new(Tokenizer::from_gguf(&model.file.metadata).unwrap());
+    let engine = Engine::start(model.clone(), tok.clone(), cfg);
+    let mut state = AppState::new(engine.clone(), tok, name, None);
+    state.model = Some(model);
+    Some(serve_state(state, engine))
+}
+
+fn serve_state(state: AppState, engine: EngineHandle) -> Server {
     let state = Arc::new(state);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
@@ -94,12 +123,12 @@ pub fn start_with(
             .unwrap();
         });
     });
-    Some(Server {
+    Server {
         addr: addr_rx.recv().unwrap(),
         engine,
         stop: Some(stop_tx),
         thread: Some(thread),
-    })
+    }
 }
 
 pub fn small() -> EngineConfig {

@@ -1,12 +1,27 @@
 //! Chat templates: the Jinja template stored in the GGUF (`tokenizer.chat_template`), rendered
 //! with minijinja and Python-compatible string methods, as Hugging Face renders it.
 
-use serde::{Deserialize, Serialize};
+mod pyjson;
+pub mod tools;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use tools::{ToolCall, ToolCallParser, ToolEvent, ToolSpec};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     pub role: String,
     pub content: String,
+    /// An assistant's calls (absent from the template's view when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// A `tool` message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A `tool` message: the function's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl Message {
@@ -14,6 +29,9 @@ impl Message {
         Message {
             role: role.to_string(),
             content: content.to_string(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
         }
     }
 }
@@ -30,6 +48,8 @@ pub enum ChatError {
 
 pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
+    /// The template renders the `tools` variable.
+    renders_tools: bool,
     bos: String,
     eos: String,
 }
@@ -49,6 +69,9 @@ impl ChatTemplate {
                 ))
             },
         );
+        // Hugging Face's `tojson` is Python's `json.dumps` (", " and ": ", no HTML escapes),
+        // which is what the models saw in training.
+        env.add_filter("tojson", pyjson::tojson);
         // Templates often trim the leading newline of blocks as Hugging Face's Jinja does.
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -56,6 +79,7 @@ impl ChatTemplate {
             .map_err(|e| ChatError::Template(e.to_string()))?;
         Ok(ChatTemplate {
             env,
+            renders_tools: source.contains("tools"),
             bos: bos.to_string(),
             eos: eos.to_string(),
         })
@@ -68,12 +92,29 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// Whether the template uses the `tools` it is given (Qwen2.5's does; many do not).
+    pub fn renders_tools(&self) -> bool {
+        self.renders_tools
+    }
+
+    /// [`render`](Self::render) with the functions the model may call (OpenAI's `tools`
+    /// entries, `{"type": "function", "function": {...}}`), as the template's `tools`.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&[Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         let tmpl = self
             .env
             .get_template("chat")
             .map_err(|e| ChatError::Template(e.to_string()))?;
         tmpl.render(minijinja::context! {
             messages => messages,
+            tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos,
             eos_token => self.eos,

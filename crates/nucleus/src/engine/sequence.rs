@@ -100,6 +100,17 @@ impl GenerateRequest {
         if self.prefill_chunk == 0 {
             return bad("prefill_chunk", "must be >= 1");
         }
+        if self.sampling.grammar.is_some() {
+            if self.beams > 1 {
+                return bad("beams", "beam search does not combine with a grammar");
+            }
+            if self.ignore_eos {
+                return bad(
+                    "ignore_eos",
+                    "a grammar ends the output with end-of-generation once complete",
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -165,7 +176,7 @@ impl<'t> Sequence<'t> {
         req: &GenerateRequest,
     ) -> Result<Self, SamplingError> {
         req.validate()?;
-        let sampler = Sampler::new(req.sampling.clone())?;
+        let sampler = Sampler::for_tokenizer(req.sampling.clone(), tokenizer)?;
         Ok(Self::with_sampler(tokenizer, prompt, req, sampler))
     }
 
@@ -228,11 +239,13 @@ impl<'t> Sequence<'t> {
 
     /// Append a token chosen elsewhere (the best beam of a beam search, a draft token accepted
     /// by speculative decoding): it goes through the detokenizer and the stop conditions as a
-    /// sampled one would, without logprob or explain records.
+    /// sampled one would, without logprob or explain records. (A grammar is advanced over it;
+    /// beam search, the one caller that forces tokens, is refused with a grammar.)
     pub fn accept_token(&mut self, token: TokenId) -> SequenceStep {
         if let Some(f) = self.finish_reason() {
             return self.finished_step(token, f);
         }
+        let _ = self.sampler.accept_forced(token);
         self.accept(token, None, None)
     }
 
@@ -352,6 +365,15 @@ impl<'t> Sequence<'t> {
 
     pub fn sampler(&self) -> &Sampler {
         &self.sampler
+    }
+
+    /// How many of `drafts` (proposed to follow the last token) the sequence's grammar accepts
+    /// in order: all of them without a grammar. Proposals past that would be rejected anyway.
+    pub fn grammar_valid_prefix(&mut self, drafts: &[TokenId]) -> usize {
+        match self.sampler.grammar_mut() {
+            Some(g) => g.valid_prefix(drafts),
+            None => drafts.len(),
+        }
     }
 }
 

@@ -4,6 +4,8 @@
 //!
 //! [`Sampler::sample`] applies these stages, in this order, to one logits vector:
 //!
+//! 0. **grammar** — with [`SamplingParams::grammar`], every token the grammar does not allow
+//!    next gets `-inf`, and the chosen token advances the grammar's parser (see [`grammar`]);
 //! 1. **logit bias** — `logit[t] += bias[t]` (`-inf` bans a token);
 //! 2. **repetition penalty** — for each distinct token among the last `repeat_last_n` of the
 //!    context: `logit > 0 ? logit / penalty : logit * penalty` (CTRL / llama.cpp form);
@@ -42,6 +44,7 @@
 //! - [`stop`]: EOS / stop strings / max-tokens checks with a streaming hold-back buffer.
 
 pub mod beam;
+pub mod grammar;
 pub mod logprobs;
 mod math;
 mod rng;
@@ -52,9 +55,11 @@ pub mod stop;
 pub(crate) mod stat_tests;
 
 pub use beam::{beam_search, BeamError, BeamId, BeamModel, BeamParams, Hypothesis};
+pub use grammar::{Grammar, GrammarCompiler, GrammarError, GrammarSpec};
 pub use rng::Rng;
 pub use stop::{FinishReason, StopChecker, StopConditions, StopStep};
 
+use crate::tokenizer::Tokenizer;
 use stages::{Candidates, Penalties};
 
 /// A token id, an index into the vocabulary and the logits vector.
@@ -75,6 +80,15 @@ pub enum SamplingError {
     TokenOutOfRange { token: TokenId, vocab: usize },
     #[error("invalid sampling parameter `{name}`: {reason}")]
     InvalidParam { name: &'static str, reason: String },
+    /// The grammar does not compile, or its parser failed.
+    #[error("grammar: {0}")]
+    Grammar(String),
+}
+
+impl From<GrammarError> for SamplingError {
+    fn from(e: GrammarError) -> Self {
+        SamplingError::Grammar(e.0)
+    }
 }
 
 /// Settings of the sampler chain. `Default` gives llama.cpp-like defaults.
@@ -113,6 +127,9 @@ pub struct SamplingParams {
     /// Report the chosen token's logprob and this many top alternatives (`Some(0)`: just the
     /// chosen one); `None` = off.
     pub logprobs: Option<usize>,
+    /// Constrain the output to a grammar (the chain's first stage); `None` = free text. A
+    /// sampler with a grammar is built with [`Sampler::for_tokenizer`].
+    pub grammar: Option<GrammarSpec>,
 }
 
 impl Default for SamplingParams {
@@ -132,6 +149,7 @@ impl Default for SamplingParams {
             seed: None,
             stream: 0,
             logprobs: None,
+            grammar: None,
         }
     }
 }
@@ -223,6 +241,8 @@ impl SamplingParams {
 pub enum Stage {
     /// The finite logits as given.
     Input,
+    /// After the grammar's mask.
+    Grammar,
     /// After logit bias, penalties and the n-gram ban (which can only mask tokens).
     Penalties,
     /// Temperature 0: the argmax, a set of one.
@@ -238,6 +258,7 @@ impl Stage {
     pub fn name(self) -> &'static str {
         match self {
             Stage::Input => "input",
+            Stage::Grammar => "grammar",
             Stage::Penalties => "penalties",
             Stage::Greedy => "greedy",
             Stage::Temperature => "temperature",
@@ -277,6 +298,7 @@ pub struct Sampled {
 /// sequence's, so that a seeded request gives the same text whatever else is batched with it.
 pub struct Sampler {
     params: SamplingParams,
+    grammar: Option<Grammar>,
     rng: Rng,
     explain: bool,
     cands: Candidates,
@@ -288,14 +310,44 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Validate `params` and build the chain.
+    /// Validate `params` and build the chain. A grammar needs the vocabulary: use
+    /// [`for_tokenizer`](Self::for_tokenizer).
     pub fn new(params: SamplingParams) -> Result<Self, SamplingError> {
+        if params.grammar.is_some() {
+            return Err(SamplingError::InvalidParam {
+                name: "grammar",
+                reason: "a grammar needs the vocabulary: build the sampler with \
+                         Sampler::for_tokenizer"
+                    .into(),
+            });
+        }
+        Self::build(params, None)
+    }
+
+    /// Validate `params` and build the chain, compiling its grammar (if any) for `tok`'s
+    /// vocabulary; a grammar that does not compile is [`SamplingError::Grammar`].
+    pub fn for_tokenizer(params: SamplingParams, tok: &Tokenizer) -> Result<Self, SamplingError> {
+        params.validate()?;
+        let grammar = match &params.grammar {
+            Some(spec) => Some(GrammarCompiler::for_tokenizer(tok)?.compile(spec)?),
+            None => None,
+        };
+        Self::build(params, grammar)
+    }
+
+    /// The chain with an already compiled `grammar` (from `params.grammar` or any other).
+    pub fn with_grammar(params: SamplingParams, grammar: Grammar) -> Result<Self, SamplingError> {
+        Self::build(params, Some(grammar))
+    }
+
+    fn build(params: SamplingParams, grammar: Option<Grammar>) -> Result<Self, SamplingError> {
         params.validate()?;
         let rng = params
             .seed
             .map_or_else(Rng::from_entropy, |s| Rng::for_stream(s, params.stream));
         Ok(Sampler {
             params,
+            grammar,
             rng,
             explain: false,
             cands: Candidates::default(),
@@ -309,6 +361,24 @@ impl Sampler {
 
     pub fn params(&self) -> &SamplingParams {
         &self.params
+    }
+
+    /// The grammar stage's parser, if the chain has one.
+    pub fn grammar(&self) -> Option<&Grammar> {
+        self.grammar.as_ref()
+    }
+
+    pub fn grammar_mut(&mut self) -> Option<&mut Grammar> {
+        self.grammar.as_mut()
+    }
+
+    /// Advances the grammar over a token chosen outside [`sample`](Self::sample) (a forced
+    /// token); no-op without a grammar. [`sample`](Self::sample) advances it itself.
+    pub fn accept_forced(&mut self, token: TokenId) -> Result<(), SamplingError> {
+        match &mut self.grammar {
+            Some(g) => Ok(g.accept(token)?),
+            None => Ok(()),
+        }
     }
 
     /// Turn on or off the [`Explain`] record in each [`Sampled`] (costs an extra pass over the
@@ -338,7 +408,8 @@ impl Sampler {
         }
 
         // Raw-distribution logprobs, before anything edits the logits.
-        let sparse_edits = !p.logit_bias.is_empty()
+        let edits = self.grammar.is_some()
+            || !p.logit_bias.is_empty()
             || !p.penalties().is_off()
             || (p.no_repeat_ngram > 0 && !context.is_empty());
         let mut lse = 0.0;
@@ -346,12 +417,18 @@ impl Sampler {
         if let Some(n) = p.logprobs {
             lse = logprobs::log_sum_exp(logits);
             top_logprobs = logprobs::top_logprobs(logits, n, lse, &mut self.top_buf);
-            if sparse_edits {
+            if edits {
                 self.raw.clear();
                 self.raw.extend_from_slice(logits);
             }
         }
 
+        if let Some(g) = &mut self.grammar {
+            g.apply_mask(logits)?;
+            if self.explain {
+                stages.push((Stage::Grammar, count_finite(logits)));
+            }
+        }
         stages::apply_logit_bias(logits, &p.logit_bias)?;
         stages::apply_penalties(
             logits,
@@ -408,13 +485,16 @@ impl Sampler {
         };
 
         let logprob = p.logprobs.map(|_| {
-            let raw = if sparse_edits {
+            let raw = if edits {
                 self.raw[token as usize]
             } else {
                 logits[token as usize]
             };
             (raw as f64 - lse) as f32
         });
+        if let Some(g) = &mut self.grammar {
+            g.accept(token)?;
+        }
         Ok(Sampled {
             token,
             logprob,

@@ -329,6 +329,8 @@ struct Shared {
     counters: Counters,
     cfg: EngineConfig,
     n_vocab: usize,
+    /// For compiling grammars at submission.
+    tokenizer: Arc<Tokenizer>,
 }
 
 /// The engine: use [`Engine::start`] to get a handle.
@@ -367,6 +369,7 @@ impl Engine {
             counters: Counters::default(),
             cfg,
             n_vocab: model.hp.n_vocab,
+            tokenizer: tokenizer.clone(),
         });
         shared
             .counters
@@ -459,7 +462,8 @@ impl EngineHandle {
             ..GenerateRequest::default()
         };
         gen.validate()?;
-        let sampler = Sampler::new(gen.sampling.clone())?;
+        // (A grammar is compiled here, on the caller's thread: its errors come back at once.)
+        let sampler = Sampler::for_tokenizer(gen.sampling.clone(), &self.shared.tokenizer)?;
         let mut hashes = Vec::new();
         if cfg.prefix_caching {
             let class = |i| arithmetic_class(prompt_slot(prompt, i));

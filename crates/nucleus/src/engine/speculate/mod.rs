@@ -248,6 +248,9 @@ impl<'p> Speculator<'p> {
                 self.length.time_proposal(want, t.elapsed().as_secs_f64());
             }
             drafts.truncate(want);
+            // Proposals the grammar forbids would be rejected: do not compute them.
+            let valid = seq.grammar_valid_prefix(&drafts);
+            drafts.truncate(valid);
             if drafts.is_empty() {
                 let t = Instant::now();
                 logits.clear();

@@ -40,7 +40,11 @@ impl Scheduler<'_> {
             if k == 0 {
                 continue;
             }
-            s.drafts = self.ngram.lookup(s.tokens(), k);
+            let mut drafts = self.ngram.lookup(s.tokens(), k);
+            // Proposals the grammar forbids would be rejected: do not compute them.
+            let valid = s.seq.grammar_valid_prefix(&drafts);
+            drafts.truncate(valid);
+            s.drafts = drafts;
             *left -= s.drafts.len();
         }
     }
