@@ -76,6 +76,16 @@ pub fn start_with(
 /// A catalog model from the models directory (`$NUCLEUS_MODELS`), with its own chat template;
 /// `None` (skipped, with a message) when it is absent outside CI.
 pub fn start_catalog(name: &str, cfg: EngineConfig) -> Option<Server> {
+    start_catalog_in(name, cfg, nucleus::model::Arithmetic::from_env())
+}
+
+/// [`start_catalog`] with the model computing in `arithmetic`.
+#[allow(dead_code)]
+pub fn start_catalog_in(
+    name: &str,
+    cfg: EngineConfig,
+    arithmetic: nucleus::model::Arithmetic,
+) -> Option<Server> {
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .unwrap_or_default();
@@ -90,7 +100,7 @@ pub fn start_catalog(name: &str, cfg: EngineConfig) -> Option<Server> {
         eprintln!("skipped: {name} is absent at {}", path.display());
         return None;
     }
-    let model = Arc::new(Model::load(&path, 0).unwrap());
+    let model = Arc::new(Model::load_with(&path, 0, arithmetic).unwrap());
     let tok = Arc::new(Tokenizer::from_gguf(&model.file.metadata).unwrap());
     let engine = Engine::start(model.clone(), tok.clone(), cfg);
     let mut state = AppState::new(engine.clone(), tok, name, None);
