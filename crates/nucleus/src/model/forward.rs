@@ -5,7 +5,9 @@
 //! All tokens of a batch go through each matrix product together (prefill chunks and the
 //! decode steps of many sequences alike), so every weight row read serves the whole batch.
 
-use crate::kernels::interleaved::{matmul_packed, Arithmetic, PackedActs};
+use crate::kernels::interleaved::{
+    matmul_packed, matmul_packed_many, Arithmetic, PackedActs, PackedMatrix,
+};
 use crate::kernels::matmul::{matmul_rows, PromptSlot, QuantizedActs};
 use crate::kernels::ops;
 use crate::kv_cache::{KvCache, KvSlot, SeqId};
@@ -314,26 +316,15 @@ impl Model {
             );
             dump("attn_norm", il, &st.xb[..n * e]);
             st.acts.invalidate();
-            self.project(
+            self.project_many(
                 &mut st.acts,
-                &layer.wq,
+                [
+                    (&layer.wq, &mut st.q[..]),
+                    (&layer.wk, &mut st.k[..]),
+                    (&layer.wv, &mut st.v[..]),
+                ],
                 (&st.xb, &batch.prompt),
                 n,
-                &mut st.q,
-            );
-            self.project(
-                &mut st.acts,
-                &layer.wk,
-                (&st.xb, &batch.prompt),
-                n,
-                &mut st.k,
-            );
-            self.project(
-                &mut st.acts,
-                &layer.wv,
-                (&st.xb, &batch.prompt),
-                n,
-                &mut st.v,
             );
             for (buf, bias, dim) in [
                 (&mut st.q, &layer.bq, q_dim),
@@ -434,14 +425,15 @@ impl Model {
                 e,
             );
             st.acts.invalidate();
-            self.project(
+            self.project_many(
                 &mut st.acts,
-                &layer.w_gate,
+                [
+                    (&layer.w_gate, &mut st.gate[..]),
+                    (&layer.w_up, &mut st.up[..]),
+                ],
                 (&st.xb, slots),
                 m,
-                &mut st.gate,
             );
-            self.project(&mut st.acts, &layer.w_up, (&st.xb, slots), m, &mut st.up);
             dump("ffn_norm", il, &st.xb[..m * e]);
             dump("ffn_gate", il, &st.gate[..m * hp.n_ff]);
             dump("ffn_up", il, &st.up[..m * hp.n_ff]);
@@ -528,6 +520,35 @@ impl Model {
                 matmul_rows(&self.pool, &w.q(&self.file), q, y, slots);
             }
         }
+    }
+
+    /// [`Self::project`] for matrices that read the same input: in nucleus's arithmetic, when
+    /// all are repacked, one pass of the thread pool for all of them (the same bits).
+    fn project_many<const N: usize>(
+        &self,
+        acts: &mut ActsCache,
+        products: [(&Matrix, &mut [f32]); N],
+        (x, slots): (&[f32], &[PromptSlot]),
+        n: usize,
+    ) {
+        let packed =
+            self.arithmetic == Arithmetic::Fast && products.iter().all(|(w, _)| w.packed.is_some());
+        if !packed {
+            for (w, y) in products {
+                self.project(acts, w, (x, slots), n, y);
+            }
+            return;
+        }
+        let cols = products[0].0.cols;
+        let (q, pa) = acts.get_packed(&x[..n * cols], n, cols);
+        let mut list: Vec<(&PackedMatrix, &mut [f32])> = products
+            .into_iter()
+            .map(|(w, y)| {
+                let p = w.packed.as_deref().expect("checked above");
+                (p, &mut y[..n * w.rows])
+            })
+            .collect();
+        matmul_packed_many(&self.pool, &mut list, q, pa);
     }
 
     /// Attention for every (token, head) of the batch, spread over the thread pool.

@@ -220,16 +220,37 @@ pub fn matmul_packed(
     acts: &PackedActs,
     y: &mut [f32],
 ) {
-    matmul_packed_with(pool, w, x, acts, y, true)
+    matmul_packed_with(pool, &mut [(w, y)], x, acts, true)
 }
 
-/// [`matmul_packed`], with the SIMD kernels or (`simd` false) the scalar ones.
-fn matmul_packed_with(
+/// [`matmul_packed`] for several matrices that read the same input (q, k and v; gate and up),
+/// in one pass of the thread pool: the same bits as one call each.
+pub fn matmul_packed_many(
     pool: &ThreadPool,
-    w: &PackedMatrix,
+    products: &mut [(&PackedMatrix, &mut [f32])],
     x: &QuantizedActs,
     acts: &PackedActs,
-    y: &mut [f32],
+) {
+    matmul_packed_with(pool, products, x, acts, true)
+}
+
+/// One matrix of a [`matmul_packed_with`] call, as its work items see it.
+struct Product<'a> {
+    w: &'a PackedMatrix,
+    out: OutPtr,
+    tile_fn: TileFn,
+    /// Q5_0 with at most one tile of tokens on AVX2: unpacked in registers (decode).
+    q5_stored: bool,
+    /// The first work item of this matrix among all of the call's.
+    first_chunk: usize,
+}
+
+/// The products, with the SIMD kernels or (`simd` false) the scalar ones.
+fn matmul_packed_with(
+    pool: &ThreadPool,
+    products: &mut [(&PackedMatrix, &mut [f32])],
+    x: &QuantizedActs,
+    acts: &PackedActs,
     simd: bool,
 ) {
     let nt = x.n_tokens();
@@ -238,33 +259,41 @@ fn matmul_packed_with(
         GgmlType::Q8_0,
         "matmul_packed: activations must be Q8_0"
     );
-    assert_eq!(x.cols(), w.cols(), "matmul_packed: activation width");
-    assert_eq!(y.len(), nt * w.rows(), "matmul_packed: output size");
-    let blocks = w.cols() / QK;
+    let blocks = x.cols() / QK;
     assert_eq!(
         acts.scales.len(),
         nt * blocks,
         "matmul_packed: acts not prepared"
     );
-    if nt == 0 {
+    let mut n_chunks = 0;
+    let mut list = Vec::with_capacity(products.len());
+    for (w, y) in products.iter_mut() {
+        assert_eq!(x.cols(), w.cols(), "matmul_packed: activation width");
+        assert_eq!(y.len(), nt * w.rows(), "matmul_packed: output size");
+        let q5_stored = cfg!(target_arch = "x86_64")
+            && simd
+            && nt <= TILE_TOKENS
+            && w.ty() == GgmlType::Q5_0
+            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2;
+        list.push(Product {
+            w,
+            out: OutPtr(y.as_mut_ptr()),
+            tile_fn: tile_kernel(w.ty(), simd),
+            q5_stored,
+            first_chunk: n_chunks,
+        });
+        n_chunks += (w.rows() / GROUP_ROWS).div_ceil(GROUPS_PER_CHUNK);
+    }
+    if nt == 0 || n_chunks == 0 {
         return;
     }
-    let tile_fn = tile_kernel(w.ty(), simd);
-    #[cfg(target_arch = "x86_64")]
-    let q5_stored = simd
-        && nt <= TILE_TOKENS
-        && w.ty() == GgmlType::Q5_0
-        && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2;
     let unpack: UnpackFn = if simd {
         pack::unpack_group
     } else {
         pack::unpack_group_scalar
     };
-    let groups = w.rows() / GROUP_ROWS;
-    let n_chunks = groups.div_ceil(GROUPS_PER_CHUNK);
     let next = AtomicUsize::new(0);
-    let out = OutPtr(y.as_mut_ptr());
-    let rows = w.rows();
+    let list = &list;
     let work = |_: usize, _: usize| {
         let per_group = GROUP_ROWS * QK * blocks;
         let mut scales = vec![0f32; GROUPS_PER_CHUNK * GROUP_ROWS * blocks];
@@ -274,6 +303,10 @@ fn matmul_packed_with(
             if c >= n_chunks {
                 break;
             }
+            let p = &list[list.partition_point(|p| p.first_chunk <= c) - 1];
+            let (w, out, rows) = (p.w, p.out, p.w.rows());
+            let groups = rows / GROUP_ROWS;
+            let c = c - p.first_chunk;
             let (g0, g1) = (
                 c * GROUPS_PER_CHUNK,
                 ((c + 1) * GROUPS_PER_CHUNK).min(groups),
@@ -281,7 +314,7 @@ fn matmul_packed_with(
             // One tile of tokens (decode) on Q5_0 with AVX2: the values are unpacked in
             // registers, never stored.
             #[cfg(target_arch = "x86_64")]
-            if q5_stored {
+            if p.q5_stored {
                 for g in g0..g1 {
                     let tile = Tile {
                         blocks,
@@ -293,7 +326,8 @@ fn matmul_packed_with(
                         out: out.at(g * GROUP_ROWS),
                         out_stride: rows,
                     };
-                    // SAFETY: as below, with tokens 0..nt (nt <= 4) and the stored group g.
+                    // SAFETY: as below, with tokens 0..nt (nt <= 4) and the stored group g;
+                    // `q5_stored` implies AVX2.
                     unsafe { x86::tile_q5_stored(w.group(g), &tile) };
                 }
                 continue;
@@ -324,17 +358,18 @@ fn matmul_packed_with(
                         };
                         // SAFETY: tokens t..t+nx < nt are rows of `x` (stride row_bytes) and
                         // of `acts` (stride `blocks`, sizes checked above); the view holds
-                        // `blocks` blocks; outputs t·rows + 8g .. +8 lie inside `y` (size
-                        // checked) and no other thread writes group g; the kernel matches the
-                        // CPU (`tile_kernel`).
-                        unsafe { tile_fn(view, &tile) };
+                        // `blocks` blocks; outputs t·rows + 8g .. +8 lie inside this product's
+                        // `y` (size checked) and no other thread writes group g of it; the
+                        // kernel matches the CPU (`tile_kernel`).
+                        unsafe { (p.tile_fn)(view, &tile) };
                         t += nx;
                     }
                 }
             }
         }
     };
-    if nt * w.rows() * w.cols() < (1 << 15) {
+    let macs: usize = list.iter().map(|p| nt * p.w.rows() * p.w.cols()).sum();
+    if macs < (1 << 15) {
         work(0, 1);
     } else {
         pool.run(work);

@@ -121,8 +121,8 @@ fn simd_matches_scalar_and_tokens_do_not_depend_on_each_other() {
             let nt = 9;
             let (x, xa) = acts(&mut rng, nt, cols);
             let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
-            matmul_packed_with(&pool, &w, &x, &xa, &mut simd, true);
-            matmul_packed_with(&pool, &w, &x, &xa, &mut scalar, false);
+            matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &xa, true);
+            matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &xa, false);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(&simd),
@@ -208,6 +208,54 @@ fn products_are_the_dot_products_to_rounding() {
                     "{ty} token {t} row {r}: {got} vs {exact} (magnitude {mag})"
                 );
             }
+        }
+    }
+}
+
+/// Several matrices in one pass give the bits of one call each, for one token and for many.
+#[test]
+fn products_in_one_pass_match_one_call_each() {
+    let mut rng = Rng(14);
+    let pool = ThreadPool::new(2);
+    let cols = 896;
+    let shapes = [
+        (GgmlType::Q5_0, 896),
+        (GgmlType::Q5_0, 128),
+        (GgmlType::Q8_0, 136),
+    ];
+    let data: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(ty, rows)| matrix(&mut rng, ty, rows, cols))
+        .collect();
+    let ws: Vec<PackedMatrix> = shapes
+        .iter()
+        .zip(&data)
+        .map(|(&(ty, rows), d)| {
+            pack(&QMatrix {
+                ty,
+                data: d,
+                rows,
+                cols,
+            })
+            .unwrap()
+        })
+        .collect();
+    for nt in [1, 3, 37] {
+        let (x, xa) = acts(&mut rng, nt, cols);
+        let mut together: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; nt * w.rows()]).collect();
+        {
+            let mut products: Vec<(&PackedMatrix, &mut [f32])> = ws
+                .iter()
+                .zip(together.iter_mut())
+                .map(|(w, y)| (w, y.as_mut_slice()))
+                .collect();
+            matmul_packed_many(&pool, &mut products, &x, &xa);
+        }
+        for (w, got) in ws.iter().zip(&together) {
+            let mut alone = vec![0f32; nt * w.rows()];
+            matmul_packed(&pool, w, &x, &xa, &mut alone);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(got), bits(&alone), "{} rows, {nt} tokens", w.rows());
         }
     }
 }
