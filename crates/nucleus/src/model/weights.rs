@@ -136,7 +136,7 @@ impl Weights {
         Ok(w)
     }
 
-    /// Repacks every matrix that [`pack`] takes, the matrices spread over the cores.
+    /// Repacks every layer matrix that [`pack`] takes, the matrices spread over the cores.
     fn pack(&mut self, file: &GgufFile) {
         let mut todo: Vec<&mut Matrix> = self
             .layers
@@ -153,7 +153,10 @@ impl Weights {
                 ]
             })
             .collect();
-        todo.push(&mut self.output);
+        // Not the output projection: it computes the few rows that want logits (one per
+        // sequence in decode and at a prompt's end), where its stream of weights from memory is
+        // the cost, and llama.cpp's one-row kernel streams it faster (measured with
+        // `matmul_bench`, MATMUL_SHAPE=262144,640).
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = todo.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {

@@ -243,6 +243,8 @@ struct Product<'a> {
     q5_stored: bool,
     /// The first work item of this matrix among all of the call's.
     first_chunk: usize,
+    /// Groups per work item.
+    chunk_groups: usize,
 }
 
 /// The products, with the SIMD kernels or (`simd` false) the scalar ones.
@@ -275,14 +277,24 @@ fn matmul_packed_with(
             && nt <= TILE_TOKENS
             && w.ty() == GgmlType::Q5_0
             && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2;
+        let groups = w.rows() / GROUP_ROWS;
+        // Many tokens: a few groups per item, unpacked once for every token block. One tile
+        // (decode): items of about 1/32 of a thread's share, so that a large matrix with short
+        // rows (an output projection) is not all overhead.
+        let chunk_groups = if nt <= TILE_TOKENS {
+            (groups / (32 * pool.n_threads())).clamp(GROUPS_PER_CHUNK, 256)
+        } else {
+            GROUPS_PER_CHUNK
+        };
         list.push(Product {
             w,
             out: OutPtr(y.as_mut_ptr()),
             tile_fn: tile_kernel(w.ty(), simd),
             q5_stored,
             first_chunk: n_chunks,
+            chunk_groups,
         });
-        n_chunks += (w.rows() / GROUP_ROWS).div_ceil(GROUPS_PER_CHUNK);
+        n_chunks += groups.div_ceil(chunk_groups);
     }
     if nt == 0 || n_chunks == 0 {
         return;
@@ -308,13 +320,11 @@ fn matmul_packed_with(
             let groups = rows / GROUP_ROWS;
             let c = c - p.first_chunk;
             let (g0, g1) = (
-                c * GROUPS_PER_CHUNK,
-                ((c + 1) * GROUPS_PER_CHUNK).min(groups),
+                c * p.chunk_groups,
+                ((c + 1) * p.chunk_groups).min(groups),
             );
-            // One tile of tokens (decode) on Q5_0 with AVX2: the values are unpacked in
-            // registers, never stored.
-            #[cfg(target_arch = "x86_64")]
-            if p.q5_stored {
+            if nt <= TILE_TOKENS {
+                // One tile of tokens (decode): a group at a time.
                 for g in g0..g1 {
                     let tile = Tile {
                         blocks,
@@ -326,9 +336,20 @@ fn matmul_packed_with(
                         out: out.at(g * GROUP_ROWS),
                         out_stride: rows,
                     };
-                    // SAFETY: as below, with tokens 0..nt (nt <= 4) and the stored group g;
-                    // `q5_stored` implies AVX2.
-                    unsafe { x86::tile_q5_stored(w.group(g), &tile) };
+                    // Q5_0 on AVX2: the values are unpacked in registers, never stored.
+                    #[cfg(target_arch = "x86_64")]
+                    if p.q5_stored {
+                        // SAFETY: tokens 0..nt (nt <= 4) are rows of `x` and `acts`; the stored
+                        // group g holds `blocks` blocks; outputs 8g..8g+8 of each token lie in
+                        // this product's `y`, written by this thread only; `q5_stored`
+                        // implies AVX2.
+                        unsafe { x86::tile_q5_stored(w.group(g), &tile) };
+                        continue;
+                    }
+                    let (s, u) = (&mut scales[..GROUP_ROWS * blocks], &mut unpacked[..per_group]);
+                    let view = GroupView::new(w.ty(), blocks, w.group(g), s, u, unpack);
+                    // SAFETY: as for the tile below, with tokens 0..nt.
+                    unsafe { (p.tile_fn)(&view, &tile) };
                 }
                 continue;
             }

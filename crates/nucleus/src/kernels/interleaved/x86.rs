@@ -4,6 +4,9 @@
 use std::arch::x86_64::*;
 
 use super::{GroupView, Tile, GROUP_ROWS};
+
+/// How far ahead of the block being computed the weights are prefetched, in bytes.
+const PREFETCH: usize = 1024;
 use crate::quant::GgmlType;
 
 /// Q5_0 groups: `vpmaddubsw` of the unsigned five-bit values by the signed activations (a pair
@@ -55,6 +58,12 @@ unsafe fn tile_nx<const U5: bool, const NX: usize>(group: &GroupView, t: &Tile) 
         for b in 0..t.blocks {
             let ws = _mm256_loadu_ps(sp.add(GROUP_ROWS * b));
             let qb = vp.add(group.stride * b);
+            // Weights stream from memory in decode: ask for them a few blocks ahead (past the
+            // group's end this is the next group, which is next in memory; a prefetch never
+            // faults).
+            for l in 0..5 {
+                _mm_prefetch::<_MM_HINT_T0>(qb.add(PREFETCH + 64 * l) as *const i8);
+            }
             let x_at = |n: usize, k: usize| {
                 let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
                 _mm256_set1_epi32(p.read_unaligned())
@@ -129,6 +138,9 @@ unsafe fn q5_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
     unsafe {
         for b in 0..t.blocks {
             let s = stored.as_ptr().add(176 * b);
+            for l in 0..3 {
+                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
+            }
             let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
             let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
             let x_at = |n: usize, k: usize| {
