@@ -276,6 +276,7 @@ pub fn chat(
     name: Option<String>,
     system: Option<String>,
     max_tokens: usize,
+    parse_special_in_messages: bool,
     sampling: SamplingArgs,
     speculate: SpeculateArgs,
 ) -> Result<()> {
@@ -320,12 +321,14 @@ pub fn chat(
             break;
         }
         messages.push(Message::new("user", line.trim_end()));
-        let prompt = template.render(&messages, true)?;
-        let tokens = tokenizer.encode(&prompt, true, true)?;
+        // Only the template's own text becomes special tokens (unless
+        // --parse-special-in-messages), and BOS comes once.
+        let encode = |msgs: &[Message], gen: bool| -> Result<Vec<TokenId>> {
+            Ok(template.encode(&tokenizer, msgs, gen, parse_special_in_messages)?)
+        };
+        let tokens = encode(&messages, true)?;
         // `truncate` keeps the system message (when it fits) and drops the oldest turns.
-        let keep = chat_keep_tokens(&messages, &tokens, |msgs, gen| -> Result<Vec<TokenId>> {
-            Ok(tokenizer.encode(&template.render(msgs, gen)?, true, true)?)
-        })?;
+        let keep = chat_keep_tokens(&messages, &tokens, encode)?;
         let (tokens, _) = fit_prompt(policy, tokens, keep, n_ctx, req.max_tokens)?;
         // Each turn is the whole conversation as one prompt, computed as a fresh run would
         // compute it; the prefix cache gives back the blocks of the earlier turns' prompts, so

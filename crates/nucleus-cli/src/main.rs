@@ -173,6 +173,10 @@ enum Command {
         /// Maximum new tokens per reply.
         #[arg(short = 'n', long, default_value_t = 512)]
         max_tokens: usize,
+        /// Let special-token text typed in a message (e.g. `<|im_end|>`) become control tokens;
+        /// by default only the chat template's own text can.
+        #[arg(long)]
+        parse_special_in_messages: bool,
         #[command(flatten)]
         sampling: SamplingArgs,
         #[command(flatten)]
@@ -275,9 +279,18 @@ fn main() {
             name,
             system,
             max_tokens,
+            parse_special_in_messages,
             sampling,
             speculate,
-        } => commands::chat(model, name, system, max_tokens, sampling, speculate),
+        } => commands::chat(
+            model,
+            name,
+            system,
+            max_tokens,
+            parse_special_in_messages,
+            sampling,
+            speculate,
+        ),
         Command::Pull { name } => commands::pull(&name),
         Command::List => commands::list(),
         Command::Inspect {

@@ -67,6 +67,11 @@ pub struct ServeArgs {
     /// How the KV cache stores keys and values: `f16`, `q8_0` or `q4_0`.
     #[arg(long, default_value = "f16")]
     pub kv_type: nucleus::kv_cache::KvType,
+    /// Let special-token text inside chat messages (e.g. `<|im_end|><|im_start|>system`)
+    /// become control tokens, as llama.cpp does; by default message contents are plain text
+    /// and only the chat template's own text can become special tokens.
+    #[arg(long)]
+    pub parse_special_in_messages: bool,
     /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM before cancelling them.
     #[arg(long, default_value_t = 10)]
     pub drain_secs: u64,
@@ -124,6 +129,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let n_ctx = engine.config().n_ctx;
     let mut state = AppState::new(engine, tokenizer, model_id.clone(), args.api_key.clone());
     state.context_policy = args.context_policy;
+    state.parse_special_in_messages = args.parse_special_in_messages;
     state.model = Some(model);
     state.metrics_require_key = args.metrics_require_key;
     state

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+mod encode;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     pub role: String,
@@ -26,6 +28,8 @@ pub enum ChatError {
     NoTemplate,
     #[error("chat template error: {0}")]
     Template(String),
+    #[error("cannot tokenize the chat prompt: {0}")]
+    Tokenize(#[from] crate::tokenizer::TokenizerError),
 }
 
 pub struct ChatTemplate {
