@@ -2,6 +2,7 @@
 
 mod catalog;
 mod commands;
+mod limits;
 mod perplexity;
 mod pull;
 mod serve;
@@ -29,9 +30,14 @@ pub struct ModelArgs {
     /// Threads for the forward pass (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     pub threads: usize,
-    /// Context window in tokens (default: the model's, capped at 4096).
+    /// Context window in tokens (default: the model's, capped at 4096). Above the model's
+    /// training context only with --allow-long-context.
     #[arg(long)]
     pub ctx: Option<usize>,
+    /// Accept a --ctx above the model's training context (`context_length`): positions it was
+    /// never trained on, where the output degrades (no RoPE scaling is applied).
+    #[arg(long)]
+    pub allow_long_context: bool,
     /// Compute every prompt in full (by default a prompt that starts like an earlier one of
     /// the same process, such as the conversation so far in `chat`, reuses its KV blocks;
     /// the output is the same either way). `bench` never reuses.
