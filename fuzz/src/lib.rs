@@ -93,13 +93,21 @@ pub fn check_tokenizer(tok: &Tokenizer, data: &[u8]) {
         .encode(&text, false, false)
         .expect("encoded once already");
     // Plain text round-trips (byte-level BPE and SPM with byte fallback lose nothing; SPM adds
-    // its space prefix).
+    // its space prefix, and decodes its space marker "▁" as a space, typed or not, as
+    // SentencePiece and llama.cpp do).
     let decoded = tok.decode(&plain, false);
     let unk = tok.unk().is_some_and(|u| plain.contains(&u));
     if !unk {
         let want = match tok.kind() {
-            VocabKind::Spm if tok.add_space_prefix() && !text.is_empty() => format!(" {text}"),
-            _ => text.to_string(),
+            VocabKind::Spm => {
+                let t = text.replace('▁', " ");
+                if tok.add_space_prefix() && !text.is_empty() {
+                    format!(" {t}")
+                } else {
+                    t
+                }
+            }
+            VocabKind::Bpe => text.to_string(),
         };
         assert_eq!(decoded, want, "decode(encode(text)) != text");
     }
