@@ -43,6 +43,7 @@ pub(crate) struct Loaded {
 
 /// Loads the model at `path` and builds its tokenizer.
 pub(crate) fn load_path(path: &std::path::Path, threads: usize) -> Result<Loaded> {
+    crate::limits::threads(threads)?;
     let model =
         Model::load(path, threads).with_context(|| format!("cannot load {}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&model.file.metadata)
@@ -57,8 +58,8 @@ fn load(args: &ModelArgs, spec: Option<&str>) -> Result<Loaded> {
     )
 }
 
-fn context_size(args: &ModelArgs, model: &Model) -> usize {
-    args.ctx.unwrap_or(model.hp.n_ctx_train.min(4096))
+fn context_size(args: &ModelArgs, model: &Model) -> Result<usize> {
+    crate::limits::context(args.ctx, args.allow_long_context, model)
 }
 
 impl SamplingArgs {
@@ -214,7 +215,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if prompt_tokens.is_empty() {
         bail!("the prompt is empty");
     }
-    let n_ctx = context_size(&args.model, &model);
+    let n_ctx = context_size(&args.model, &model)?;
     let policy = policy_of(&args.model, ContextPolicy::Error);
     let method = args.speculate.method(req.beams)?;
     let draft = args.speculate.load_draft(method, args.model.threads)?;
@@ -277,6 +278,7 @@ pub fn chat(
     name: Option<String>,
     system: Option<String>,
     max_tokens: usize,
+    parse_special_in_messages: bool,
     sampling: SamplingArgs,
     speculate: SpeculateArgs,
 ) -> Result<()> {
@@ -293,7 +295,7 @@ pub fn chat(
             .to_string()
     };
     let template = ChatTemplate::new(source, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?;
-    let n_ctx = context_size(&args, &model);
+    let n_ctx = context_size(&args, &model)?;
     // Beams do not stream: with --beams the default stays `error`.
     let default = if req.beams > 1 {
         ContextPolicy::Error
@@ -321,12 +323,14 @@ pub fn chat(
             break;
         }
         messages.push(Message::new("user", line.trim_end()));
-        let prompt = template.render(&messages, true)?;
-        let tokens = tokenizer.encode(&prompt, true, true)?;
+        // Only the template's own text becomes special tokens (unless
+        // --parse-special-in-messages), and BOS comes once.
+        let encode = |msgs: &[Message], gen: bool| -> Result<Vec<TokenId>> {
+            Ok(template.encode(&tokenizer, msgs, gen, parse_special_in_messages)?)
+        };
+        let tokens = encode(&messages, true)?;
         // `truncate` keeps the system message (when it fits) and drops the oldest turns.
-        let keep = chat_keep_tokens(&messages, &tokens, |msgs, gen| -> Result<Vec<TokenId>> {
-            Ok(tokenizer.encode(&template.render(msgs, gen)?, true, true)?)
-        })?;
+        let keep = chat_keep_tokens(&messages, &tokens, encode)?;
         let (tokens, _) = fit_prompt(policy, tokens, keep, n_ctx, req.max_tokens)?;
         // Each turn is the whole conversation as one prompt, computed as a fresh run would
         // compute it; the prefix cache gives back the blocks of the earlier turns' prompts, so
@@ -503,6 +507,13 @@ pub fn inspect_memory(spec: &str, ctx: Option<usize>, kv_type: KvType) -> Result
         "  total of the above    {:>10}  (the process also holds the tokenizer's tables and the runtime)",
         mb(plan.total_bytes())
     );
+    if let Some(avail) = nucleus::model::available_memory() {
+        println!(
+            "  available now         {:>10}  (MemAvailable, or the cgroup's limit; `run`, `chat` and `serve` refuse a KV cache and scratch beyond it: {})",
+            mb(avail as usize),
+            if plan.check_available().is_ok() { "fits" } else { "does NOT fit" }
+        );
+    }
     Ok(())
 }
 

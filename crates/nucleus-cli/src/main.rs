@@ -2,6 +2,7 @@
 
 mod catalog;
 mod commands;
+mod limits;
 mod perplexity;
 mod pull;
 mod serve;
@@ -34,9 +35,14 @@ pub struct ModelArgs {
     /// Threads for the forward pass (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     pub threads: usize,
-    /// Context window in tokens (default: the model's, capped at 4096).
+    /// Context window in tokens (default: the model's, capped at 4096). Above the model's
+    /// training context only with --allow-long-context.
     #[arg(long)]
     pub ctx: Option<usize>,
+    /// Accept a --ctx above the model's training context (`context_length`): positions it was
+    /// never trained on, where the output degrades (no RoPE scaling is applied).
+    #[arg(long)]
+    pub allow_long_context: bool,
     /// Compute every prompt in full (by default a prompt that starts like an earlier one of
     /// the same process, such as the conversation so far in `chat`, reuses its KV blocks;
     /// the output is the same either way). `bench` never reuses.
@@ -178,6 +184,10 @@ enum Command {
         /// Maximum new tokens per reply.
         #[arg(short = 'n', long, default_value_t = 512)]
         max_tokens: usize,
+        /// Let special-token text typed in a message (e.g. `<|im_end|>`) become control tokens;
+        /// by default only the chat template's own text can.
+        #[arg(long)]
+        parse_special_in_messages: bool,
         #[command(flatten)]
         sampling: SamplingArgs,
         #[command(flatten)]
@@ -285,9 +295,18 @@ fn main() {
             name,
             system,
             max_tokens,
+            parse_special_in_messages,
             sampling,
             speculate,
-        } => commands::chat(model, name, system, max_tokens, sampling, speculate),
+        } => commands::chat(
+            model,
+            name,
+            system,
+            max_tokens,
+            parse_special_in_messages,
+            sampling,
+            speculate,
+        ),
         Command::Pull { name } => commands::pull(&name),
         Command::List => commands::list(),
         Command::Inspect {

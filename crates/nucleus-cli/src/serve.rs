@@ -20,27 +20,36 @@ pub struct ServeArgs {
     pub host: String,
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Threads for the forward pass (0 = all cores).
+    /// Threads for the forward pass (0 = all cores; at most 512).
     #[arg(short, long, default_value_t = 0)]
     pub threads: usize,
-    /// Context window of one sequence (default: the model's, capped at 4096).
+    /// Context window of one sequence (default: the model's, capped at 4096). Above the
+    /// model's training context only with --allow-long-context.
     #[arg(long)]
     pub ctx: Option<usize>,
-    /// Sequences decoded together at most.
+    /// Accept a --ctx above the model's training context (`context_length`): positions it was
+    /// never trained on, where the output degrades (no RoPE scaling is applied).
+    #[arg(long)]
+    pub allow_long_context: bool,
+    /// Sequences decoded together at most (1 to 1024).
     #[arg(long, default_value_t = 16)]
     pub max_running: usize,
-    /// Requests waiting for admission at most (beyond: 429).
+    /// Requests waiting for admission at most (beyond: 429; 0 to 65536).
     #[arg(long, default_value_t = 64)]
     pub queue: usize,
-    /// Tokens the shared KV cache holds (default: max_running × ctx, capped at 32768).
+    /// Tokens the shared KV cache holds (default: max_running × ctx, capped at 32768; at
+    /// least ctx). Checked against the memory available before it is allocated.
     #[arg(long)]
     pub kv_tokens: Option<usize>,
-    /// Tokens per KV block.
+    /// Tokens per KV block (1 to 256).
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// Tokens per forward pass at most (decode tokens first, then prefill chunks).
+    /// Tokens per forward pass at most (decode tokens first, then prefill chunks; 1 to 65536).
     #[arg(long, default_value_t = 256)]
     pub step_tokens: usize,
+    /// Request bodies larger than this are refused with 413 (1 KiB to 1 GiB).
+    #[arg(long, default_value_t = nucleus_server::DEFAULT_MAX_BODY)]
+    pub max_body_bytes: usize,
     /// Require `Authorization: Bearer KEY` on /v1 routes (also read from NUCLEUS_API_KEY).
     #[arg(long, env = "NUCLEUS_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
@@ -67,6 +76,11 @@ pub struct ServeArgs {
     /// How the KV cache stores keys and values: `f16`, `q8_0` or `q4_0`.
     #[arg(long, default_value = "f16")]
     pub kv_type: nucleus::kv_cache::KvType,
+    /// Let special-token text inside chat messages (e.g. `<|im_end|><|im_start|>system`)
+    /// become control tokens, as llama.cpp does; by default message contents are plain text
+    /// and only the chat template's own text can become special tokens.
+    #[arg(long)]
+    pub parse_special_in_messages: bool,
     /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM before cancelling them.
     #[arg(long, default_value_t = 10)]
     pub drain_secs: u64,
@@ -88,14 +102,31 @@ pub fn serve(args: ServeArgs) -> Result<()> {
              only); use --speculate ngram, or `nucleus run --speculate draft`"
         ),
     };
+    use crate::limits::{self, in_range};
+    in_range("max-running", args.max_running, 1, limits::MAX_RUNNING)?;
+    in_range("queue", args.queue, 0, limits::MAX_QUEUE)?;
+    in_range("block-size", args.block_size, 1, limits::MAX_BLOCK_SIZE)?;
+    in_range("step-tokens", args.step_tokens, 1, limits::MAX_STEP_TOKENS)?;
+    in_range(
+        "max-body-bytes",
+        args.max_body_bytes,
+        limits::MIN_BODY_BYTES,
+        limits::MAX_BODY_BYTES,
+    )?;
+    limits::threads(args.threads)?;
     let spec = args.model.as_deref().unwrap_or(DEFAULT_MODEL);
     let path = crate::commands::resolve_model(Some(spec))?;
     let crate::commands::Loaded { model, tokenizer } =
         crate::commands::load_path(&path, args.threads)?;
-    let n_ctx = args.ctx.unwrap_or(model.hp.n_ctx_train.min(4096));
-    let kv_tokens = args
-        .kv_tokens
-        .unwrap_or((args.max_running * n_ctx).clamp(n_ctx, 32768));
+    let n_ctx = limits::context(args.ctx, args.allow_long_context, &model)?;
+    let kv_tokens = match args.kv_tokens {
+        Some(k) if k < n_ctx => anyhow::bail!(
+            "--kv-tokens {k} is less than the context window ({n_ctx}): a sequence could not \
+             fill its window; raise --kv-tokens or lower --ctx"
+        ),
+        Some(k) => k,
+        None => args.max_running.saturating_mul(n_ctx).clamp(n_ctx, 32768),
+    };
     let model_id = args.model_id.clone().unwrap_or_else(|| {
         if catalog::find(spec).is_some() {
             spec.to_string()
@@ -115,8 +146,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         prefix_caching: !args.no_prefix_cache,
         kv_type: args.kv_type,
         speculation,
+        allow_long_context: args.allow_long_context,
     };
-    cfg.kv_config(&model).check().map_err(anyhow::Error::msg)?;
+    // The KV type against the model, and the KV cache and scratch against the memory
+    // available, before anything is allocated.
+    cfg.check(&model).map_err(anyhow::Error::msg)?;
     let threads = model.n_threads();
     let tokenizer = Arc::new(tokenizer);
     let model = Arc::new(model);
@@ -124,6 +158,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let n_ctx = engine.config().n_ctx;
     let mut state = AppState::new(engine, tokenizer, model_id.clone(), args.api_key.clone());
     state.context_policy = args.context_policy;
+    state.parse_special_in_messages = args.parse_special_in_messages;
+    state.max_body = args.max_body_bytes;
     state.model = Some(model);
     state.metrics_require_key = args.metrics_require_key;
     state

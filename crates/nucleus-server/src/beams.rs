@@ -92,8 +92,13 @@ pub(crate) async fn beam_response(
         let tok = state.tokenizer.clone();
         let n_prompt = tokens.len();
         let found = tokio::task::spawn_blocking(move || {
-            let mut session = Session::with_kv_tokens(&model, ctx, kv_tokens);
-            session.beam_choices(&tok, &tokens, &req, n)
+            // An error (not enough memory for the beams' cache) rather than a panic.
+            let mut session =
+                Session::with_kv_type(&model, ctx, kv_tokens, nucleus::kv_cache::KvType::F16)
+                    .map_err(|e| e.to_string())?;
+            session
+                .beam_choices(&tok, &tokens, &req, n)
+                .map_err(|e| e.to_string())
         })
         .await;
         let choices = match found {

@@ -14,7 +14,7 @@ mod beams;
 pub mod error;
 mod generate;
 pub mod metrics;
-mod prompt;
+pub mod prompt;
 mod respond;
 mod routes;
 pub mod structured;
@@ -55,7 +55,11 @@ pub struct AppState {
     pub metrics_require_key: bool,
     /// Set by [`set_cors_origins`](Self::set_cors_origins).
     cors: Option<CorsLayer>,
+    /// Request bodies larger than this are refused (413).
     pub max_body: usize,
+    /// Parse special-token text inside chat messages (by default only the chat template's own
+    /// text can become special tokens; see [`nucleus::chat::ChatTemplate::encode`]).
+    pub parse_special_in_messages: bool,
     /// What a request that does not fit its window gets, unless it says (`context_policy`).
     pub context_policy: ContextPolicy,
     pub metrics: Metrics,
@@ -93,6 +97,7 @@ impl AppState {
             metrics_require_key: false,
             cors: None,
             max_body: DEFAULT_MAX_BODY,
+            parse_special_in_messages: false,
             context_policy: ContextPolicy::Error,
             metrics: Metrics::default(),
             model: None,

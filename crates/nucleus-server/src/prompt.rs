@@ -3,15 +3,23 @@
 
 use serde_json::Value;
 
-use nucleus::chat::{Message, ToolCall};
+use nucleus::chat::{ChatTemplate, Message, ToolCall};
 use nucleus::engine::context::chat_keep_tokens;
-use nucleus::tokenizer::TokenId;
+use nucleus::tokenizer::{TokenId, Tokenizer};
 
 use crate::api::{ApiRequest, ChatMessage, Content};
 use crate::tools::ToolSettings;
 use crate::{ApiError, AppState};
 
 pub(crate) fn completion_prompt(st: &AppState, req: &ApiRequest) -> Result<Vec<TokenId>, ApiError> {
+    completion_tokens(&st.tokenizer, req)
+}
+
+/// The tokens of a completions request's `prompt`.
+pub fn completion_tokens(
+    tokenizer: &Tokenizer,
+    req: &ApiRequest,
+) -> Result<Vec<TokenId>, ApiError> {
     let bad = || {
         ApiError::param(
             "prompt",
@@ -22,7 +30,7 @@ pub(crate) fn completion_prompt(st: &AppState, req: &ApiRequest) -> Result<Vec<T
         if s.is_empty() {
             return Err(ApiError::param("prompt", "`prompt` must not be empty"));
         }
-        st.tokenizer
+        tokenizer
             .encode(s, true, true)
             .map_err(|e| ApiError::param("prompt", format!("cannot tokenize the prompt: {e}")))
     };
@@ -30,7 +38,7 @@ pub(crate) fn completion_prompt(st: &AppState, req: &ApiRequest) -> Result<Vec<T
         v.iter()
             .map(|x| {
                 x.as_u64()
-                    .filter(|&t| (t as usize) < st.tokenizer.vocab_size())
+                    .filter(|&t| (t as usize) < tokenizer.vocab_size())
                     .map(|t| t as TokenId)
                     .ok_or_else(|| ApiError::param("prompt", "token id out of range"))
             })
@@ -64,7 +72,7 @@ pub(crate) fn completion_prompt(st: &AppState, req: &ApiRequest) -> Result<Vec<T
 
 /// A request's prompt: its tokens, how many of them `truncate` keeps at the start, and the
 /// request field it came from (for errors).
-pub(crate) struct Prompt {
+pub struct Prompt {
     pub tokens: Vec<TokenId>,
     pub keep: usize,
     pub param: &'static str,
@@ -119,12 +127,30 @@ pub(crate) fn chat_prompt(
     req: &ApiRequest,
     tools: Option<&ToolSettings>,
 ) -> Result<Prompt, ApiError> {
+    chat_tokens(
+        &st.tokenizer,
+        st.template.as_ref(),
+        st.parse_special_in_messages,
+        req,
+        tools,
+    )
+}
+
+/// A chat request's prompt: its messages (and `tools`) through `template`, their contents
+/// plain text unless `parse_special_in_messages` (see [`ChatTemplate::encode_with_tools`]).
+pub fn chat_tokens(
+    tokenizer: &Tokenizer,
+    template: Option<&ChatTemplate>,
+    parse_special_in_messages: bool,
+    req: &ApiRequest,
+    tools: Option<&ToolSettings>,
+) -> Result<Prompt, ApiError> {
     let msgs = match &req.messages {
         Some(m) if !m.is_empty() => m,
         Some(_) => return Err(ApiError::param("messages", "`messages` must not be empty")),
         None => return Err(ApiError::param("messages", "`messages` is required")),
     };
-    let template = st.template.as_ref().ok_or_else(|| {
+    let template = template.ok_or_else(|| {
         ApiError::invalid("this model has no chat template; use /v1/completions")
             .with_code("no_chat_template")
     })?;
@@ -182,12 +208,9 @@ pub(crate) fn chat_prompt(
         ));
     }
     let encode = |msgs: &[Message], gen: bool| -> Result<Vec<TokenId>, ApiError> {
-        let text = template
-            .render_with_tools(msgs, tools, gen)
-            .map_err(|e| ApiError::param("messages", e.to_string()))?;
-        st.tokenizer
-            .encode(&text, true, true)
-            .map_err(|e| ApiError::param("messages", format!("cannot tokenize: {e}")))
+        template
+            .encode_with_tools(tokenizer, msgs, tools, gen, parse_special_in_messages)
+            .map_err(|e| ApiError::param("messages", e.to_string()))
     };
     let tokens = encode(&messages, true)?;
     let keep = chat_keep_tokens(&messages, &tokens, encode)?;

@@ -23,7 +23,7 @@ pub(crate) async fn completions(
 ) -> Response {
     let t0 = Instant::now();
     let r = async {
-        let body = body_bytes(body)?;
+        let body = body_bytes(body, st.max_body)?;
         let req = api::parse(&body)?;
         let settings = req.settings(Endpoint::Completions, st.tokenizer.vocab_size())?;
         let tokens = completion_prompt(&st, &req)?;
@@ -44,7 +44,7 @@ pub(crate) async fn chat_completions(
 ) -> Response {
     let t0 = Instant::now();
     let r = async {
-        let body = body_bytes(body)?;
+        let body = body_bytes(body, st.max_body)?;
         let req = api::parse(&body)?;
         let settings = req.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
         let prompt = chat_prompt(&st, &req, settings.tools.as_ref())?;

@@ -135,7 +135,7 @@ pub(crate) async fn embeddings(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let r = async {
-        let req: EmbeddingsRequest = parse_json(&body_bytes(body)?)?;
+        let req: EmbeddingsRequest = parse_json(&body_bytes(body, st.max_body)?)?;
         let base64_out = match req.encoding_format.as_deref() {
             None | Some("float") => false,
             Some("base64") => true,

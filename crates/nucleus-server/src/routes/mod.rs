@@ -12,15 +12,21 @@ use axum::http::StatusCode;
 
 use crate::ApiError;
 
-/// The request body, or the error for a body that could not be read (too large, ...).
-pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+/// The request body, or the error for a body that could not be read (larger than `limit`
+/// bytes, ...).
+pub(crate) fn body_bytes(
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
     body.map_err(|rej| {
         let status = rej.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
                 status,
                 "invalid_request_error",
-                "request body too large (limit 1 MiB)",
+                format!(
+                    "request body too large (limit {limit} bytes; see `serve --max-body-bytes`)"
+                ),
             )
             .with_code("body_too_large")
         } else {

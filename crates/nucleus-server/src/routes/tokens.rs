@@ -49,7 +49,7 @@ pub(crate) async fn tokenize(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let r = (|| -> Result<Response, ApiError> {
-        let req: TokenizeRequest = parse_json(&body_bytes(body)?)?;
+        let req: TokenizeRequest = parse_json(&body_bytes(body, st.max_body)?)?;
         let ids = st
             .tokenizer
             .encode(&req.content, req.add_special, req.parse_special)
@@ -97,7 +97,7 @@ pub(crate) async fn detokenize(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let r = (|| -> Result<Response, ApiError> {
-        let req: DetokenizeRequest = parse_json(&body_bytes(body)?)?;
+        let req: DetokenizeRequest = parse_json(&body_bytes(body, st.max_body)?)?;
         let ids = token_ids(&req.tokens, st.tokenizer.vocab_size(), "tokens")?;
         let content = st.tokenizer.decode(&ids, false);
         Ok(Json(json!({ "content": content })).into_response())

@@ -4,6 +4,8 @@
 mod pyjson;
 pub mod tools;
 
+mod encode;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -44,6 +46,8 @@ pub enum ChatError {
     NoTemplate,
     #[error("chat template error: {0}")]
     Template(String),
+    #[error("cannot tokenize the chat prompt: {0}")]
+    Tokenize(#[from] crate::tokenizer::TokenizerError),
 }
 
 pub struct ChatTemplate {

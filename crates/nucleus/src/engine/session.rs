@@ -8,7 +8,7 @@ use super::sequence::{GenerateRequest, Sequence, SequenceStep, TokenLogprob};
 use super::speculate::{SpecStats, Speculator};
 use crate::kernels::PromptSlot;
 use crate::kv_cache::{extend_block_hashes, KvCache, KvConfig, KvType, SeqId, PINNED_BLOCKS};
-use crate::model::{arithmetic_class, Batch, ForwardState, Model, ModelError};
+use crate::model::{arithmetic_class, Batch, ForwardState, Model, ModelError, MAX_CONTEXT};
 use crate::sampling::{BeamError, FinishReason, SamplingError};
 use crate::tokenizer::{TokenId, Tokenizer};
 
@@ -103,9 +103,11 @@ impl<'m> Session<'m> {
     /// A session whose context holds `n_ctx` tokens, over a KV cache of `kv_tokens ≥ n_ctx`
     /// tokens: beam search needs room beyond the context for the beams' own blocks (about
     /// `beams × (max_tokens + 2 × BLOCK_SIZE)` tokens; the prompt's blocks are shared).
+    /// Panics when the cache does not fit in the memory available: use
+    /// [`with_kv_type`](Self::with_kv_type) for an error.
     pub fn with_kv_tokens(model: &'m Model, n_ctx: usize, kv_tokens: usize) -> Session<'m> {
         Self::with_kv_type(model, n_ctx, kv_tokens, KvType::F16)
-            .expect("an f16 cache fits any model")
+            .expect("the KV cache fits in memory")
     }
 
     /// [`with_kv_tokens`](Self::with_kv_tokens) with keys and values stored as `ty`; an error
@@ -134,6 +136,7 @@ impl<'m> Session<'m> {
         cfg: KvConfig,
     ) -> Result<Session<'m>, ModelError> {
         cfg.check().map_err(ModelError::Invalid)?;
+        check_kv_memory(model, &cfg, n_ctx, MAX_CHUNK)?;
         let mut kv = KvCache::new(cfg);
         kv.set_prefix_caching(true);
         let seq = kv.new_seq();
@@ -382,6 +385,33 @@ impl Session<'_> {
         self.tokens.truncate(self.tokens.len() - n);
         Ok(())
     }
+}
+
+/// Errors, before anything is allocated, when a KV cache `cfg` for contexts of `n_ctx` tokens
+/// (prompts fed `chunk` at a time) is beyond [`MAX_CONTEXT`] or needs more memory than the
+/// machine has available ([`MemoryPlan::check_available`](crate::model::MemoryPlan)).
+pub fn check_kv_memory(
+    model: &Model,
+    cfg: &KvConfig,
+    n_ctx: usize,
+    chunk: usize,
+) -> Result<(), ModelError> {
+    if n_ctx > MAX_CONTEXT {
+        return Err(ModelError::Limit(format!(
+            "a context of {n_ctx} tokens is beyond what nucleus supports ({MAX_CONTEXT})"
+        )));
+    }
+    let tokens = cfg.n_blocks.saturating_mul(cfg.block_size);
+    if tokens > 2 * MAX_CONTEXT {
+        return Err(ModelError::Limit(format!(
+            "a KV cache of {tokens} tokens is beyond what nucleus supports ({})",
+            2 * MAX_CONTEXT
+        )));
+    }
+    model
+        .memory_plan_for(*cfg, n_ctx, chunk)
+        .check_available()
+        .map_err(ModelError::Limit)
 }
 
 /// Index of the largest logit (the first one on ties, as llama.cpp's greedy sampler).

@@ -12,7 +12,7 @@ mod weights;
 pub use embed::EMBED_CHUNK;
 pub use forward::{arithmetic_class, Batch, ForwardState};
 pub use hparams::{Activation, Arch, HParams, RopeStyle};
-pub use memory::MemoryPlan;
+pub use memory::{available_memory, human_bytes, MemoryPlan, MAX_CONTEXT};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -40,6 +40,9 @@ pub enum ModelError {
     Kv(#[from] crate::kv_cache::KvError),
     #[error("bad batch: {0}")]
     BadBatch(String),
+    /// A size beyond a limit: the memory available, the longest context supported.
+    #[error("{0}")]
+    Limit(String),
 }
 
 /// A loaded model: its file (memory-mapped), hyperparameters, weight index and thread pool.

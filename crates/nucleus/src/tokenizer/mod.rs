@@ -10,13 +10,18 @@
 //!
 //! Before either, special tokens are cut out of the text the way llama.cpp's
 //! `tokenizer_st_partition` does: control (and unknown) tokens only when `parse_special`,
-//! user-defined tokens always, longest token text first.
+//! user-defined tokens always, longest token text first ([`encode`]). [`Escapes`] keeps text
+//! that passes through a chat template (a message's content) from becoming control tokens while
+//! the template's own text still does.
 //!
 //! Decoding concatenates each token's piece (what llama.cpp's `token_to_piece` outputs, with
 //! `special = !skip_special`); [`StreamDecoder`] does the same incrementally and only ever emits
 //! whole UTF-8 characters.
 
 mod bpe;
+mod encode;
+mod escape;
+mod names;
 mod spm;
 mod stream;
 
@@ -24,7 +29,10 @@ use std::collections::HashMap;
 
 use crate::gguf::{MetaValue, Metadata};
 
+pub use escape::Escapes;
 pub use stream::StreamDecoder;
+
+use names::{EOG_TEXTS, EOT_TEXTS, FIM_EOG_TEXTS, FIM_OTHER_TEXTS};
 
 pub type TokenId = u32;
 
@@ -63,14 +71,6 @@ pub enum VocabKind {
     Spm,
     /// Byte-level BPE (`tokenizer.ggml.model = "gpt2"`).
     Bpe,
-}
-
-/// A piece of the input after special-token partitioning.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fragment {
-    /// Byte range of the input text.
-    Text(usize, usize),
-    Token(TokenId),
 }
 
 pub struct Tokenizer {
@@ -125,99 +125,11 @@ const KEY_SCORES: &str = "tokenizer.ggml.scores";
 const KEY_TYPES: &str = "tokenizer.ggml.token_type";
 const KEY_MERGES: &str = "tokenizer.ggml.merges";
 
-/// Token texts llama.cpp treats as end of generation (`special_eog_ids`).
-const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<|return|>",
-    "<|call|>",
-    "<|flush|>",
-    "<|calls|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "[EOS]",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
-    "<｜end▁of▁sentence｜>",
-];
-
-/// Texts llama.cpp looks for when `tokenizer.ggml.eot_token_id` is absent.
-const EOT_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "<｜end▁of▁sentence｜>",
-    "<end_of_utterance>",
-];
-
-/// FIM pad / repo / file-separator tokens: llama.cpp makes them control tokens and EOG.
-const FIM_EOG_TEXTS: &[&[&str]] = &[
-    &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
-    &[
-        "<|fim_repo|>",
-        "<|repo_name|>",
-        "<fim-repo>",
-        "<REPO>",
-        "<reponame>",
-    ],
-    &["<|file_sep|>"],
-];
-
-/// Other FIM tokens: llama.cpp only marks them as control tokens.
-const FIM_OTHER_TEXTS: &[&[&str]] = &[
-    &[
-        "<|fim_prefix|>",
-        "<fim-prefix>",
-        "<fim_prefix>",
-        "<｜fim▁begin｜>",
-        "<PRE>",
-        "▁<PRE>",
-        "<|code_prefix|>",
-        "<|prefix|>",
-    ],
-    &[
-        "<|fim_suffix|>",
-        "<fim-suffix>",
-        "<fim_suffix>",
-        "<｜fim▁hole｜>",
-        "<SUF>",
-        "▁<SUF>",
-        "<|code_suffix|>",
-        "<|suffix|>",
-    ],
-    &[
-        "<|fim_middle|>",
-        "<fim-middle>",
-        "<fim_middle>",
-        "<｜fim▁end｜>",
-        "<MID>",
-        "▁<MID>",
-        "<|code_middle|>",
-        "<|middle|>",
-    ],
-];
-
 fn meta_bool(meta: &Metadata, key: &str) -> Option<bool> {
     meta.get(key).and_then(|v| match v {
         MetaValue::Bool(b) => Some(*b),
         other => other.as_i64().map(|i| i != 0),
     })
-}
-
-/// C `isspace` in the "C" locale.
-fn is_c_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
 }
 
 impl Tokenizer {
@@ -529,155 +441,6 @@ impl Tokenizer {
                 out.push(b);
             }
         }
-    }
-
-    /// llama.cpp's per-model attribute fix-ups (left/right whitespace stripping around special
-    /// tokens), keyed by `general.name` and the pre-tokenizer.
-    fn apply_name_attrs(&mut self, meta: &Metadata) {
-        let name = meta
-            .get_str("general.name")
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        let arch = meta.get_str("general.architecture").unwrap_or("");
-        let set = |tok: &mut Tokenizer, text: &str, flag: u32, on: bool| {
-            if let Some(&id) = tok.token_to_id.get(text) {
-                if on {
-                    tok.attrs[id as usize] |= flag;
-                } else {
-                    tok.attrs[id as usize] &= !flag;
-                }
-            }
-        };
-        if ["jina-v2-de", "jina-v2-es", "jina-v2-code"]
-            .iter()
-            .any(|p| self.pre.contains(p))
-            || ["nomic-bert-moe", "jina-bert-v3"]
-                .iter()
-                .any(|p| arch.contains(p))
-        {
-            set(self, "<mask>", attr::LSTRIP, true);
-        } else if name.contains("phi-3") || name.contains("phi3") {
-            for i in 0..self.special_tokens.len() {
-                let id = self.special_tokens[i];
-                self.attrs[id as usize] |= attr::RSTRIP;
-            }
-            set(self, "</s>", attr::RSTRIP, true);
-            for t in ["<unk>", "<s>", "<|endoftext|>"] {
-                set(self, t, attr::RSTRIP, false);
-            }
-        } else if name.contains("modern-bert") {
-            set(self, "[MASK]", attr::LSTRIP, true);
-        }
-    }
-
-    /// Cuts special tokens out of `text` (llama.cpp's `tokenizer_st_partition`).
-    fn partition(&self, text: &str, parse_special: bool) -> Vec<Fragment> {
-        if text.is_empty() {
-            return Vec::new();
-        }
-        let bytes = text.as_bytes();
-        let mut frags = vec![Fragment::Text(0, text.len())];
-        for &id in &self.special_tokens {
-            let a = self.attrs[id as usize];
-            if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
-                continue;
-            }
-            let tt = &*self.texts[id as usize];
-            if !text.contains(tt) {
-                continue;
-            }
-            let mut out = Vec::with_capacity(frags.len() + 2);
-            for f in frags {
-                let Fragment::Text(mut start, end) = f else {
-                    out.push(f);
-                    continue;
-                };
-                loop {
-                    let Some(pos) = text[start..end].find(tt) else {
-                        out.push(Fragment::Text(start, end));
-                        break;
-                    };
-                    let m = start + pos;
-                    let mut left_end = m;
-                    if a & attr::LSTRIP != 0 {
-                        while left_end > start && is_c_space(bytes[left_end - 1]) {
-                            left_end -= 1;
-                        }
-                    }
-                    if left_end > start {
-                        out.push(Fragment::Text(start, left_end));
-                    }
-                    out.push(Fragment::Token(id));
-                    start = m + tt.len();
-                    if a & attr::RSTRIP != 0 {
-                        while start < end && is_c_space(bytes[start]) {
-                            start += 1;
-                        }
-                    }
-                    if start >= end {
-                        break;
-                    }
-                }
-            }
-            frags = out;
-        }
-        frags
-    }
-
-    /// Tokenizes `text`.
-    ///
-    /// `add_special`: add BOS (and EOS) as the vocabulary asks (`add_bos_token`/`add_eos_token`).
-    /// `parse_special`: control-token text such as `<|im_start|>` becomes that token; otherwise it
-    /// is tokenized as plain text. (User-defined tokens are always matched, as in llama.cpp.)
-    pub fn encode(
-        &self,
-        text: &str,
-        add_special: bool,
-        parse_special: bool,
-    ) -> Result<Vec<TokenId>, TokenizerError> {
-        let frags = self.partition(text, parse_special);
-        let mut out = Vec::with_capacity(text.len() / 3 + 2);
-        if add_special && self.add_bos {
-            out.push(self.bos.ok_or(TokenizerError::NoSpecialToken("bos"))?);
-        }
-        match self.kind {
-            VocabKind::Spm => {
-                let mut is_prev_special = true;
-                let mut buf = String::new();
-                for f in frags {
-                    match f {
-                        Fragment::Text(s, e) => {
-                            buf.clear();
-                            if self.add_space_prefix && is_prev_special {
-                                buf.push('▁');
-                            }
-                            for c in text[s..e].chars() {
-                                buf.push(if c == ' ' { '▁' } else { c });
-                            }
-                            spm::tokenize(self, &buf, &mut out);
-                            is_prev_special = false;
-                        }
-                        Fragment::Token(id) => {
-                            out.push(id);
-                            is_prev_special = true;
-                        }
-                    }
-                }
-            }
-            VocabKind::Bpe => {
-                let bpe = self.bpe.as_ref().expect("bpe vocabulary has a bpe model");
-                for f in frags {
-                    match f {
-                        Fragment::Text(s, e) => bpe.tokenize(self, &text[s..e], &mut out)?,
-                        Fragment::Token(id) => out.push(id),
-                    }
-                }
-            }
-        }
-        if add_special && self.add_eos {
-            out.push(self.eos.ok_or(TokenizerError::NoSpecialToken("eos"))?);
-        }
-        Ok(out)
     }
 
     /// Concatenates the tokens' pieces (llama.cpp's `token_to_piece` with `special =

@@ -86,6 +86,9 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// Speculative decoding by prompt lookup (`None`: off).
     pub speculation: Option<SpecConfig>,
+    /// Keep an `n_ctx` above the model's training context (by default it is capped there):
+    /// positions the model never saw in training, whose output degrades.
+    pub allow_long_context: bool,
 }
 
 /// Speculative decoding in the engine: prompt lookup ([`NgramProposer`](crate::engine::speculate::ngram::NgramProposer)).
@@ -117,6 +120,24 @@ impl EngineConfig {
     }
 }
 
+impl EngineConfig {
+    /// Errors, before anything is allocated, for a configuration [`Engine::start`] cannot run
+    /// `model` with: a KV type the head dimension does not fit, a context beyond
+    /// [`MAX_CONTEXT`](crate::model::MAX_CONTEXT), or a KV cache and scratch larger than the
+    /// memory available.
+    pub fn check(&self, model: &Model) -> Result<(), String> {
+        let kv = self.kv_config(model);
+        kv.check()?;
+        let n_ctx = if self.allow_long_context {
+            self.n_ctx
+        } else {
+            self.n_ctx.min(model.hp.n_ctx_train)
+        };
+        crate::engine::session::check_kv_memory(model, &kv, n_ctx, self.step_token_budget)
+            .map_err(|e| e.to_string())
+    }
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
@@ -130,6 +151,7 @@ impl Default for EngineConfig {
             kv_type: KvType::F16,
             prefix_caching: true,
             speculation: None,
+            allow_long_context: false,
         }
     }
 }
@@ -344,7 +366,8 @@ pub struct EngineHandle {
 }
 
 impl Engine {
-    /// Starts the scheduler thread. `cfg.n_ctx` is capped at the model's training context.
+    /// Starts the scheduler thread. `cfg.n_ctx` is capped at the model's training context
+    /// unless `cfg.allow_long_context`. Check `cfg` with [`EngineConfig::check`] first.
     /// Panics when the model's head dimension does not fit `cfg.kv_type` (a caller's check).
     pub fn start(
         model: Arc<Model>,
@@ -354,7 +377,10 @@ impl Engine {
         cfg.max_running = cfg.max_running.max(1);
         cfg.block_size = cfg.block_size.max(1);
         cfg.step_token_budget = cfg.step_token_budget.max(cfg.max_running).max(1);
-        cfg.n_ctx = cfg.n_ctx.min(model.hp.n_ctx_train.max(1)).max(2);
+        if !cfg.allow_long_context {
+            cfg.n_ctx = cfg.n_ctx.min(model.hp.n_ctx_train.max(1));
+        }
+        cfg.n_ctx = cfg.n_ctx.max(2);
         let kv_cfg = cfg.kv_config(&model);
         assert_eq!(
             kv_cfg.check(),

@@ -319,10 +319,7 @@ fn matmul_packed_with(
             let (w, out, rows) = (p.w, p.out, p.w.rows());
             let groups = rows / GROUP_ROWS;
             let c = c - p.first_chunk;
-            let (g0, g1) = (
-                c * p.chunk_groups,
-                ((c + 1) * p.chunk_groups).min(groups),
-            );
+            let (g0, g1) = (c * p.chunk_groups, ((c + 1) * p.chunk_groups).min(groups));
             if nt <= TILE_TOKENS {
                 // One tile of tokens (decode): a group at a time.
                 for g in g0..g1 {
@@ -346,7 +343,10 @@ fn matmul_packed_with(
                         unsafe { x86::tile_q5_stored(w.group(g), &tile) };
                         continue;
                     }
-                    let (s, u) = (&mut scales[..GROUP_ROWS * blocks], &mut unpacked[..per_group]);
+                    let (s, u) = (
+                        &mut scales[..GROUP_ROWS * blocks],
+                        &mut unpacked[..per_group],
+                    );
                     let view = GroupView::new(w.ty(), blocks, w.group(g), s, u, unpack);
                     // SAFETY: as for the tile below, with tokens 0..nt.
                     unsafe { (p.tile_fn)(&view, &tile) };

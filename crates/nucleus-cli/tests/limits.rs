@@ -1,0 +1,157 @@
+//! Sizes beyond their bounds are one-line errors naming the flag, before anything large is
+//! allocated: the context against the model's training context and the memory available,
+//! threads, and `serve`'s queue, batch and body sizes. On the tiny model (`../shared`).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn tiny() -> Option<String> {
+    let p = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/golden/tiny-llama-random.gguf"
+    ));
+    if p.exists() {
+        return Some(p.to_string_lossy().into_owned());
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the tiny model is missing"
+    );
+    eprintln!("skipped: the tiny model is absent at {}", p.display());
+    None
+}
+
+/// Runs `nucleus ARGS`; (exit code, stderr).
+fn nucleus(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nucleus"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn fails_with(args: &[&str], want: &str) {
+    let (code, err) = nucleus(args);
+    assert_eq!(code, 1, "{args:?} should fail: {err}");
+    assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn context_limits() {
+    let Some(m) = tiny() else { return };
+    // Trained on 2048 tokens: above needs the flag.
+    fails_with(
+        &["run", &m, "hi", "--ctx", "4096", "-n", "1"],
+        "above the model's training context (2048 tokens)",
+    );
+    let (code, err) = nucleus(&[
+        "run",
+        &m,
+        "hi",
+        "--ctx",
+        "4096",
+        "--allow-long-context",
+        "-n",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    fails_with(
+        &[
+            "run",
+            &m,
+            "hi",
+            "--ctx",
+            "999999999",
+            "--allow-long-context",
+        ],
+        "at most 16777216 tokens",
+    );
+    fails_with(&["run", &m, "hi", "--ctx", "1"], "too small");
+    // A KV cache beyond the memory available errors before it is allocated (where the machine
+    // has less available than the largest cache the flags allow).
+    let model = nucleus::model::Model::load(&m, 1).unwrap();
+    let need = |tokens: usize| {
+        model
+            .memory_plan(tokens, nucleus::kv_cache::KvType::F16, 16, 256)
+            .allocated_bytes() as u64
+    };
+    let avail = nucleus::model::available_memory().unwrap_or(u64::MAX);
+    if avail < need(1 << 24) {
+        fails_with(
+            &[
+                "run",
+                &m,
+                "hi",
+                "--ctx",
+                "16777216",
+                "--allow-long-context",
+                "-n",
+                "1",
+            ],
+            "not enough memory",
+        );
+    }
+    if avail < need(1 << 25) {
+        fails_with(
+            &["serve", &m, "--kv-tokens", "33554432", "--port", "0"],
+            "not enough memory",
+        );
+    } else {
+        eprintln!("note: this machine has too much memory for the out-of-memory cases");
+    }
+    fails_with(
+        &["serve", &m, "--kv-tokens", "33554433", "--port", "0"],
+        "beyond what nucleus supports",
+    );
+    fails_with(
+        &["serve", &m, "--ctx", "4096", "--port", "0"],
+        "--allow-long-context",
+    );
+    fails_with(
+        &[
+            "serve",
+            &m,
+            "--ctx",
+            "512",
+            "--kv-tokens",
+            "100",
+            "--port",
+            "0",
+        ],
+        "--kv-tokens 100 is less than the context window",
+    );
+}
+
+#[test]
+fn thread_queue_and_body_limits() {
+    let Some(m) = tiny() else { return };
+    fails_with(
+        &["run", &m, "hi", "--threads", "100000"],
+        "--threads 100000",
+    );
+    fails_with(&["serve", &m, "--threads", "100000"], "--threads 100000");
+    fails_with(
+        &["serve", &m, "--queue", "1000000"],
+        "--queue 1000000 is out of range",
+    );
+    fails_with(
+        &["serve", &m, "--max-running", "0"],
+        "--max-running 0 is out of range",
+    );
+    fails_with(
+        &["serve", &m, "--block-size", "0"],
+        "--block-size 0 is out of range",
+    );
+    fails_with(
+        &["serve", &m, "--step-tokens", "0"],
+        "--step-tokens 0 is out of range",
+    );
+    fails_with(
+        &["serve", &m, "--max-body-bytes", "10"],
+        "--max-body-bytes 10 is out of range",
+    );
+}
