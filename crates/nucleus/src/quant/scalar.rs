@@ -2,7 +2,7 @@
 //! runs under `NUCLEUS_SIMD=scalar`.
 //!
 //! They are not ggml's generic C kernels (`ggml_vec_dot_*_generic`): each one computes, for
-//! every input, the same f32 bits as the x86 kernel in the same dispatch slot (`x86.rs`), and
+//! every input, the same f32 bits as the x86 kernel in the same dispatch slot (`x86/`), and
 //! so follows ggml's order as llama.cpp builds it for AVX-512 with GCC (`-O3 -march=native`: the
 //! AVX2 paths of `arch/x86/quants.c`, the AVX-512 ones of `vec.cpp`, and scalar `a*b + c`
 //! contracted into one FMA). The vector arithmetic is written out lane by lane:
@@ -15,8 +15,8 @@
 //! - Horizontal sums use the trees of ggml's `hsum_float_8` ([`hsum_float_8`]) and GCC's
 //!   `_mm512_reduce_add_ps` ([`reduce_add_16`]).
 //!
-//! Where `x86.rs` departs from ggml's AVX-512 build (F32, the Q4_1/Q5_1 min term, the Q5_K mins),
-//! these follow `x86.rs`; the kernels' comments say how. `quant::tests::simd_matches_scalar`
+//! Where `x86/` departs from ggml's AVX-512 build (F32, the Q4_1/Q5_1 min term, the Q5_K mins),
+//! these follow `x86/`; the kernels' comments say how. `quant::tests::simd_matches_scalar`
 //! checks bit equality with every SIMD level the CPU has.
 
 #![allow(clippy::needless_range_loop)]
@@ -97,13 +97,13 @@ pub(crate) const Q5_K_TILED: DotFn = k_q5_k_tiled;
 // ---------------------------------------------------------------------------------------------
 // The vector arithmetic, per lane.
 
-/// ggml's `hsum_float_8` (`hsum_ps` in `x86.rs`): the upper four lanes added to the lower four,
-/// then [`hsum_float_4`].
+/// ggml's `hsum_float_8` (`hsum_ps` in `x86/helpers.rs`): the upper four lanes added to the
+/// lower four, then [`hsum_float_4`].
 fn hsum_float_8(v: &[f32; 8]) -> f32 {
     hsum_float_4(&from_fn(|l| v[4 + l] + v[l]))
 }
 
-/// The last steps of `hsum_float_8` (`hsum_ps128` in `x86.rs`): (0+2) + (1+3).
+/// The last steps of `hsum_float_8` (`hsum_ps128` in `x86/helpers.rs`): (0+2) + (1+3).
 fn hsum_float_4(v: &[f32; 4]) -> f32 {
     (v[0] + v[2]) + (v[1] + v[3])
 }
@@ -231,7 +231,7 @@ pub(crate) fn dot_bf16_sgemm(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     reduce_add_16(&acc)
 }
 
-/// One `vdpbf16ps` over 32 bf16 pairs, as `x86.rs` emulates it: lane j adds the product of
+/// One `vdpbf16ps` over 32 bf16 pairs, as `x86/` emulates it: lane j adds the product of
 /// elements 2j+1, then that of elements 2j, each with one FMA, with denormal inputs and
 /// results flushed to zero (keeping the sign) as the instruction does.
 fn dpbf16(acc: &mut [f32; 16], w: &[u16], x: &[u16]) {
@@ -357,7 +357,7 @@ pub(crate) fn dot_q4_0_block_sums(n: usize, w: &[u8], x: &[u8]) -> f32 {
     acc
 }
 
-/// `ggml_vec_dot_q{4,5}_1_q8_1` (AVX2) as `x86.rs` computes it: each block's lanes FMA'd with
+/// `ggml_vec_dot_q{4,5}_1_q8_1` (AVX2) as `x86/` computes it: each block's lanes FMA'd with
 /// dw·dx into 8 float lanes; the min terms summed apart as `summs += mw·sx`, one FMA (as GCC
 /// contracts ggml's line), and added after [`hsum_float_8`].
 fn dot_unsigned_q8_1(
@@ -485,9 +485,9 @@ fn for_k4_blocks(
     }
 }
 
-/// Q4_K with the float arithmetic of llama.cpp's repacked Q4_K gemv (`x86.rs`'s `BLOCK_SUMS`,
-/// the default Q4_K kernel): per block one integer sum and one integer min-sum, each folded in
-/// with one FMA, and the two accumulators subtracted at the end.
+/// Q4_K with the float arithmetic of llama.cpp's repacked Q4_K gemv (`BLOCK_SUMS` in
+/// `x86/k_quants.rs`, the default Q4_K kernel): per block one integer sum and one integer
+/// min-sum, each folded in with one FMA, and the two accumulators subtracted at the end.
 pub(crate) fn dot_q4_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let (mut acc, mut acc_min) = (0f32, 0f32);
     for_k4_blocks(n, w, x, 144, q4_k_values, |b| {
@@ -512,10 +512,10 @@ pub(crate) fn dot_q4_k_gemm(n: usize, w: &[u8], x: &[u8]) -> f32 {
     acc - acc_min
 }
 
-/// Q5_K as ggml's AVX2 `ggml_vec_dot_q5_K_q8_K` (`x86.rs`'s `LANES`): per block the pairs' lanes
-/// summed lane-wise and FMA'd with d·dy into 8 float lanes, and the block's whole min sum folded
-/// into a scalar, `summs += (−dmin·dy)·Σ` (one FMA, as GCC contracts it); at the end
-/// [`hsum_float_8`] + `summs`.
+/// Q5_K as ggml's AVX2 `ggml_vec_dot_q5_K_q8_K` (`LANES` in `x86/k_quants.rs`): per block the
+/// pairs' lanes summed lane-wise and FMA'd with d·dy into 8 float lanes, and the block's whole
+/// min sum folded into a scalar, `summs += (−dmin·dy)·Σ` (one FMA, as GCC contracts it); at
+/// the end [`hsum_float_8`] + `summs`.
 pub(crate) fn dot_q5_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let (mut acc, mut summs) = ([0f32; 8], 0f32);
     for_k4_blocks(n, w, x, 176, q5_k_values, |b| {
