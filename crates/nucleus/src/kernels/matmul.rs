@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::pool::ThreadPool;
+use super::pool::{OutPtr, ThreadPool};
 use crate::quant::{dot_q8_0_xs_fn, quantize_row_act, unpack_row_to_q8_0, vec_dot_type, GgmlType};
 
 /// A weight matrix as stored in GGUF: `rows` output features, each a contiguous row of `cols`
@@ -90,23 +90,6 @@ impl QuantizedActs {
         &self.buf[t * self.row_bytes..(t + 1) * self.row_bytes]
     }
 }
-
-/// Raw output pointer shared by the threads of one matmul.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-impl OutPtr {
-    /// Pointer to element `i` (a method, so closures capture the whole `Sync` wrapper).
-    #[inline(always)]
-    fn at(self, i: usize) -> *mut f32 {
-        self.0.wrapping_add(i)
-    }
-}
-
-// SAFETY: the threads write disjoint elements (disjoint row ranges) and `matmul` holds the
-// `&mut [f32]` for the whole run.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
 
 /// Rows per work item: about `CHUNKS_PER_THREAD` items per thread, at least `MIN_ROW_CHUNK`
 /// and at most `MAX_ROW_CHUNK` rows.

@@ -258,6 +258,25 @@ impl std::fmt::Debug for ThreadPool {
     }
 }
 
+/// Raw output pointer shared by the threads of one product (`matmul`, the interleaved
+/// products): each thread writes its own disjoint elements.
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr(pub(crate) *mut f32);
+
+impl OutPtr {
+    /// Pointer to element `i` (a method, so closures capture the whole `Sync` wrapper).
+    #[inline(always)]
+    pub(crate) fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
+// SAFETY: an `OutPtr` is made from a `&mut [f32]` that its product holds for the whole
+// `ThreadPool::run`, and the threads of the run write disjoint elements through it.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
