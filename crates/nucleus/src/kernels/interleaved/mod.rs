@@ -31,7 +31,7 @@ pub use pack::{pack, PackedMatrix};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::matmul::QuantizedActs;
-use super::pool::ThreadPool;
+use super::pool::{OutPtr, ThreadPool};
 use crate::quant::GgmlType;
 
 /// Which arithmetic the matrix products use.
@@ -54,13 +54,6 @@ impl Arithmetic {
         match std::env::var("NUCLEUS_EXACT") {
             Ok(v) if !v.is_empty() && v != "0" => Arithmetic::Exact,
             _ => Arithmetic::Fast,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Arithmetic::Fast => "fast",
-            Arithmetic::Exact => "exact",
         }
     }
 }
@@ -174,37 +167,23 @@ type UnpackFn = fn(ty: GgmlType, blocks: usize, src: &[u8], scales: &mut [f32], 
 /// `tile.blocks` blocks, and the CPU has the kernel's features.
 pub(crate) type TileFn = unsafe fn(group: &GroupView, tile: &Tile);
 
-/// The tile kernel for `ty` at the best level the CPU has (`simd` false: the scalar one).
-fn tile_kernel(ty: GgmlType, simd: bool) -> TileFn {
+/// The kernels for `ty`: the AVX2 ones when `avx2`, else the scalar ones (same bits).
+fn kernels(ty: GgmlType, avx2: bool) -> (TileFn, UnpackFn) {
     #[cfg(target_arch = "x86_64")]
-    if simd && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2 {
-        return match ty {
+    if avx2 {
+        let tile: TileFn = match ty {
             GgmlType::Q5_0 => x86::tile_u5,
             _ => x86::tile_i8,
         };
+        return (tile, x86::unpack_group);
     }
-    let _ = simd;
-    match ty {
+    let _ = avx2;
+    let tile: TileFn = match ty {
         GgmlType::Q5_0 => scalar::tile_u5,
         _ => scalar::tile_i8,
-    }
+    };
+    (tile, pack::unpack_group_scalar)
 }
-
-/// Raw output pointer shared by the threads of one product.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-impl OutPtr {
-    /// Pointer to element `i` (a method, so closures capture the whole `Sync` wrapper).
-    #[inline(always)]
-    fn at(self, i: usize) -> *mut f32 {
-        self.0.wrapping_add(i)
-    }
-}
-// SAFETY: the threads write disjoint groups of rows, and `matmul_packed` holds the `&mut [f32]`
-// for the whole run.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
 
 /// Groups per work item.
 const GROUPS_PER_CHUNK: usize = 4;
@@ -239,6 +218,7 @@ struct Product<'a> {
     w: &'a PackedMatrix,
     out: OutPtr,
     tile_fn: TileFn,
+    unpack: UnpackFn,
     /// Q5_0 with at most one tile of tokens on AVX2: unpacked in registers (decode).
     q5_stored: bool,
     /// The first work item of this matrix among all of the call's.
@@ -267,16 +247,15 @@ fn matmul_packed_with(
         nt * blocks,
         "matmul_packed: acts not prepared"
     );
+    let avx2 = simd
+        && cfg!(target_arch = "x86_64")
+        && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2;
     let mut n_chunks = 0;
     let mut list = Vec::with_capacity(products.len());
     for (w, y) in products.iter_mut() {
         assert_eq!(x.cols(), w.cols(), "matmul_packed: activation width");
         assert_eq!(y.len(), nt * w.rows(), "matmul_packed: output size");
-        let q5_stored = cfg!(target_arch = "x86_64")
-            && simd
-            && nt <= TILE_TOKENS
-            && w.ty() == GgmlType::Q5_0
-            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2;
+        let q5_stored = avx2 && nt <= TILE_TOKENS && w.ty() == GgmlType::Q5_0;
         let groups = w.rows() / GROUP_ROWS;
         // Many tokens: a few groups per item, unpacked once for every token block. One tile
         // (decode): items of about 1/32 of a thread's share, so that a large matrix with short
@@ -286,10 +265,12 @@ fn matmul_packed_with(
         } else {
             GROUPS_PER_CHUNK
         };
+        let (tile_fn, unpack) = kernels(w.ty(), avx2);
         list.push(Product {
             w,
             out: OutPtr(y.as_mut_ptr()),
-            tile_fn: tile_kernel(w.ty(), simd),
+            tile_fn,
+            unpack,
             q5_stored,
             first_chunk: n_chunks,
             chunk_groups,
@@ -299,11 +280,6 @@ fn matmul_packed_with(
     if nt == 0 || n_chunks == 0 {
         return;
     }
-    let unpack: UnpackFn = if simd {
-        pack::unpack_group
-    } else {
-        pack::unpack_group_scalar
-    };
     let next = AtomicUsize::new(0);
     let list = &list;
     let work = |_: usize, _: usize| {
@@ -347,7 +323,7 @@ fn matmul_packed_with(
                         &mut scales[..GROUP_ROWS * blocks],
                         &mut unpacked[..per_group],
                     );
-                    let view = GroupView::new(w.ty(), blocks, w.group(g), s, u, unpack);
+                    let view = GroupView::new(w.ty(), blocks, w.group(g), s, u, p.unpack);
                     // SAFETY: as for the tile below, with tokens 0..nt.
                     unsafe { (p.tile_fn)(&view, &tile) };
                 }
@@ -357,7 +333,7 @@ fn matmul_packed_with(
                 .chunks_exact_mut(GROUP_ROWS * blocks)
                 .zip(unpacked.chunks_exact_mut(per_group))
                 .zip(g0..g1)
-                .map(|((s, u), g)| GroupView::new(w.ty(), blocks, w.group(g), s, u, unpack))
+                .map(|((s, u), g)| GroupView::new(w.ty(), blocks, w.group(g), s, u, p.unpack))
                 .collect();
             // Tokens a block at a time, so that their activations stay in cache while every
             // group of the chunk goes over them.

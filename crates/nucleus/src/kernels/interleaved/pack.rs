@@ -122,21 +122,8 @@ pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
 
 /// Unpacks one stored group into f32 scales (`8 * blocks`) and, for Q5_0, 256 value bytes per
 /// block in the kernels' order (chunk `k` at bytes `32k..32k+32` of the block), the five-bit
-/// values whole. Q8_0 values are read where they are stored.
-pub(crate) fn unpack_group(
-    ty: GgmlType,
-    blocks: usize,
-    src: &[u8],
-    scales: &mut [f32],
-    values: &mut [u8],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2 {
-        return super::x86::unpack_group(ty, blocks, src, scales, values);
-    }
-    unpack_group_scalar(ty, blocks, src, scales, values)
-}
-
+/// values whole. Q8_0 values are read where they are stored. (`x86::unpack_group` computes the
+/// same with AVX2.)
 pub(crate) fn unpack_group_scalar(
     ty: GgmlType,
     blocks: usize,
