@@ -121,6 +121,13 @@ impl ActsCache {
     }
 
     fn get(&mut self, x: &[f32], n: usize, cols: usize, ty: GgmlType) -> &QuantizedActs {
+        let i = self.quantized(x, n, cols, ty);
+        &self.slots[i].2
+    }
+
+    /// The index of the slot holding `x` quantized to `ty` in this epoch (quantized now if it
+    /// is not yet).
+    fn quantized(&mut self, x: &[f32], n: usize, cols: usize, ty: GgmlType) -> usize {
         let epoch = self.epoch;
         let i = match self.slots.iter().position(|s| s.0 == ty) {
             Some(i) => i,
@@ -134,14 +141,13 @@ impl ActsCache {
             slot.2.quantize(x, n, cols, ty);
             slot.1 = epoch;
         }
-        &slot.2
+        i
     }
 
     /// The Q8_0 rows of `x` and their block sums for [`matmul_packed`].
     fn get_packed(&mut self, x: &[f32], n: usize, cols: usize) -> (&QuantizedActs, &PackedActs) {
-        self.get(x, n, cols, GgmlType::Q8_0);
-        let i = self.slots.iter().position(|s| s.0 == GgmlType::Q8_0);
-        let q = &self.slots[i.expect("just quantized")].2;
+        let i = self.quantized(x, n, cols, GgmlType::Q8_0);
+        let q = &self.slots[i].2;
         if self.packed.0 != self.epoch {
             self.packed.1.prepare(q);
             self.packed.0 = self.epoch;
@@ -503,23 +509,20 @@ impl Model {
     ) {
         let x = &x[..n * w.cols];
         let y = &mut y[..n * w.rows];
-        match (self.arithmetic, &w.packed) {
-            (Arithmetic::Fast, Some(p)) => {
-                let (q, pa) = acts.get_packed(x, n, w.cols);
-                matmul_packed(&self.pool, p, q, pa, y);
-            }
-            (Arithmetic::Fast, None) => {
-                // Every row through llama.cpp's one-row kernels: one arithmetic for all rows.
-                // (Its batched kernels, for every row, cost up to 2.3x more per generated
-                // token here and measure the same distance from `--exact`.)
-                let q = acts.get(x, n, w.cols, vec_dot_type(w.info.ty));
-                matmul_rows(&self.pool, &w.q(&self.file), q, y, &[]);
-            }
-            (Arithmetic::Exact, _) => {
-                let q = acts.get(x, n, w.cols, vec_dot_type(w.info.ty));
-                matmul_rows(&self.pool, &w.q(&self.file), q, y, slots);
-            }
+        // Only nucleus's arithmetic repacks matrices (`Weights::load`).
+        if let Some(p) = &w.packed {
+            let (q, pa) = acts.get_packed(x, n, w.cols);
+            return matmul_packed(&self.pool, p, q, pa, y);
         }
+        // nucleus's arithmetic sends every row through llama.cpp's one-row kernels: one
+        // arithmetic for all rows. (Its batched kernels, for every row, cost up to 2.3x more per
+        // generated token here and measure the same distance from `--exact`.)
+        let slots = match self.arithmetic {
+            Arithmetic::Exact => slots,
+            Arithmetic::Fast => &[],
+        };
+        let q = acts.get(x, n, w.cols, vec_dot_type(w.info.ty));
+        matmul_rows(&self.pool, &w.q(&self.file), q, y, slots);
     }
 
     /// [`Self::project`] for matrices that read the same input: in nucleus's arithmetic, when
