@@ -55,25 +55,16 @@ pub(super) unsafe fn f32_sgemm<const VNNI: bool, const NX: usize>(
     s: usize,
     out: *mut f32,
 ) {
+    // SAFETY: forwarded; eight f32 (32 bytes) at element `at`.
     unsafe {
-        let w = w as *const f32;
-        for k in 0..NX {
-            let xr = x.add(k * s) as *const f32;
-            let mut acc = [_mm256_setzero_ps(); 2];
-            for i in (0..n / 16 * 16).step_by(16) {
-                for (h, r) in acc.iter_mut().enumerate() {
-                    let at = i + 8 * h;
-                    let (wv, xv) = (_mm256_loadu_ps(w.add(at)), _mm256_loadu_ps(xr.add(at)));
-                    *r = _mm256_fmadd_ps(wv, xv, *r);
-                }
-            }
-            *out.add(k) = reduce_add_16(&acc);
-        }
+        sgemm::<NX>(n, w, x, s, out, |p, at| {
+            _mm256_loadu_ps((p as *const f32).add(at))
+        })
     }
 }
 
 /// F16 as llama.cpp's sgemm computes batches of two or more rows: [`f32_sgemm`] on the widened
-/// values (one 16-lane FMA accumulator, then `_mm512_reduce_add_ps`). `n` is a multiple of 16.
+/// values. `n` is a multiple of 16.
 #[inline(always)]
 pub(super) unsafe fn f16_sgemm<const VNNI: bool, const NX: usize>(
     n: usize,
@@ -82,18 +73,35 @@ pub(super) unsafe fn f16_sgemm<const VNNI: bool, const NX: usize>(
     s: usize,
     out: *mut f32,
 ) {
+    // SAFETY: forwarded; eight f16 (16 bytes) at element `at`.
     unsafe {
-        let w = w as *const __m128i;
+        sgemm::<NX>(n, w, x, s, out, |p, at| {
+            _mm256_cvtph_ps(_mm_loadu_si128(
+                (p as *const half::f16).add(at) as *const __m128i
+            ))
+        })
+    }
+}
+
+/// The body of [`f32_sgemm`] and [`f16_sgemm`]: `load8(row, at)` gives elements `at..at + 8` of
+/// a row as f32.
+#[inline(always)]
+unsafe fn sgemm<const NX: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    s: usize,
+    out: *mut f32,
+    load8: impl Fn(*const u8, usize) -> __m256,
+) {
+    unsafe {
         for k in 0..NX {
-            let xr = x.add(k * s) as *const __m128i;
+            let xr = x.add(k * s);
             let mut acc = [_mm256_setzero_ps(); 2];
             for i in (0..n / 16 * 16).step_by(16) {
                 for (h, r) in acc.iter_mut().enumerate() {
-                    // Eight f16 values (16 bytes) at element i + 8h.
-                    let at = (i + 8 * h) / 8;
-                    let wv = _mm256_cvtph_ps(_mm_loadu_si128(w.add(at)));
-                    let xv = _mm256_cvtph_ps(_mm_loadu_si128(xr.add(at)));
-                    *r = _mm256_fmadd_ps(wv, xv, *r);
+                    let at = i + 8 * h;
+                    *r = _mm256_fmadd_ps(load8(w, at), load8(xr, at), *r);
                 }
             }
             *out.add(k) = reduce_add_16(&acc);
