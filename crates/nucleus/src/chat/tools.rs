@@ -383,6 +383,17 @@ impl ToolCallParser {
 
     /// A block whose body is `body`, parsed whole: a call, or else text again (with `close`,
     /// the closing tag if it came).
+    /// A call parsed whole: its start, then all its arguments at once.
+    fn whole_call(&mut self, out: &mut Vec<ToolEvent>, name: String, args: &Value) {
+        let index = self.calls;
+        self.calls += 1;
+        out.push(ToolEvent::Start { index, name });
+        out.push(ToolEvent::Args {
+            index,
+            text: args.to_string(),
+        });
+    }
+
     fn close_block(&mut self, out: &mut Vec<ToolEvent>, body: &str, close: &str) {
         let call = serde_json::from_str::<Value>(body.trim())
             .ok()
@@ -392,15 +403,7 @@ impl ToolCallParser {
                 Some((name, args))
             });
         match call {
-            Some((name, args)) => {
-                let index = self.calls;
-                self.calls += 1;
-                out.push(ToolEvent::Start { index, name });
-                out.push(ToolEvent::Args {
-                    index,
-                    text: args.to_string(),
-                });
-            }
+            Some((name, args)) => self.whole_call(out, name, &args),
             None => {
                 self.ws = std::mem::take(&mut self.block_ws);
                 let t = format!("{CALL_OPEN}{body}{close}");
@@ -431,13 +434,7 @@ impl ToolCallParser {
                 match self.parse_bare(&text) {
                     Some(calls) => {
                         for (name, args) in calls {
-                            let index = self.calls;
-                            self.calls += 1;
-                            out.push(ToolEvent::Start { index, name });
-                            out.push(ToolEvent::Args {
-                                index,
-                                text: args.to_string(),
-                            });
+                            self.whole_call(&mut out, name, &args);
                         }
                     }
                     None => {
