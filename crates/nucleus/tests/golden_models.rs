@@ -76,40 +76,62 @@ fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
-fn check_model(golden_name: &str) {
+/// A golden file's cases and its model in `arithmetic`; `None` (skipped) when either is absent.
+fn open(golden_name: &str, arithmetic: Arithmetic) -> Option<(Model, Tokenizer, Vec<Value>)> {
     let golden = common::shared_dir()
         .join("golden")
         .join(format!("{golden_name}.jsonl"));
     let model_path = common::golden_model_path(golden_name);
     if !common::require(&golden, "golden file") || !common::require(&model_path, "model") {
-        return;
+        return None;
     }
-    let model = Model::load_with(&model_path, 2, Arithmetic::Exact).unwrap();
+    let model = Model::load_with(&model_path, 2, arithmetic).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.metadata).unwrap();
+    let cases = std::fs::read_to_string(&golden)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    Some((model, tok, cases))
+}
+
+/// The reference's top logits at every position of a case (the prompt's, then the greedy
+/// steps'), and how many are the prompt's.
+fn steps(case: &Value) -> (Vec<Step>, usize) {
+    let prompt = case["prompt_logits"].as_array().unwrap();
+    let steps = prompt
+        .iter()
+        .chain(case["greedy_steps"].as_array().unwrap())
+        .map(Step::parse)
+        .collect();
+    (steps, prompt.len())
+}
+
+/// The logits along the reference path: the prompt as one batch, then one greedy token at a
+/// time.
+fn reference_path_logits(model: &Model, tokens: &[u32], greedy: &[u32]) -> Vec<f32> {
+    let mut session = Session::new(model, tokens.len() + greedy.len() + 8);
+    let mut logits = session.feed(tokens, 512, true).unwrap();
+    for &t in greedy {
+        logits.extend(session.feed(&[t], 1, false).unwrap());
+    }
+    logits
+}
+
+fn check_model(golden_name: &str) {
+    let Some((model, tok, cases)) = open(golden_name, Arithmetic::Exact) else {
+        return;
+    };
     let mut worst = 0f32;
     let (mut top1_checked, mut top1_flips, mut worst_flip_margin) = (0, 0, 0f32);
     let mut worst_parting_margin = 0f32;
     let (mut n_prompts, mut n_exact) = (0, 0);
     let mut failures = Vec::new();
-    for line in std::fs::read_to_string(&golden).unwrap().lines() {
-        let case: Value = serde_json::from_str(line).unwrap();
+    for case in &cases {
         let prompt = case["prompt"].as_str().unwrap();
         let add_special = case["add_special"].as_bool().unwrap();
         let greedy = ids(&case["greedy_tokens"]);
-        let mut steps: Vec<Step> = case["prompt_logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(Step::parse)
-            .collect();
-        let n_prompt = steps.len();
-        steps.extend(
-            case["greedy_steps"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(Step::parse),
-        );
+        let (steps, n_prompt) = steps(case);
 
         // 1. Tokenization: exact, whatever the CPU.
         let tokens = tok.encode(prompt, add_special, true).unwrap();
@@ -119,13 +141,9 @@ fn check_model(golden_name: &str) {
             "{golden_name}: tokenization of {prompt:?}"
         );
 
-        // 2. Along the reference path: the prompt as one batch, then one greedy token at a time.
-        let mut session = Session::new(&model, tokens.len() + greedy.len() + 8);
+        // 2. Along the reference path.
         let vocab = model.hp.n_vocab;
-        let mut logits = session.feed(&tokens, 512, true).unwrap();
-        for &t in &greedy {
-            logits.extend(session.feed(&[t], 1, false).unwrap());
-        }
+        let logits = reference_path_logits(&model, &tokens, &greedy);
         let trace = std::env::var_os("NUCLEUS_GOLDEN_TRACE").is_some();
         let mut prompt_worst = 0f32;
         for (i, step) in steps.iter().enumerate() {
@@ -243,19 +261,12 @@ fn gemma3_270m_matches_llama_cpp() {
 /// quality figures that matter, KL divergence and perplexity over a corpus, are in
 /// BENCHMARKS.md (`scripts/arithmetic_quality.sh`).
 fn check_fast(golden_name: &str) {
-    let golden = common::shared_dir()
-        .join("golden")
-        .join(format!("{golden_name}.jsonl"));
-    let model_path = common::golden_model_path(golden_name);
-    if !common::require(&golden, "golden file") || !common::require(&model_path, "model") {
+    let Some((model, tok, cases)) = open(golden_name, Arithmetic::Fast) else {
         return;
-    }
-    let model = Model::load_with(&model_path, 2, Arithmetic::Fast).unwrap();
-    let tok = Tokenizer::from_gguf(&model.file.metadata).unwrap();
+    };
     let (mut worst, mut sum, mut n) = (0f32, 0f64, 0usize);
     let (mut checked, mut flips) = (0, 0);
-    for line in std::fs::read_to_string(&golden).unwrap().lines() {
-        let case: Value = serde_json::from_str(line).unwrap();
+    for case in &cases {
         let tokens = tok
             .encode(
                 case["prompt"].as_str().unwrap(),
@@ -264,19 +275,9 @@ fn check_fast(golden_name: &str) {
             )
             .unwrap();
         let greedy = ids(&case["greedy_tokens"]);
-        let steps: Vec<Step> = case["prompt_logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .chain(case["greedy_steps"].as_array().unwrap())
-            .map(Step::parse)
-            .collect();
-        let mut session = Session::new(&model, tokens.len() + greedy.len() + 8);
+        let (steps, _) = steps(case);
         let vocab = model.hp.n_vocab;
-        let mut logits = session.feed(&tokens, 512, true).unwrap();
-        for &t in &greedy {
-            logits.extend(session.feed(&[t], 1, false).unwrap());
-        }
+        let logits = reference_path_logits(&model, &tokens, &greedy);
         for (i, step) in steps.iter().enumerate() {
             let row = &logits[i * vocab..(i + 1) * vocab];
             for &(id, reference) in &step.top {

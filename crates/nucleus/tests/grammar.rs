@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use nucleus::engine::scheduler::{Engine, EngineConfig, Event, Finished, GenRequest, SpecConfig};
+use nucleus::engine::scheduler::{Engine, EngineConfig, Finished, GenRequest, SpecConfig};
 use nucleus::engine::speculate::ngram::NgramProposer;
 use nucleus::engine::speculate::Speculator;
 use nucleus::engine::{GenerateRequest, Session};
@@ -138,22 +138,10 @@ fn run_all(
     let rxs: Vec<_> = reqs.iter().map(|r| h.submit(r.clone()).unwrap()).collect();
     let outs = rxs
         .into_iter()
-        .map(|mut rx| {
-            let mut toks = Vec::new();
-            let mut text = String::new();
-            loop {
-                match rx.blocking_recv().expect("an event") {
-                    Event::Token(t) => {
-                        text.push_str(&t.text);
-                        toks.push((t.token, t.logprob));
-                    }
-                    Event::Done(f) => {
-                        text.push_str(&f.text);
-                        return (toks, text, f);
-                    }
-                    Event::Error(e) => panic!("request failed: {e}"),
-                }
-            }
+        .map(|rx| {
+            let (events, text, f) = common::drain_events(rx);
+            let toks = events.iter().map(|t| (t.token, t.logprob)).collect();
+            (toks, text, f)
         })
         .collect();
     h.shutdown();

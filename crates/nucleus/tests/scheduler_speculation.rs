@@ -11,7 +11,7 @@ mod common;
 use std::sync::Arc;
 
 use nucleus::engine::scheduler::{
-    Engine, EngineConfig, EngineStats, Event, Finished, GenRequest, SpecConfig,
+    Engine, EngineConfig, EngineStats, Finished, GenRequest, SpecConfig,
 };
 use nucleus::engine::ContextPolicy;
 use nucleus::model::Model;
@@ -118,25 +118,13 @@ fn run_all(
     let rxs: Vec<_> = reqs.iter().map(|r| h.submit(r.clone()).unwrap()).collect();
     let outs = rxs
         .into_iter()
-        .map(|mut rx| {
-            let mut toks = Vec::new();
-            let mut text = String::new();
-            loop {
-                match rx
-                    .blocking_recv()
-                    .expect("every request ends with an event")
-                {
-                    Event::Token(t) => {
-                        text.push_str(&t.text);
-                        toks.push((t.token, t.logprob, t.top_logprobs));
-                    }
-                    Event::Done(f) => {
-                        text.push_str(&f.text);
-                        return (toks, text, f);
-                    }
-                    Event::Error(e) => panic!("request failed: {e}"),
-                }
-            }
+        .map(|rx| {
+            let (events, text, f) = common::drain_events(rx);
+            let toks = events
+                .into_iter()
+                .map(|t| (t.token, t.logprob, t.top_logprobs))
+                .collect();
+            (toks, text, f)
         })
         .collect();
     let stats = h.stats();

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use nucleus::engine::scheduler::{Event, Finished};
+use nucleus::engine::scheduler::{Event, Finished, TokenEvent};
 use nucleus::tokenizer::TokenId;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -48,9 +48,9 @@ pub fn require(path: &std::path::Path, what: &str) -> bool {
     false
 }
 
-/// Runs a request to its end: (generated token ids, final event).
-pub fn drain(mut rx: UnboundedReceiver<Event>) -> (Vec<TokenId>, String, Finished) {
-    let mut toks = Vec::new();
+/// Runs a request to its end: (its token events, the whole text, the final event).
+pub fn drain_events(mut rx: UnboundedReceiver<Event>) -> (Vec<TokenEvent>, String, Finished) {
+    let mut events = Vec::new();
     let mut text = String::new();
     loop {
         match rx
@@ -58,14 +58,20 @@ pub fn drain(mut rx: UnboundedReceiver<Event>) -> (Vec<TokenId>, String, Finishe
             .expect("the engine ends every request with an event")
         {
             Event::Token(t) => {
-                toks.push(t.token);
                 text.push_str(&t.text);
+                events.push(t);
             }
             Event::Done(f) => {
                 text.push_str(&f.text);
-                return (toks, text, f);
+                return (events, text, f);
             }
             Event::Error(e) => panic!("request failed: {e}"),
         }
     }
+}
+
+/// Runs a request to its end: (generated token ids, the whole text, the final event).
+pub fn drain(rx: UnboundedReceiver<Event>) -> (Vec<TokenId>, String, Finished) {
+    let (events, text, f) = drain_events(rx);
+    (events.iter().map(|t| t.token).collect(), text, f)
 }
