@@ -113,7 +113,9 @@ fn main() {
             }
             if let Some(p) = &packed {
                 let mut pa = PackedActs::new();
-                pa.prepare(&acts);
+                if acts.ty() == GgmlType::Q8_0 {
+                    pa.prepare(&acts);
+                }
                 let f = fastest(|| matmul_packed(&pool, p, &acts, &pa, &mut y));
                 line += &format!(
                     " | fast {:8.1} us {:6.1} G MAC/s ({:.2}x)",

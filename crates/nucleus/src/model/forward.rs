@@ -6,7 +6,7 @@
 //! decode steps of many sequences alike), so every weight row read serves the whole batch.
 
 use crate::kernels::interleaved::{
-    matmul_packed, matmul_packed_many, Arithmetic, PackedActs, PackedMatrix,
+    matmul_packed, matmul_packed_many, packed_act_type, Arithmetic, PackedActs, PackedMatrix,
 };
 use crate::kernels::matmul::{matmul_rows, PromptSlot, QuantizedActs};
 use crate::kernels::ops;
@@ -511,6 +511,10 @@ impl Model {
         let y = &mut y[..n * w.rows];
         // Only nucleus's arithmetic repacks matrices (`Weights::load`).
         if let Some(p) = &w.packed {
+            if packed_act_type(p.ty()) == GgmlType::Q8_K {
+                let q = acts.get(x, n, w.cols, GgmlType::Q8_K);
+                return matmul_packed(&self.pool, p, q, &PackedActs::new(), y);
+            }
             let (q, pa) = acts.get_packed(x, n, w.cols);
             return matmul_packed(&self.pool, p, q, pa, y);
         }
@@ -534,8 +538,12 @@ impl Model {
         (x, slots): (&[f32], &[PromptSlot]),
         n: usize,
     ) {
-        let packed =
-            self.arithmetic == Arithmetic::Fast && products.iter().all(|(w, _)| w.packed.is_some());
+        let packed = self.arithmetic == Arithmetic::Fast
+            && products.iter().all(|(w, _)| {
+                w.packed
+                    .as_ref()
+                    .is_some_and(|p| packed_act_type(p.ty()) == GgmlType::Q8_0)
+            });
         if !packed {
             for (w, y) in products {
                 self.project(acts, w, (x, slots), n, y);

@@ -19,6 +19,7 @@ mod x86;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use blocks::scale_min_k4;
 pub use blocks::{dequantize_row, quantize_row, quantize_row_act};
 pub use dispatch::{available_levels, simd_level, SimdLevel};
 pub use types::GgmlType;

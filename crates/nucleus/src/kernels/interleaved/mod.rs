@@ -17,8 +17,12 @@
 //! the same for every output, so an output has the same bits whether its token came alone or
 //! among many, on every SIMD level and on the scalar path: the batch invariance nucleus
 //! promises holds by construction.
+//!
+//! Q4_K matrices are repacked the same way ([`q4_k`]) but keep the arithmetic of the one-row
+//! Q4_K kernel: there the layout buys speed and changes no bits.
 
 mod pack;
+mod q4_k;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -38,8 +42,8 @@ use crate::quant::GgmlType;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Arithmetic {
     /// nucleus's own: repacked Q8_0/Q5_0 weights, one float chain per output, and every row of
-    /// every other type through the one-row kernels, so that a token's results never depend on
-    /// its place in a prompt or a batch.
+    /// every other type in the arithmetic of the one-row kernels (Q4_K repacked too), so that
+    /// a token's results never depend on its place in a prompt or a batch.
     #[default]
     Fast,
     /// llama.cpp's, bit for bit (its batched kernels for a prompt's rows, chosen by the row's
@@ -143,6 +147,11 @@ impl<'a> GroupView<'a> {
     ) -> GroupView<'a> {
         unpack(ty, blocks, src, scales, unpacked);
         match ty {
+            GgmlType::Q4_K => GroupView {
+                scales,
+                values: src,
+                stride: q4_k::GROUP_BLOCK,
+            },
             GgmlType::Q8_0 => GroupView {
                 scales,
                 values: &src[16..],
@@ -171,18 +180,28 @@ pub(crate) type TileFn = unsafe fn(group: &GroupView, tile: &Tile);
 fn kernels(ty: GgmlType, avx2: bool) -> (TileFn, UnpackFn) {
     #[cfg(target_arch = "x86_64")]
     if avx2 {
-        let tile: TileFn = match ty {
-            GgmlType::Q5_0 => x86::tile_u5,
-            _ => x86::tile_i8,
+        return match ty {
+            GgmlType::Q4_K => (q4_k::tile_avx2, pack::unpack_group_scalar),
+            GgmlType::Q5_0 => (x86::tile_u5, x86::unpack_group),
+            _ => (x86::tile_i8, x86::unpack_group),
         };
-        return (tile, x86::unpack_group);
     }
     let _ = avx2;
     let tile: TileFn = match ty {
+        GgmlType::Q4_K => q4_k::tile_scalar,
         GgmlType::Q5_0 => scalar::tile_u5,
         _ => scalar::tile_i8,
     };
     (tile, pack::unpack_group_scalar)
+}
+
+/// The activation type a packed matrix of `ty` reads (the one-row kernels' vec-dot type).
+pub fn packed_act_type(ty: GgmlType) -> GgmlType {
+    if ty == GgmlType::Q4_K {
+        GgmlType::Q8_K
+    } else {
+        GgmlType::Q8_0
+    }
 }
 
 /// Groups per work item.
@@ -191,7 +210,8 @@ const GROUPS_PER_CHUNK: usize = 4;
 const TOKEN_BLOCK: usize = 32;
 
 /// `y[t * w.rows + r] = W[r] · x[t]` for every token `t` and row `r`, in the arithmetic
-/// described at the top of this module. `x` holds Q8_0 rows and `acts` was prepared from it.
+/// described at the top of this module. `x` holds rows of [`packed_act_type`]; for Q8_0 rows
+/// `acts` was prepared from it (Q8_K rows need no preparation: pass an empty one).
 pub fn matmul_packed(
     pool: &ThreadPool,
     w: &PackedMatrix,
@@ -225,6 +245,8 @@ struct Product<'a> {
     first_chunk: usize,
     /// Groups per work item.
     chunk_groups: usize,
+    /// Blocks per row (of 32 inputs, or 256 for Q4_K).
+    blocks: usize,
 }
 
 /// The products, with the SIMD kernels or (`simd` false) the scalar ones.
@@ -236,17 +258,14 @@ fn matmul_packed_with(
     simd: bool,
 ) {
     let nt = x.n_tokens();
-    assert_eq!(
-        x.ty(),
-        GgmlType::Q8_0,
-        "matmul_packed: activations must be Q8_0"
-    );
-    let blocks = x.cols() / QK;
-    assert_eq!(
-        acts.scales.len(),
-        nt * blocks,
-        "matmul_packed: acts not prepared"
-    );
+    let blocks32 = x.cols() / QK;
+    if x.ty() == GgmlType::Q8_0 {
+        assert_eq!(
+            acts.scales.len(),
+            nt * blocks32,
+            "matmul_packed: acts not prepared"
+        );
+    }
     let avx2 = simd
         && cfg!(target_arch = "x86_64")
         && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2;
@@ -254,6 +273,11 @@ fn matmul_packed_with(
     let mut list = Vec::with_capacity(products.len());
     for (w, y) in products.iter_mut() {
         assert_eq!(x.cols(), w.cols(), "matmul_packed: activation width");
+        assert_eq!(
+            x.ty(),
+            packed_act_type(w.ty()),
+            "matmul_packed: activation type"
+        );
         assert_eq!(y.len(), nt * w.rows(), "matmul_packed: output size");
         let q5_stored = avx2 && nt <= TILE_TOKENS && w.ty() == GgmlType::Q5_0;
         let groups = w.rows() / GROUP_ROWS;
@@ -274,6 +298,7 @@ fn matmul_packed_with(
             q5_stored,
             first_chunk: n_chunks,
             chunk_groups,
+            blocks: w.cols() / pack::block_len(w.ty()),
         });
         n_chunks += groups.div_ceil(chunk_groups);
     }
@@ -283,8 +308,8 @@ fn matmul_packed_with(
     let next = AtomicUsize::new(0);
     let list = &list;
     let work = |_: usize, _: usize| {
-        let per_group = GROUP_ROWS * QK * blocks;
-        let mut scales = vec![0f32; GROUPS_PER_CHUNK * GROUP_ROWS * blocks];
+        let per_group = GROUP_ROWS * QK * blocks32;
+        let mut scales = vec![0f32; GROUPS_PER_CHUNK * GROUP_ROWS * blocks32];
         let mut unpacked = vec![0u8; GROUPS_PER_CHUNK * per_group];
         loop {
             let c = next.fetch_add(1, Ordering::Relaxed);
@@ -292,7 +317,18 @@ fn matmul_packed_with(
                 break;
             }
             let p = &list[list.partition_point(|p| p.first_chunk <= c) - 1];
-            let (w, out, rows) = (p.w, p.out, p.w.rows());
+            let (w, out, rows, blocks) = (p.w, p.out, p.w.rows(), p.blocks);
+            // Q8_K activations carry their scales in their blocks: no prepared ones.
+            let prepared = |t: usize| {
+                if acts.scales.is_empty() {
+                    (std::ptr::null(), std::ptr::null())
+                } else {
+                    (
+                        acts.scales[t * blocks..].as_ptr(),
+                        acts.offsets[t * blocks..].as_ptr(),
+                    )
+                }
+            };
             let groups = rows / GROUP_ROWS;
             let c = c - p.first_chunk;
             let (g0, g1) = (c * p.chunk_groups, ((c + 1) * p.chunk_groups).min(groups));
@@ -303,8 +339,8 @@ fn matmul_packed_with(
                         blocks,
                         x: x.row(0).as_ptr(),
                         x_stride: x.row_bytes(),
-                        scales: acts.scales.as_ptr(),
-                        offsets: acts.offsets.as_ptr(),
+                        scales: prepared(0).0,
+                        offsets: prepared(0).1,
                         nx: nt,
                         out: out.at(g * GROUP_ROWS),
                         out_stride: rows,
@@ -320,7 +356,7 @@ fn matmul_packed_with(
                         continue;
                     }
                     let (s, u) = (
-                        &mut scales[..GROUP_ROWS * blocks],
+                        &mut scales[..GROUP_ROWS * blocks32],
                         &mut unpacked[..per_group],
                     );
                     let view = GroupView::new(w.ty(), blocks, w.group(g), s, u, p.unpack);
@@ -330,7 +366,7 @@ fn matmul_packed_with(
                 continue;
             }
             let views: Vec<GroupView> = scales
-                .chunks_exact_mut(GROUP_ROWS * blocks)
+                .chunks_exact_mut(GROUP_ROWS * blocks32)
                 .zip(unpacked.chunks_exact_mut(per_group))
                 .zip(g0..g1)
                 .map(|((s, u), g)| GroupView::new(w.ty(), blocks, w.group(g), s, u, p.unpack))
@@ -346,8 +382,8 @@ fn matmul_packed_with(
                             blocks,
                             x: x.row(t).as_ptr(),
                             x_stride: x.row_bytes(),
-                            scales: acts.scales[t * blocks..].as_ptr(),
-                            offsets: acts.offsets[t * blocks..].as_ptr(),
+                            scales: prepared(t).0,
+                            offsets: prepared(t).1,
                             nx,
                             // Row g·8 of token t.
                             out: out.at(t * rows + g * GROUP_ROWS),

@@ -1,5 +1,6 @@
 //! The interleaved layout: Q8_0 and Q5_0 matrices repacked eight rows at a time, the same
-//! bytes per block as in the file (the scales stay f16, Q5_0's values stay five bits).
+//! bytes per block as in the file (the scales stay f16, Q5_0's values stay five bits); Q4_K
+//! matrices as [`super::q4_k`] describes.
 //!
 //! Per group of eight rows and block of 32 inputs (`q[j][i]`: value `i` of row `j`):
 //! - Q8_0 (272 bytes): the eight f16 scales, then eight chunks of 32 bytes, chunk `k` holding
@@ -9,7 +10,7 @@
 //!   `q[j][4(c + 4) + m]` in its high nibble; 32 bytes of fifth bits, bit `k` of byte `4j + m`
 //!   being bit 4 of `q[j][4k + m]`. Q5_0 values are kept unsigned (weight + 16, 0..=31).
 
-use super::{GROUP_ROWS, QK};
+use super::{q4_k, GROUP_ROWS, QK};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::GgmlType;
 
@@ -27,7 +28,17 @@ fn group_block_bytes(ty: GgmlType) -> usize {
     match ty {
         GgmlType::Q8_0 => 16 + 256,
         GgmlType::Q5_0 => 16 + 128 + 32,
-        _ => unreachable!("only Q8_0 and Q5_0 are packed"),
+        GgmlType::Q4_K => q4_k::GROUP_BLOCK,
+        _ => unreachable!("only Q8_0, Q5_0 and Q4_K are packed"),
+    }
+}
+
+/// Inputs per block of `ty` (32, or 256 for Q4_K).
+pub(crate) fn block_len(ty: GgmlType) -> usize {
+    if ty == GgmlType::Q4_K {
+        q4_k::QK_K
+    } else {
+        QK
     }
 }
 
@@ -41,23 +52,25 @@ impl PackedMatrix {
     pub fn cols(&self) -> usize {
         self.cols
     }
-    /// Bytes held (the same as the file's tensor).
+    /// Bytes held (the same as the file's tensor for Q8_0 and Q5_0; 2.8 % more for Q4_K, its
+    /// scales and mins unpacked).
     pub fn bytes(&self) -> usize {
         self.data.len()
     }
 
     /// The stored bytes of row group `g`.
     pub(crate) fn group(&self, g: usize) -> &[u8] {
-        let gb = group_block_bytes(self.ty) * (self.cols / QK);
+        let gb = group_block_bytes(self.ty) * (self.cols / block_len(self.ty));
         &self.data[g * gb..(g + 1) * gb]
     }
 }
 
-/// Whether a matrix can be packed: Q8_0 or Q5_0 with a row count that is a multiple of eight.
+/// Whether a matrix can be packed: Q8_0, Q5_0 or Q4_K with a row count that is a multiple of
+/// eight.
 pub fn can_pack(ty: GgmlType, rows: usize, cols: usize) -> bool {
-    matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0)
+    matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_K)
         && rows.is_multiple_of(GROUP_ROWS)
-        && cols.is_multiple_of(QK)
+        && cols.is_multiple_of(block_len(ty))
         && rows > 0
 }
 
@@ -88,11 +101,20 @@ pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
         return None;
     }
     let rb = w.ty.row_bytes(w.cols)?;
-    let (blocks, bb) = (w.cols / QK, rb / (w.cols / QK));
+    let blocks = w.cols / block_len(w.ty);
+    let bb = rb / blocks;
     let gbb = group_block_bytes(w.ty);
     let mut data = vec![0u8; w.rows / GROUP_ROWS * blocks * gbb];
     for (g, out) in data.chunks_exact_mut(blocks * gbb).enumerate() {
         for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
+            if w.ty == GgmlType::Q4_K {
+                let rows = std::array::from_fn(|j| {
+                    let at = (g * GROUP_ROWS + j) * rb + b * bb;
+                    &w.data[at..at + bb]
+                });
+                q4_k::pack_group_block(rows, dst);
+                continue;
+            }
             for j in 0..GROUP_ROWS {
                 let r = g * GROUP_ROWS + j;
                 let at = r * rb + b * bb;
@@ -131,6 +153,9 @@ pub(crate) fn unpack_group_scalar(
     scales: &mut [f32],
     values: &mut [u8],
 ) {
+    if ty == GgmlType::Q4_K {
+        return; // read as stored
+    }
     let gbb = group_block_bytes(ty);
     assert!(src.len() >= blocks * gbb && scales.len() >= 8 * blocks);
     assert!(ty == GgmlType::Q8_0 || values.len() >= 256 * blocks);

@@ -94,14 +94,76 @@ fn packing_keeps_every_value_and_scale() {
 }
 
 #[test]
-fn only_q8_0_and_q5_0_with_whole_groups_are_packed() {
+fn only_q8_0_q5_0_and_q4_k_with_whole_groups_are_packed() {
     assert!(can_pack(GgmlType::Q5_0, 896, 4864));
     assert!(
         !can_pack(GgmlType::Q5_0, 12, 64),
         "rows not a multiple of 8"
     );
-    assert!(!can_pack(GgmlType::Q4_K, 256, 256));
+    assert!(can_pack(GgmlType::Q4_K, 896, 4864));
+    assert!(
+        !can_pack(GgmlType::Q4_K, 8, 96),
+        "rows of part of a super-block"
+    );
+    assert!(!can_pack(GgmlType::Q6_K, 256, 256));
     assert!(!can_pack(GgmlType::Q8_0, 0, 32));
+}
+
+/// Random Q4_K rows: scales of different sizes, any six-bit scales and mins, any nibbles.
+fn random_q4_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
+    let mut byte = || ((rng.f32() + 1.0) * 128.0) as u8;
+    let mut data = vec![0u8; rows * cols / 256 * 144];
+    for (i, b) in data.chunks_exact_mut(144).enumerate() {
+        let d = half::f16::from_f32(0.001 * (1 + i % 13) as f32);
+        let dmin = half::f16::from_f32(0.0005 * (1 + i % 5) as f32);
+        b[0..2].copy_from_slice(&d.to_le_bytes());
+        b[2..4].copy_from_slice(&dmin.to_le_bytes());
+        for v in &mut b[4..] {
+            *v = byte();
+        }
+    }
+    data
+}
+
+/// Repacked Q4_K computes what the one-row Q4_K kernel computes, bit for bit, for every token
+/// count, with the SIMD kernels and the scalar ones; and it keeps every value.
+#[test]
+fn q4_k_packed_has_the_one_row_kernels_bits() {
+    let mut rng = Rng(15);
+    let pool = ThreadPool::new(2);
+    let ty = GgmlType::Q4_K;
+    for (rows, cols) in [(8, 256), (24, 768), (64, 4864)] {
+        let data = random_q4_k(&mut rng, rows, cols);
+        let qm = QMatrix {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        };
+        let w = pack(&qm).unwrap();
+        assert_eq!(w.bytes(), rows / 8 * cols / 256 * 1184);
+        for nt in [1, 2, 3, 4, 5, 9, 40] {
+            // Activations with a wide range, so that some quantize to -128.
+            let xf: Vec<f32> = (0..nt * cols)
+                .map(|i| rng.f32() * (1 + i % 7) as f32 * if i % 97 == 0 { 50.0 } else { 1.0 })
+                .collect();
+            let mut x = QuantizedActs::new();
+            x.quantize(&xf, nt, cols, GgmlType::Q8_K);
+            let none = PackedActs::new();
+            let mut want = vec![0f32; nt * rows];
+            crate::kernels::matmul::matmul(&pool, &qm, &x, &mut want);
+            let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
+            matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &none, true);
+            matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &none, false);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&scalar),
+                bits(&want),
+                "{rows}x{cols}, {nt} tokens: scalar"
+            );
+            assert_eq!(bits(&simd), bits(&want), "{rows}x{cols}, {nt} tokens: SIMD");
+        }
+    }
 }
 
 #[test]

@@ -1,0 +1,230 @@
+//! Q4_K matrices in the interleaved layout, computed with the arithmetic of the one-row Q4_K
+//! kernel that both arithmetics use (llama.cpp's repacked Q4_K gemv, `BLOCK_SUMS` in
+//! `quant/x86/k_quants.rs`, `quant::scalar::dot_q4_k`): per super-block of 256 inputs, the
+//! exact integer sum `isum = Σ_j scale_j·Σ q·x` and min sum `imin = Σ_j min_j·bsum_j`, then
+//!
+//! ```text
+//! acc = fma(isum, d·dy, acc);   acc_min = fma(imin, dmin·dy, acc_min);   out = acc − acc_min
+//! ```
+//!
+//! Integer sums are exact in any order, so a row computed here has the bits of the one-row
+//! kernel: repacking Q4_K changes no result, only the speed (eight rows per instruction,
+//! the weights read once for four tokens).
+//!
+//! Layout of one group of eight rows and one super-block (1184 bytes, the file's 1152 plus the
+//! scales and mins unpacked to bytes):
+//! - `0..16`: the rows' d (f16), `16..32`: their dmin (f16);
+//! - `32..96`: the 6-bit scales, byte `32 + 8j + r` = scale of sub-block `j` of row `r`;
+//! - `96..160`: the 6-bit mins in pairs, byte `96 + 16p + 2r + e` = min of sub-block `2p + e`;
+//! - `160..1184`: the nibbles, 32 bytes per (sub-block pair `p`, chunk `c` of four): byte
+//!   `4r + m` of `160 + 256p + 32c` holds value `64p + 4c + m` of row `r` in its low nibble
+//!   (sub-block `2p`) and value `64p + 32 + 4c + m` in its high nibble (sub-block `2p + 1`).
+
+use super::{GroupView, Tile, GROUP_ROWS};
+use crate::quant::scale_min_k4;
+
+/// Inputs per super-block.
+pub(crate) const QK_K: usize = 256;
+/// Bytes of a Q4_K super-block in the file.
+const FILE_BLOCK: usize = 144;
+/// Bytes of one group's super-block in the interleaved layout.
+pub(crate) const GROUP_BLOCK: usize = 1184;
+/// Bytes of a Q8_K activation block: f32 d, 256 values, 16 i16 sums of 16.
+pub(crate) const ACT_BLOCK: usize = 292;
+const SCALES: usize = 32;
+const MINS: usize = 96;
+const NIBBLES: usize = 160;
+
+/// Writes group-block `dst` (GROUP_BLOCK bytes) from the eight file blocks `rows[r]`.
+pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
+    for (r, b) in rows.iter().enumerate() {
+        dst[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
+        dst[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
+        for j in 0..8 {
+            let (s, m) = scale_min_k4(j, &b[4..16]);
+            dst[SCALES + 8 * j + r] = s;
+            dst[MINS + 16 * (j / 2) + 2 * r + j % 2] = m;
+        }
+        // File: byte l of pair p's 32 holds value 64p + l (low) and 64p + 32 + l (high).
+        let qs = &b[16..FILE_BLOCK];
+        for p in 0..4 {
+            for c in 0..8 {
+                for m in 0..4 {
+                    dst[NIBBLES + 256 * p + 32 * c + 4 * r + m] = qs[32 * p + 4 * c + m];
+                }
+            }
+        }
+    }
+}
+
+/// The reference kernel: the arithmetic of the module doc, per output.
+///
+/// # Safety
+/// As [`super::TileFn`], the activations being Q8_K rows of `tile.blocks` super-blocks.
+pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
+    for n in 0..t.nx {
+        // SAFETY: the caller guarantees token n's activation row and 8 output floats.
+        let (x, out) = unsafe {
+            (
+                std::slice::from_raw_parts(t.x.add(n * t.x_stride), t.blocks * ACT_BLOCK),
+                std::slice::from_raw_parts_mut(t.out.add(n * t.out_stride), GROUP_ROWS),
+            )
+        };
+        let (mut acc, mut acc_min) = ([0f32; GROUP_ROWS], [0f32; GROUP_ROWS]);
+        for b in 0..t.blocks {
+            let g = &group.values[group.stride * b..group.stride * b + GROUP_BLOCK];
+            let xb = &x[ACT_BLOCK * b..ACT_BLOCK * (b + 1)];
+            let dy = f32::from_le_bytes(xb[0..4].try_into().unwrap());
+            let xq = |i: usize| xb[4 + i] as i8 as i32;
+            let bsum = |j: usize| {
+                let s = |k: usize| i16::from_le_bytes([xb[260 + 2 * k], xb[261 + 2 * k]]) as i32;
+                s(2 * j) + s(2 * j + 1)
+            };
+            for r in 0..GROUP_ROWS {
+                let mut isum = 0i32;
+                let mut imin = 0i32;
+                for j in 0..8 {
+                    let (p, high) = (j / 2, j % 2 == 1);
+                    let mut sub = 0i32;
+                    for i in 0..32 {
+                        let byte = g[NIBBLES + 256 * p + 32 * (i / 4) + 4 * r + i % 4];
+                        let q = if high { byte >> 4 } else { byte & 0xF } as i32;
+                        sub += q * xq(64 * p + 32 * high as usize + i);
+                    }
+                    isum += g[SCALES + 8 * j + r] as i32 * sub;
+                    imin += g[MINS + 16 * p + 2 * r + j % 2] as i32 * bsum(j);
+                }
+                let f16 = |at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).to_f32();
+                let (d, dmin) = (f16(2 * r), f16(16 + 2 * r));
+                acc[r] = (isum as f32).mul_add(d * dy, acc[r]);
+                acc_min[r] = (imin as f32).mul_add(dmin * dy, acc_min[r]);
+            }
+        }
+        for r in 0..GROUP_ROWS {
+            out[r] = acc[r] - acc_min[r];
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::tile_avx2;
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    /// [`tile_scalar`]'s bits with AVX2: eight rows in the lanes of a register, four values of
+    /// each per `vpmaddubsw` (a nibble times an 8-bit activation: a pair sums to at most
+    /// 2·15·128, a sub-block's eight chunks to 30,720, within 16 bits), each sub-block's sum
+    /// scaled by `vpmaddwd`, the min sums by `vpmaddwd` with the activations' pair sums.
+    ///
+    /// # Safety
+    /// As [`tile_scalar`]; the CPU has AVX2, FMA and F16C.
+    pub(crate) unsafe fn tile_avx2(group: &GroupView, tile: &Tile) {
+        assert!(group.values.len() >= group.stride * (tile.blocks - 1) + GROUP_BLOCK);
+        // SAFETY: forwarded; `nx` picks the instantiation.
+        unsafe {
+            match tile.nx {
+                1 => tile_nx::<1>(group, tile),
+                2 => tile_nx::<2>(group, tile),
+                3 => tile_nx::<3>(group, tile),
+                _ => tile_nx::<4>(group, tile),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile_nx<const NX: usize>(group: &GroupView, t: &Tile) {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let mut acc = [_mm256_setzero_ps(); NX];
+        let mut acc_min = [_mm256_setzero_ps(); NX];
+        // SAFETY (all reads below): super-block b < blocks of the group (GROUP_BLOCK bytes at
+        // stride·b, checked by the caller); token n < nx's Q8_K block b (ACT_BLOCK bytes) in its
+        // row (the caller's contract).
+        unsafe {
+            for b in 0..t.blocks {
+                let g = group.values.as_ptr().add(group.stride * b);
+                // Weights stream from memory in decode: ask for the next super-block's.
+                for l in (0..GROUP_BLOCK).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(g.add(GROUP_BLOCK + l) as *const i8);
+                }
+                let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
+                let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
+                let mut isum = [_mm256_setzero_si256(); NX];
+                for p in 0..4 {
+                    let mut s_lo = [_mm256_setzero_si256(); NX];
+                    let mut s_hi = [_mm256_setzero_si256(); NX];
+                    for c in 0..8 {
+                        let w = _mm256_loadu_si256(g.add(NIBBLES + 256 * p + 32 * c) as *const _);
+                        let lo = _mm256_and_si256(w, m4);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+                        for n in 0..NX {
+                            let x = xb(n).add(4 + 64 * p + 4 * c);
+                            s_lo[n] = _mm256_add_epi16(s_lo[n], _mm256_maddubs_epi16(lo, bcast(x)));
+                            s_hi[n] = _mm256_add_epi16(
+                                s_hi[n],
+                                _mm256_maddubs_epi16(hi, bcast(x.add(32))),
+                            );
+                        }
+                    }
+                    // Row r's scale in 16-bit lanes 2r and 2r + 1.
+                    let scale = |j: usize| {
+                        let s = _mm_loadl_epi64(g.add(SCALES + 8 * j) as *const _);
+                        _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s, s))
+                    };
+                    let (sc_lo, sc_hi) = (scale(2 * p), scale(2 * p + 1));
+                    for n in 0..NX {
+                        let s = _mm256_add_epi32(
+                            _mm256_madd_epi16(s_lo[n], sc_lo),
+                            _mm256_madd_epi16(s_hi[n], sc_hi),
+                        );
+                        isum[n] = _mm256_add_epi32(isum[n], s);
+                    }
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(g as *const _));
+                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(g.add(16) as *const _));
+                for n in 0..NX {
+                    // The sub-blocks' activation sums: pairs of the 16-value sums (i16).
+                    let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
+                    let q8s = _mm_hadd_epi16(
+                        _mm256_castsi256_si128(bs),
+                        _mm256_extracti128_si256::<1>(bs),
+                    );
+                    let mut imin = _mm256_setzero_si256();
+                    for (p, pair) in [
+                        _mm_extract_epi32::<0>(q8s),
+                        _mm_extract_epi32::<1>(q8s),
+                        _mm_extract_epi32::<2>(q8s),
+                        _mm_extract_epi32::<3>(q8s),
+                    ]
+                    .into_iter()
+                    .enumerate()
+                    {
+                        let mins =
+                            _mm256_cvtepu8_epi16(_mm_loadu_si128(g.add(MINS + 16 * p) as *const _));
+                        imin = _mm256_add_epi32(
+                            imin,
+                            _mm256_madd_epi16(mins, _mm256_set1_epi32(pair)),
+                        );
+                    }
+                    let dy = _mm256_set1_ps((xb(n) as *const f32).read_unaligned());
+                    acc[n] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[n]), _mm256_mul_ps(d, dy), acc[n]);
+                    acc_min[n] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(imin),
+                        _mm256_mul_ps(dmin, dy),
+                        acc_min[n],
+                    );
+                }
+            }
+            for n in 0..NX {
+                _mm256_storeu_ps(
+                    t.out.add(n * t.out_stride),
+                    _mm256_sub_ps(acc[n], acc_min[n]),
+                );
+            }
+        }
+    }
+}
