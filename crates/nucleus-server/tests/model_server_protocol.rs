@@ -14,7 +14,11 @@ use serde_json::json;
 use common::*;
 
 fn deploy_file(name: &str) -> String {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes")).join(name);
+    let p = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/kubernetes"
+    ))
+    .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
 }
 
@@ -119,7 +123,11 @@ fn probes_and_the_openai_apis_answer() {
         .lines()
         .filter_map(|l| l.trim().strip_prefix("path: "))
         .collect();
-    assert_eq!(probe_paths.len(), 3, "startup, readiness and liveness probes");
+    assert_eq!(
+        probe_paths.len(),
+        3,
+        "startup, readiness and liveness probes"
+    );
     let Some(srv) = start(small(), None) else {
         return;
     };
