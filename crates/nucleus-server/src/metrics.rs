@@ -1,5 +1,11 @@
 //! Prometheus text-format metrics: engine gauges and counters, plus latency histograms measured
 //! where the HTTP layer receives the engine's events.
+//!
+//! The Gateway API Inference Extension's endpoint picker routes by four of them (its Model Server
+//! Protocol): `nucleus_requests_waiting` (TotalQueuedRequests), `nucleus_requests_running`
+//! (TotalRunningRequests), `nucleus_kv_cache_usage_ratio` (KVCacheUtilization, 0 to 1) and
+//! `nucleus_cache_config_info` (BlockSize and the number of blocks, as labels).
+//! `deploy/kubernetes/epp.yaml` names them; `tests/model_server_protocol.rs` keeps the two in step.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,7 +102,8 @@ impl Metrics {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn render(&self, s: &EngineStats) -> String {
+    /// The metrics page for `s`, an engine whose KV blocks hold `block_size` tokens each.
+    pub fn render(&self, s: &EngineStats, block_size: usize) -> String {
         let mut out = String::new();
         let mut gauge = |name: &str, help: &str, v: u64, kind: &str| {
             let _ = writeln!(out, "# HELP {name} {help}");
@@ -227,6 +234,17 @@ impl Metrics {
             "# HELP nucleus_kv_cache_usage_ratio Fraction of the KV cache's blocks in use by \
              sequences (cached blocks kept for reuse count as free).\n\
              # TYPE nucleus_kv_cache_usage_ratio gauge\nnucleus_kv_cache_usage_ratio {usage}"
+        );
+        // vLLM's `cache_config_info` shape: an info gauge whose labels carry the values; the
+        // picker's prefix-cache scorer hashes prompts in blocks of this size (in tokens, about
+        // four characters each) and sizes its per-server index by the number of blocks.
+        let _ = writeln!(
+            out,
+            "# HELP nucleus_cache_config_info The KV cache's configuration as labels: tokens per \
+             block and blocks in the pool (always 1).\n\
+             # TYPE nucleus_cache_config_info gauge\n\
+             nucleus_cache_config_info{{block_size=\"{block_size}\",num_blocks=\"{}\"}} 1",
+            s.kv_total_blocks
         );
         let _ = writeln!(
             out,

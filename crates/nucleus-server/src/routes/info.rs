@@ -43,7 +43,9 @@ pub(crate) async fn health(State(st): State<Arc<AppState>>) -> Response {
 }
 
 pub(crate) async fn metrics_route(State(st): State<Arc<AppState>>) -> Response {
-    let body = st.metrics.render(&st.engine.stats());
+    let body = st
+        .metrics
+        .render(&st.engine.stats(), st.engine.config().block_size);
     (
         [(
             header::CONTENT_TYPE,
