@@ -11,11 +11,12 @@ gguf-py) and llama.cpp built from the vendored source (scripts/build_llama_cpp.s
     target/venv/bin/python scripts/make_tiny_models.py --models   # models only
 
 Every model: 4 layers, n_embd 64, 4 query heads of 16 sharing 2 KV heads, n_ff 128, every matrix
-Q8_0 and every vector F32, prompts under 64 tokens. Why these: a head of 16 dimensions keeps
-llama.cpp's f16 attention dot products and accumulations in their scalar tail on AVX2 and
-AVX-512 builds alike, Q8_0 products sum their integers and blocks the same way on both, and short
-prompts stay off the tiled flash attention, so a reference made here (an AVX2 build) is one that
-nucleus's `--exact` arithmetic (which follows the AVX-512 build) can reproduce, bit for bit.
+Q8_0 and every vector F32. Why these: a head of 16 dimensions keeps llama.cpp's f16 attention
+dot products and accumulations in their scalar tail on AVX2 and AVX-512 builds alike, and Q8_0
+products sum their integers and blocks the same way on both, so a reference made here (an AVX2
+build) is one that nucleus's `--exact` arithmetic (which follows the AVX-512 build) can
+reproduce bit for bit. The one long prompt (64+ tokens: llama.cpp's tiled flash attention, which
+the two builds sum differently) is the exception, held to a tolerance (golden_models.rs).
 
 Vocabularies: llama.cpp's own vocabulary files (models/ggml-vocab-*.gguf), cut to their first
 few thousand tokens so that a fixture stays near 1 MB (the 128k-token Llama 3 vocabulary alone
@@ -201,6 +202,10 @@ PROSE = [
     "The quick brown fox jumps over the lazy dog, and then it runs back home again.",
     "Once upon a time, in a land far away, there lived a king who had three daughters.",
     "int main() { return 0; } // 12345 + 678 = 13023",
+    # Over 64 tokens: the prompt goes through llama.cpp's tiled flash attention.
+    "Once upon a time, in a land far away, there lived a king who had three daughters. The eldest "
+    "was wise, the second was brave, and the youngest could speak with the birds of the forest "
+    "and the fish of the river, which made her father proud and worried at once.",
 ]
 
 

@@ -130,20 +130,20 @@ fn check_model(golden_name: &str) {
     let Some(opened) = open(golden_name, Arithmetic::Exact) else {
         return;
     };
-    check_opened(golden_name, opened, EXACT);
+    check_opened(golden_name, opened, &|_| EXACT);
 }
 
 /// Checks a model against its reference; a prompt counts as matching when every top-8 logit
-/// along the reference path is within `match_tol` of the reference's.
+/// along the reference path is within `match_tol(prompt tokens)` of the reference's.
 fn check_opened(
     golden_name: &str,
     (model, tok, cases): (Model, Tokenizer, Vec<Value>),
-    match_tol: f32,
+    match_tol: &dyn Fn(usize) -> f32,
 ) {
     let mut worst = 0f32;
     let (mut top1_checked, mut top1_flips, mut worst_flip_margin) = (0, 0, 0f32);
     let mut worst_parting_margin = 0f32;
-    let (mut n_prompts, mut n_exact) = (0, 0);
+    let (mut n_prompts, mut n_exact, mut n_identical) = (0, 0, 0);
     let mut failures = Vec::new();
     for case in &cases {
         let prompt = case["prompt"].as_str().unwrap();
@@ -200,7 +200,8 @@ fn check_opened(
         }
 
         n_prompts += 1;
-        if prompt_worst <= match_tol {
+        n_identical += usize::from(prompt_worst == 0.0);
+        if prompt_worst <= match_tol(tokens.len()) {
             n_exact += 1;
         } else {
             failures.push(format!(
@@ -242,7 +243,7 @@ fn check_opened(
         }
     }
     println!(
-        "{golden_name}: prompts matching llama.cpp at every position: {n_exact}/{n_prompts}; largest top-8 logit difference {worst:.2e} (issue: 0.3); top-1 flips {top1_flips}/{top1_checked} (largest margin {worst_flip_margin:.3}, issue: none at margin ≥ 0.1); free run parts at margins ≤ {worst_parting_margin:.3} (issue: < 0.05)"
+        "{golden_name}: prompts matching llama.cpp at every position: {n_exact}/{n_prompts} ({n_identical} to the bit); largest top-8 logit difference {worst:.2e} (issue: 0.3); top-1 flips {top1_flips}/{top1_checked} (largest margin {worst_flip_margin:.3}, issue: none at margin ≥ 0.1); free run parts at margins ≤ {worst_parting_margin:.3} (issue: < 0.05)"
     );
     assert!(
         failures.is_empty(),
@@ -374,22 +375,40 @@ fn arch_fixtures_fast_arithmetic_stays_close() {
     }
 }
 
-/// `--exact` against a fixture's reference, bit for bit: its logits are printed with 9
-/// significant digits, which read back as the same f32.
+/// `--exact` against a fixture's reference, bit for bit for prompts under 64 tokens (the
+/// logits are printed with 9 significant digits, which read back as the same f32).
 ///
 /// The references come from the llama.cpp built here, an AVX2 build, while `--exact` follows the
 /// AVX-512 build that made `../shared/golden`. The fixtures are made so that both builds run
 /// the same arithmetic: Q8_0 matrices (their integer sums and the f32 sum over blocks are the
 /// same code in both, llama.cpp repacks no Q8_0 on x86), F32 norms, heads of 16 dimensions
 /// (ggml's f16 dot products and accumulations stay in their scalar tail, which both builds
-/// share below 32 elements) and prompts under 64 tokens (no tiled flash attention, whose
-/// softmax is vectorized differently). SiLU is vectorized in both builds with rounding that
-/// may differ in the last bit; it did not in any of these fixtures' values.
+/// share below 32 elements). Not so the tiled flash attention of a prompt of 64 tokens or more:
+/// its softmax sums in groups of 8 in one build and 16 in the other, and its outputs differ in
+/// the last bit (`scripts/tensor_dumps/check_tiled_attention.py`'s model of each build matches
+/// llama.cpp here and nucleus respectively, bit for bit, on smollm2's long prompt). The Q8_0
+/// rounding of the attention output mostly absorbs that, but not always: smollm2's long prompt
+/// parts by 0.022 at one position. Such prompts are held to [`AVX2_TILED_TOL`].
 fn check_arch(stem: &str) {
     let (golden, model) = arch_fixture(stem);
     let opened = open_at(&golden, &model, Arithmetic::Exact).expect("committed fixture");
-    check_opened(stem, opened, 0.0);
+    check_opened(stem, opened, &|n| {
+        if n < TILED_ATTENTION_TOKENS {
+            0.0
+        } else {
+            AVX2_TILED_TOL
+        }
+    });
 }
+
+/// From this many prompt tokens llama.cpp computes attention with its tiled kernel.
+const TILED_ATTENTION_TOKENS: usize = 64;
+
+/// How far the AVX2 build of llama.cpp may part from `--exact` on a fixture's long prompt:
+/// llama.cpp's own AVX2 build parts from its AVX-512 golden file of tiny-llama-random by up to
+/// 0.10 (`scripts/llama_cpp_selfcheck.sh`, mode 0, 2026-11-23). Measured on the fixtures: 0.022
+/// (smollm2), 0 on the five others.
+const AVX2_TILED_TOL: f32 = 0.1;
 
 #[test]
 fn gemma2_matches_llama_cpp() {
