@@ -9,6 +9,7 @@ gguf-py) and llama.cpp built from the vendored source (scripts/build_llama_cpp.s
     python3 -m venv target/venv && target/venv/bin/pip install numpy pyyaml
     target/venv/bin/python scripts/make_tiny_models.py            # models and references
     target/venv/bin/python scripts/make_tiny_models.py --models   # models only
+    (LLAMA_CPP_SRC=DIR: the vendored llama.cpp elsewhere than .bench/, built)
 
 Every model: 4 layers, n_embd 64, 4 query heads of 16 sharing 2 KV heads, n_ff 128, every matrix
 Q8_0 and every vector F32. Why these: a head of 16 dimensions keeps llama.cpp's f16 attention
@@ -37,8 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LLAMA_CPP = Path(os.environ.get(
     "LLAMA_CPP_SRC",
     ROOT / ".bench/llama.cpp/llama_cpp_python-0.3.36/vendor/llama.cpp"))
-if not LLAMA_CPP.exists():
-    LLAMA_CPP = Path("/work/main/.bench/llama.cpp/llama_cpp_python-0.3.36/vendor/llama.cpp")
+if not (LLAMA_CPP / "gguf-py").exists():
+    sys.exit(f"llama.cpp's vendored source is not at {LLAMA_CPP}: run scripts/build_llama_cpp.sh "
+             "or set LLAMA_CPP_SRC")
 sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
 import gguf  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
