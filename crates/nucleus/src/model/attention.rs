@@ -539,9 +539,11 @@ mod tests {
                 kv.read_value(0, b, 0, s, &mut v);
                 (k, v)
             };
+            // With a soft cap (Gemma 2) too: cap · tanh(score / cap).
             let softmax =
                 |q: &[f32],
                  range: (usize, usize),
+                 cap: Option<f64>,
                  kv_at: &dyn Fn(usize) -> (Vec<f32>, Vec<f32>)| {
                     let rows: Vec<_> = (range.0..range.1).map(kv_at).collect();
                     let sc: Vec<f64> = rows
@@ -553,6 +555,7 @@ mod tests {
                                 .map(|(a, b)| *a as f64 * *b as f64)
                                 .sum::<f64>()
                         })
+                        .map(|s| cap.map_or(s, |c| c * (s / c).tanh()))
                         .collect();
                     let m = sc.iter().cloned().fold(f64::MIN, f64::max);
                     let z: f64 = sc.iter().map(|s| (s - m).exp()).sum();
@@ -565,17 +568,19 @@ mod tests {
                         })
                         .collect::<Vec<f64>>()
                 };
-            for (i, &(pos, window)) in CASES.iter().enumerate() {
+            let capped_cases = CASES.iter().flat_map(|&c| [(c, None), (c, Some(1.0))]);
+            for (i, ((pos, window), cap)) in capped_cases.enumerate() {
                 let q: Vec<f32> = (0..D).map(|d| ((d + 5 * i) as f32 * 0.41).sin()).collect();
                 let range = visible_range(pos, window);
                 let mut out = vec![0.0; D];
-                attend_head(&kv, 0, blocks, 0, &q, range, 0.3.into(), &mut out);
+                let scale = ScoreScale::new(0.3, cap.map(|c| c as f32));
+                attend_head(&kv, 0, blocks, 0, &q, range, scale, &mut out);
                 let mut q8 = vec![0u8; D / 32 * 34];
                 quantize_row_act(GgmlType::Q8_0, &q, &mut q8);
                 let mut qq = vec![0f32; D];
                 dequantize_row(GgmlType::Q8_0, &q8, &mut qq);
-                let exact = softmax(&qq, range, &stored);
-                let unquantized = softmax(&q, range, &|p| {
+                let exact = softmax(&qq, range, cap, &stored);
+                let unquantized = softmax(&q, range, cap, &|p| {
                     (
                         (0..D).map(|d| k_at(p, d)).collect(),
                         (0..D).map(|d| v_at(p, d)).collect(),
