@@ -237,7 +237,19 @@ impl HParams {
                 // they keep the model's RoPE base unless the file names another.
                 hp.sliding_window =
                     Some(opt("attention.sliding_window").unwrap_or(4096)).filter(|&w| w > 0);
-                hp.swa_period = opt("attention.sliding_window_pattern").unwrap_or(2);
+                let pattern = key("attention.sliding_window_pattern");
+                hp.swa_period = match meta.get(&pattern) {
+                    None => 2,
+                    Some(v) => v
+                        .as_i64()
+                        .and_then(|p| usize::try_from(p).ok())
+                        .ok_or_else(|| {
+                            ModelError::Invalid(format!(
+                                "{pattern}: only a period of layers is supported, not {}",
+                                v.display_short(40)
+                            ))
+                        })?,
+                };
                 hp.rope_base_swa = meta
                     .get_f32(&key("rope.freq_base_swa"))
                     .unwrap_or(rope_base);
@@ -360,6 +372,29 @@ mod tests {
         );
         let err = HParams::from_metadata(&bad, 100).unwrap_err().to_string();
         assert!(err.contains("gemma2.final_logit_softcapping = 0"), "{err}");
+    }
+
+    #[test]
+    fn gemma2_window_pattern_is_a_period() {
+        let m = meta(
+            "gemma2",
+            &[("attention.sliding_window_pattern", MetaValue::U32(3))],
+        );
+        let hp = HParams::from_metadata(&m, 100).unwrap();
+        assert_eq!(
+            (0..4).map(|l| hp.layer_window(l)).collect::<Vec<_>>(),
+            [Some(4096), Some(4096), None, Some(4096)]
+        );
+        let flags = MetaValue::Array(
+            crate::gguf::MetaType::Bool,
+            vec![MetaValue::Bool(true), MetaValue::Bool(false)],
+        );
+        let m = meta("gemma2", &[("attention.sliding_window_pattern", flags)]);
+        let err = HParams::from_metadata(&m, 100).unwrap_err().to_string();
+        assert!(
+            err.contains("gemma2.attention.sliding_window_pattern: only a period"),
+            "{err}"
+        );
     }
 
     #[test]
