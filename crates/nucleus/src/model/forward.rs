@@ -14,7 +14,7 @@ use crate::kv_cache::{KvCache, KvSlot, SeqId};
 use crate::quant::{dequantize_row, vec_dot_type, GgmlType};
 use crate::tokenizer::TokenId;
 
-use super::attention::{attend_head, attend_tiled, visible_range, TILED_MIN_BATCH};
+use super::attention::{attend_head, attend_tiled, visible_range, ScoreScale, TILED_MIN_BATCH};
 use super::weights::Matrix;
 use super::{Activation, Model, ModelError};
 use crate::kernels::tile;
@@ -492,6 +492,13 @@ impl Model {
                 n_out,
                 &mut st.logits,
             );
+            if let Some(cap) = hp.final_softcap {
+                // As llama.cpp's graph computes it: scale by 1/cap, tanh, scale by cap.
+                let inv = 1.0 / cap;
+                st.logits[..n_out * hp.n_vocab]
+                    .iter_mut()
+                    .for_each(|l| *l = (*l * inv).tanh() * cap);
+            }
         }
         Ok(())
     }
@@ -600,7 +607,10 @@ impl Model {
         let n_tasks = units.len() * hp.n_head;
         let out = SharedOut::new(att);
         let kv_ref = kv;
-        let scale = if hp.scale_queries { 1.0 } else { hp.attn_scale };
+        let scale = ScoreScale::new(
+            if hp.scale_queries { 1.0 } else { hp.attn_scale },
+            hp.attn_softcap,
+        );
         // Tasks are claimed in small groups from a shared counter, so a thread that is
         // descheduled or slower (long prompts: later tokens see more keys) holds up little.
         let next = std::sync::atomic::AtomicUsize::new(0);

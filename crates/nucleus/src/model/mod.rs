@@ -27,7 +27,7 @@ use weights::Weights;
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("architecture {0:?} is not supported (supported: llama, qwen2, gemma3)")]
+    #[error("architecture {0:?} is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)")]
     UnsupportedArch(String),
     #[error("invalid model: {0}")]
     Invalid(String),
