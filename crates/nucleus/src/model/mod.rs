@@ -7,6 +7,7 @@ mod forward;
 mod hparams;
 mod kv_shift;
 mod memory;
+mod project;
 mod weights;
 
 pub use embed::EMBED_CHUNK;
