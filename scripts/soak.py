@@ -26,9 +26,11 @@ Pass criteria (exit 1 and a line naming each failure otherwise):
     count as free: the next request may take them; they hold no sequence);
   * RSS (VmRSS of /proc/PID/status, sampled every --sample-every s) stays within --rss-tolerance
     (10 %) of its value at the end of the warm-up (--warmup, default 60 s or a quarter of the run);
-  * SIGTERM, sent with --term-streams short streams in flight: they finish (the server lets
-    in-flight requests finish for its --drain-secs, 10 s), and the server exits with status 0
-    within --term-timeout seconds after them; no panic in its log.
+  * SIGTERM, sent with --term-streams short streams in flight and --stalled connections open
+    that sent half a request and went silent: the streams finish (the server lets in-flight
+    requests finish for its --drain-secs, 10 s), and the server exits with status 0 within
+    --term-timeout seconds after them, or after the drain and its 2 s of grace for connections
+    still open when there are stalled ones; no panic in its log.
 
 Writes DIR/soak.json (the summary and the samples), DIR/soak-rss.svg and DIR/server.log.
 
@@ -57,6 +59,7 @@ from soak_svg import rss_plot  # noqa: E402
 HOST = "127.0.0.1"
 ABANDON_GRACE_S = 30.0
 DRAIN_S = 10  # the server's --drain-secs (its default)
+CLOSE_GRACE_S = 2  # what the server gives connections still open after the drain
 QUEUE_FULL_RE = re.compile(r"\((\d+) waiting\)")
 
 
@@ -102,6 +105,7 @@ class Soak:
         self.abandoned_at = []  # (time, sequences) of recent abandons
         self.sent = 0
         self.next_malformed = 0
+        self.stalled = []  # sockets of the stalled connections
         self.peak_waiting = 0
         self.peak_running = 0
 
@@ -308,8 +312,23 @@ class Soak:
             except asyncio.TimeoutError:
                 pass
 
+    async def stall(self):
+        """Connections that send half a request and go silent (half a head, or a head and half
+        its body), held open to the end: the server must still stop on SIGTERM."""
+        heads = [b"POST /v1/completions HTTP/1.1\r\nHost: soak\r\n",
+                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: soak\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\n\r\n{\"messages\": ["]
+        loop = asyncio.get_running_loop()
+        for i in range(self.args.stalled):
+            sock = socket.socket()
+            sock.setblocking(False)
+            await loop.sock_connect(sock, (HOST, self.port))
+            await loop.sock_sendall(sock, heads[i % 2])
+            self.stalled.append(sock)
+
     async def run(self, pid):
         args = self.args
+        await self.stall()
         before = await self.metrics()
         t0 = time.monotonic()
         stop = asyncio.Event()
@@ -337,9 +356,11 @@ class Soak:
 
 
 async def stop_server(soak, proc, streams, drain, timeout):
-    """SIGTERM while `streams` short streams are running: they must still finish (the server
-    lets in-flight requests finish for `drain` seconds), and the server must exit 0 within
-    `timeout` seconds of the last one ending. Returns (exit status, seconds after SIGTERM)."""
+    """SIGTERM while `streams` short streams are running and the stalled connections are open:
+    the streams must still finish (the server lets in-flight requests finish for `drain`
+    seconds), and the server must exit 0 within `timeout` seconds of the last one ending, or,
+    with stalled connections, of the drain and the server's 2 s of grace after it (it waits that
+    long for open connections). Returns (exit status, seconds after SIGTERM)."""
     tasks, holders = [], []
     for i in range(streams):
         body = {"model": "any", "prompt": f"Count from {i + 1} upwards:", "max_tokens": 6,
@@ -364,15 +385,18 @@ async def stop_server(soak, proc, streams, drain, timeout):
     ended = time.monotonic()
     if ended - t0 > drain:
         soak.fail(f"the streams in flight at SIGTERM took {ended - t0:.1f} s, more than the drain of {drain} s")
-    while proc.poll() is None and time.monotonic() < max(ended, t0) + timeout:
+    limit = (t0 + drain + CLOSE_GRACE_S if soak.stalled else ended) + timeout
+    while proc.poll() is None and time.monotonic() < limit:
         await asyncio.sleep(0.05)
     if proc.poll() is None:
         proc.kill()
         proc.wait()
-        soak.fail(f"the server did not exit within {timeout} s of SIGTERM (and its streams' end)")
+        soak.fail(f"the server still ran {time.monotonic() - t0:.1f} s after SIGTERM")
         return None, None
     if proc.returncode != 0:
         soak.fail(f"the server exited with status {proc.returncode} after SIGTERM")
+    for sock in soak.stalled:
+        sock.close()
     return proc.returncode, round(time.monotonic() - t0, 2)
 
 
@@ -451,6 +475,7 @@ def main():
     ap.add_argument("--request-timeout", type=float, default=300.0)
     ap.add_argument("--term-timeout", type=float, default=5.0, help="seconds the server has to exit on SIGTERM")
     ap.add_argument("--term-streams", type=int, default=4, help="streams in flight when SIGTERM is sent")
+    ap.add_argument("--stalled", type=int, default=4, help="connections that send half a request and go silent")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "soak"))
     args = ap.parse_args()
@@ -487,8 +512,11 @@ def main():
     exit_code, exit_s = asyncio.run(stop_server(soak, proc, args.term_streams, DRAIN_S, args.term_timeout))
     log.close()
     with open(log_path, errors="replace") as f:
-        if "panicked" in f.read():
-            soak.fail(f"a panic in the server's log ({log_path})")
+        server_log = f.read()
+    if "panicked" in server_log:
+        soak.fail(f"a panic in the server's log ({log_path})")
+    if "nucleus serve: stopped" not in server_log:
+        soak.fail(f"the server's log does not end with `nucleus serve: stopped` ({log_path})")
 
     loads = [s["load1"] for s in samples]
     rss = [s["rss_mib"] for s in samples]
@@ -519,7 +547,8 @@ def main():
                     "max": max(rss, default=None), "vm_hwm": round(vm_hwm, 1) if vm_hwm else None},
         "load_average_1m": {"before": load_before, "mean": round(sum(loads) / len(loads), 2) if loads else None,
                             "max": max(loads, default=None)},
-        "sigterm": {"exit_status": exit_code, "seconds": exit_s},
+        "sigterm": {"exit_status": exit_code, "seconds": exit_s, "streams_in_flight": args.term_streams,
+                    "stalled_connections": args.stalled},
         "failures": soak.failures,
         "samples": samples,
     }
