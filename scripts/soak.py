@@ -454,7 +454,7 @@ def rss_checks(soak, samples, warmup, tolerance):
     base = after[0]["rss_mib"]
     worst = max(after, key=lambda s: abs(s["rss_mib"] - base))
     if abs(worst["rss_mib"] - base) > tolerance * base:
-        soak.fail(f"RSS {worst['rss_mib']} MiB at {worst['t']} s is more than {tolerance:.0%} away "
+        soak.fail(f"RSS {worst['rss_mib']} MiB at {worst['t']} s is more than {tolerance:.1%} away "
                   f"from {base} MiB at the end of the warm-up")
     return base
 
