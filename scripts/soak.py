@@ -557,7 +557,7 @@ def main():
             summary[k] = round(summary[k], 3)
     with open(os.path.join(args.out, "soak.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    title = f"nucleus serve RSS, {args.clients} clients, {wall:.0f} s soak"
+    title = f"nucleus serve RSS: {args.clients} clients, {args.duration:.0f} s of load, then idle"
     with open(os.path.join(args.out, "soak-rss.svg"), "w") as f:
         f.write(rss_plot([(s["t"], s["rss_mib"]) for s in samples], warmup, base, args.rss_tolerance, title))
     for k, v in summary.items():
