@@ -184,6 +184,10 @@ pub fn quantize_file(
         written = offsets[k] + entry.size;
         summary.push((t.name.clone(), entry.ty));
     }
+    // llama-quantize pads the last tensor too.
+    let end = written.div_ceil(alignment) * alignment;
+    out.write_all(&vec![0u8; end - written]).map_err(write_err)?;
+    written = end;
     let handle = out.into_inner().map_err(|e| write_err(e.into_error()))?;
     handle.sync_all().map_err(write_err)?;
     drop(handle);
