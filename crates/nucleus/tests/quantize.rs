@@ -57,9 +57,23 @@ fn every_type_matches_llama_quantize_byte_for_byte() {
         let want_tensors = want["tensors"].as_array().unwrap();
         assert_eq!(file.tensors.len(), want_tensors.len(), "{name}");
         for (t, w) in file.tensors.iter().zip(want_tensors) {
-            let w: Vec<&str> = w.as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-            assert_eq!((t.name.as_str(), t.ty.name()), (w[0], w[1]), "{name}: name and type");
-            assert_eq!(hex(file.tensor_data(t)), w[2], "{name}: bytes of {}", t.name);
+            let w: Vec<&str> = w
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            assert_eq!(
+                (t.name.as_str(), t.ty.name()),
+                (w[0], w[1]),
+                "{name}: name and type"
+            );
+            assert_eq!(
+                hex(file.tensor_data(t)),
+                w[2],
+                "{name}: bytes of {}",
+                t.name
+            );
         }
         assert_eq!(
             file.metadata.get("general.file_type"),
@@ -67,7 +81,11 @@ fn every_type_matches_llama_quantize_byte_for_byte() {
             "{name}"
         );
         let whole = hex(&std::fs::read(&out).unwrap());
-        assert_eq!(whole, want["file_sha256"].as_str().unwrap(), "{name}: whole file");
+        assert_eq!(
+            whole,
+            want["file_sha256"].as_str().unwrap(),
+            "{name}: whole file"
+        );
     }
     assert!(leftovers(&dir).is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
@@ -79,30 +97,50 @@ fn a_failed_quantization_leaves_no_file_and_keeps_the_old_one() {
     // A tensor nucleus cannot read, to be converted: refused before anything is written.
     let mut w = GgufWriter::new();
     w.add_meta("general.architecture", MetaValue::String("llama".into()));
-    w.add_tensor("blk.0.attn_q.weight", &[256, 2], GgmlType::IQ2_XXS, vec![0; 2 * 66]);
+    w.add_tensor(
+        "blk.0.attn_q.weight",
+        &[256, 2],
+        GgmlType::IQ2_XXS,
+        vec![0; 2 * 66],
+    );
     let input = dir.join("in.gguf");
     std::fs::write(&input, w.to_bytes()).unwrap();
     let out = dir.join("out.gguf");
     std::fs::write(&out, b"old").unwrap();
-    let err = quantize_file(&input, &out, &Mix::parse("Q8_0").unwrap(), 1, &mut |_| {})
-        .unwrap_err();
+    let err =
+        quantize_file(&input, &out, &Mix::parse("Q8_0").unwrap(), 1, &mut |_| {}).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("blk.0.attn_q.weight") && msg.contains("IQ2_XXS"), "{msg}");
+    assert!(
+        msg.contains("blk.0.attn_q.weight") && msg.contains("IQ2_XXS"),
+        "{msg}"
+    );
     assert_eq!(std::fs::read(&out).unwrap(), b"old");
 
     // A failure after the whole file was written (the output is a non-empty directory that
     // the rename cannot replace): the temporary file is removed.
     let blocked = dir.join("blocked.gguf");
     std::fs::create_dir_all(blocked.join("inside")).unwrap();
-    let err = quantize_file(&data("tiny-f16.gguf"), &blocked, &Mix::parse("Q4_0").unwrap(), 1, &mut |_| {})
-        .unwrap_err();
+    let err = quantize_file(
+        &data("tiny-f16.gguf"),
+        &blocked,
+        &Mix::parse("Q4_0").unwrap(),
+        1,
+        &mut |_| {},
+    )
+    .unwrap_err();
     assert!(matches!(err, QuantizeError::Write { .. }), "{err}");
     assert!(leftovers(&dir).is_empty(), "{:?}", leftovers(&dir));
 
     // An input that is not a GGUF.
     std::fs::write(&out, b"not a model file, just text").unwrap();
-    let err = quantize_file(&out, &dir.join("x.gguf"), &Mix::parse("Q8_0").unwrap(), 1, &mut |_| {})
-        .unwrap_err();
+    let err = quantize_file(
+        &out,
+        &dir.join("x.gguf"),
+        &Mix::parse("Q8_0").unwrap(),
+        1,
+        &mut |_| {},
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("not a GGUF"), "{err}");
     assert!(!dir.join("x.gguf").exists());
     assert!(leftovers(&dir).is_empty());
@@ -115,8 +153,18 @@ fn the_same_type_is_copied_and_the_order_is_llama_quantizes() {
     // the tensors sorted by layer then name.
     let dir = scratch("copy");
     let out = dir.join("f16.gguf");
-    quantize_file(&data("tiny-f16.gguf"), &out, &Mix::parse("f16").unwrap(), 1, &mut |_| {}).unwrap();
-    let (a, b) = (GgufFile::open(data("tiny-f16.gguf")).unwrap(), GgufFile::open(&out).unwrap());
+    quantize_file(
+        &data("tiny-f16.gguf"),
+        &out,
+        &Mix::parse("f16").unwrap(),
+        1,
+        &mut |_| {},
+    )
+    .unwrap();
+    let (a, b) = (
+        GgufFile::open(data("tiny-f16.gguf")).unwrap(),
+        GgufFile::open(&out).unwrap(),
+    );
     for t in &b.tensors {
         let orig = a.tensor(&t.name).unwrap();
         if t.name == "blk.2.ffn_up.weight" {
@@ -127,6 +175,14 @@ fn the_same_type_is_copied_and_the_order_is_llama_quantizes() {
         assert_eq!(b.tensor_data(t), a.tensor_data(orig), "{}", t.name);
     }
     let names: Vec<&str> = b.tensors.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(&names[..4], ["output.weight", "output_norm.weight", "token_embd.weight", "blk.0.attn_k.weight"]);
+    assert_eq!(
+        &names[..4],
+        [
+            "output.weight",
+            "output_norm.weight",
+            "token_embd.weight",
+            "blk.0.attn_k.weight"
+        ]
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

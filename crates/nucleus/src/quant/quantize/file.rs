@@ -107,7 +107,10 @@ pub fn quantize_file(
             problem,
         };
         if to != t.ty && !t.ty.is_computable() {
-            return Err(bad(format!("nucleus cannot read {} tensors to convert them to {to}", t.ty)));
+            return Err(bad(format!(
+                "nucleus cannot read {} tensors to convert them to {to}",
+                t.ty
+            )));
         }
         if to != t.ty && !can_quantize(to) {
             return Err(bad(format!("nucleus cannot write {to}")));
@@ -171,14 +174,15 @@ pub fn quantize_file(
         if entry.ty == t.ty {
             out.write_all(data).map_err(write_err)?;
         } else {
-            convert_tensor(t.ty, entry.ty, t.dims[0] as usize, data, threads, &mut out)
-                .map_err(|e| match e {
+            convert_tensor(t.ty, entry.ty, t.dims[0] as usize, data, threads, &mut out).map_err(
+                |e| match e {
                     ConvertError::Write(source) => write_err(source),
                     ConvertError::Quantize(problem) => QuantizeError::Tensor {
                         name: t.name.clone(),
                         problem,
                     },
-                })?;
+                },
+            )?;
         }
         file.release_pages(t);
         written = offsets[k] + entry.size;
@@ -186,7 +190,8 @@ pub fn quantize_file(
     }
     // llama-quantize pads the last tensor too.
     let end = written.div_ceil(alignment) * alignment;
-    out.write_all(&vec![0u8; end - written]).map_err(write_err)?;
+    out.write_all(&vec![0u8; end - written])
+        .map_err(write_err)?;
     written = end;
     let handle = out.into_inner().map_err(|e| write_err(e.into_error()))?;
     handle.sync_all().map_err(write_err)?;
@@ -246,7 +251,8 @@ fn convert_tensor(
     out: &mut impl Write,
 ) -> Result<(), ConvertError> {
     let (src_row, dst_row) = (
-        from.row_bytes(cols).expect("checked when the file was read"),
+        from.row_bytes(cols)
+            .expect("checked when the file was read"),
         to.row_bytes(cols).expect("checked when planned"),
     );
     let rows = data.len() / src_row;
@@ -264,7 +270,9 @@ fn convert_tensor(
                 .map(|(src, dst)| {
                     s.spawn(move || {
                         let mut f32s = vec![0f32; src.len() / src_row * cols];
-                        for (row, vals) in src.chunks_exact(src_row).zip(f32s.chunks_exact_mut(cols)) {
+                        for (row, vals) in
+                            src.chunks_exact(src_row).zip(f32s.chunks_exact_mut(cols))
+                        {
                             dequantize_row(from, row, vals);
                         }
                         quantize_rows(to, &f32s, cols, dst)
@@ -272,7 +280,10 @@ fn convert_tensor(
                 })
                 .collect();
             jobs.into_iter()
-                .map(|j| j.join().unwrap_or_else(|_| Err("a quantizing thread panicked".into())))
+                .map(|j| {
+                    j.join()
+                        .unwrap_or_else(|_| Err("a quantizing thread panicked".into()))
+                })
                 .collect()
         });
         for r in results {

@@ -108,7 +108,10 @@ pub(super) fn quantize_block_iq4_xs(x: &[f32], b: &mut [u8]) {
     let mut scales = [0f32; 8];
     let (mut max_scale, mut amax_scale) = (0f32, 0f32);
     for ib in 0..8 {
-        let d = block_scale(&x[32 * ib..32 * ib + 32], &mut levels[32 * ib..32 * ib + 32]);
+        let d = block_scale(
+            &x[32 * ib..32 * ib + 32],
+            &mut levels[32 * ib..32 * ib + 32],
+        );
         scales[ib] = d;
         if d.abs() > amax_scale {
             amax_scale = d.abs();

@@ -177,7 +177,11 @@ fn scales_mins_k4(x: &[f32], head: &mut [u8], nmax: i32, rmin: f32, nstep: i32) 
         max_scale = max_scale.max_c(scale);
         max_min = max_min.max_c(min);
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let sc = &mut head[4..16];
     for j in 0..8 {

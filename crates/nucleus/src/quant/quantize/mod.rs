@@ -86,7 +86,10 @@ pub fn quantize_rows(
             return Ok(());
         }
     };
-    for (x, b) in src.chunks_exact(block).zip(dst.chunks_exact_mut(block_bytes)) {
+    for (x, b) in src
+        .chunks_exact(block)
+        .zip(dst.chunks_exact_mut(block_bytes))
+    {
         per_block(x, b);
     }
     Ok(())

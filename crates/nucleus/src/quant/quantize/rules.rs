@@ -26,8 +26,7 @@ impl ModelFacts {
         // A per-layer array counts as its first layer's value, as llama.cpp's n_head(0).
         let int = |key: &str| -> Option<i64> {
             let v = meta.get(&format!("{arch}.{key}"))?;
-            v.as_i64()
-                .or_else(|| v.as_array()?.first()?.as_i64())
+            v.as_i64().or_else(|| v.as_array()?.first()?.as_i64())
         };
         let n_head = int("attention.head_count").unwrap_or(0);
         ModelFacts {
@@ -239,7 +238,8 @@ impl State<'_> {
     fn layer_info(&self, counter: i64, name: &str) -> Result<(i64, i64), String> {
         let n = self.facts.n_layer;
         if self.facts.n_expert > 1 {
-            let i = layer_of(name).ok_or_else(|| format!("cannot tell the layer of tensor {name:?}"))?;
+            let i = layer_of(name)
+                .ok_or_else(|| format!("cannot tell the layer of tensor {name:?}"))?;
             if i < 0 || i >= n {
                 return Err(format!("tensor {name:?}: layer {i} is not in [0, {n})"));
             }
@@ -395,16 +395,30 @@ mod tests {
                 ty: GgmlType::F16,
             })
             .collect();
-        plan_types(&Mix::parse(mix).unwrap(), facts, &shapes).unwrap().0
+        plan_types(&Mix::parse(mix).unwrap(), facts, &shapes)
+            .unwrap()
+            .0
     }
 
     #[test]
     fn order_is_by_layer_then_name() {
-        let names = ["blk.10.a", "output.weight", "blk.2.b", "blk.2.a", "token_embd.weight"];
+        let names = [
+            "blk.10.a",
+            "output.weight",
+            "blk.2.b",
+            "blk.2.a",
+            "token_embd.weight",
+        ];
         let order: Vec<&str> = output_order(&names).iter().map(|&i| names[i]).collect();
         assert_eq!(
             order,
-            ["output.weight", "token_embd.weight", "blk.2.a", "blk.2.b", "blk.10.a"]
+            [
+                "output.weight",
+                "token_embd.weight",
+                "blk.2.a",
+                "blk.2.b",
+                "blk.10.a"
+            ]
         );
     }
 
@@ -419,7 +433,10 @@ mod tests {
             n_expert: 0,
         };
         let d = |a: u64| -> &'static [u64] { Box::leak(vec![a, 4].into_boxed_slice()) };
-        let mut tensors = vec![("token_embd.weight", d(512)), ("output_norm.weight", &[512u64][..])];
+        let mut tensors = vec![
+            ("token_embd.weight", d(512)),
+            ("output_norm.weight", &[512u64][..]),
+        ];
         let names: Vec<String> = (0..8).map(|i| format!("blk.{i}.ffn_down.weight")).collect();
         for n in &names {
             tensors.push((n.as_str(), d(512)));

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::quant::dequantize_row;
-use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 
 fn sample(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
@@ -51,7 +51,13 @@ fn k_quants_round_trip_within_their_precision() {
 #[test]
 fn zero_rows_quantize_to_zero_blocks() {
     let x = vec![0f32; 256];
-    for ty in [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+    for ty in [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
         let mut q = vec![0xAAu8; ty.row_bytes(256).unwrap()];
         quantize_rows(ty, &x, 256, &mut q).unwrap();
         assert!(q.iter().all(|&b| b == 0), "{ty}: {q:?}");
