@@ -1,6 +1,7 @@
 //! `nucleus quantize` from the command line: a quantized file and one summary line (no
 //! progress bar when stderr is not a terminal), and one-line errors with a non-zero exit for
-//! an unknown type, a missing input and an input that is not a GGUF, leaving no output.
+//! an unknown type, a missing input, an input that is not a GGUF and an output directory that
+//! does not exist, leaving no output.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -75,6 +76,11 @@ fn bad_input_is_one_line_and_no_output() {
     let text = dir.join("text.gguf");
     std::fs::write(&text, "this is not a model file at all").unwrap();
     fails_with(&[text.to_str().unwrap(), o, "Q8_0"], &["not a GGUF"]);
+    let nowhere = dir.join("no-such-dir/out.gguf");
+    fails_with(
+        &[f.to_str().unwrap(), nowhere.to_str().unwrap(), "Q8_0"],
+        &["cannot write", "no-such-dir/out.gguf"],
+    );
     assert!(!out.exists());
     let names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

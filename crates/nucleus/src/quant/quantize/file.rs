@@ -140,8 +140,9 @@ pub fn quantize_file(
     let (header, offsets) = gguf_header(&metadata, &entries, alignment);
 
     let partial = partial_path(output);
+    // Errors name the output the user gave, not the temporary file.
     let write_err = |source| QuantizeError::Write {
-        path: partial.display().to_string(),
+        path: output.display().to_string(),
         source,
     };
     let handle = std::fs::File::create(&partial).map_err(write_err)?;
