@@ -517,7 +517,7 @@ pub fn inspect_memory(spec: &str, ctx: Option<usize>, kv_type: KvType) -> Result
     Ok(())
 }
 
-fn resolve_existing(spec: &str) -> Result<PathBuf> {
+pub(crate) fn resolve_existing(spec: &str) -> Result<PathBuf> {
     if let Some(entry) = catalog::find(spec) {
         if entry.is_present() {
             return Ok(entry.path());

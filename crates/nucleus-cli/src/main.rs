@@ -5,6 +5,7 @@ mod commands;
 mod limits;
 mod perplexity;
 mod pull;
+mod quantize;
 mod serve;
 mod speculate;
 
@@ -251,6 +252,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Perplexity on a text (llama-perplexity's method), and KL divergence from a saved run.
     Perplexity(perplexity::PerplexityArgs),
+    /// Write a quantized copy of a GGUF (llama-quantize's types, rules and bytes).
+    Quantize(quantize::QuantizeArgs),
 }
 
 fn main() {
@@ -333,6 +336,7 @@ fn main() {
         } => commands::bench(model, name, prompt_tokens, gen_tokens, reps, json),
         Command::Serve(args) => serve::serve(args),
         Command::Perplexity(args) => perplexity::perplexity(args),
+        Command::Quantize(args) => quantize::quantize(args),
     };
     if let Err(err) = result {
         // One clear line, no backtrace.

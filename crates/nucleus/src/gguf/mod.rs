@@ -11,7 +11,7 @@ mod writer;
 
 pub use metadata::{MetaType, MetaValue, Metadata};
 pub use reader::{GgufError, GgufFile, TensorInfo};
-pub use writer::GgufWriter;
+pub use writer::{gguf_header, GgufWriter, HeaderTensor};
 
 /// `GGUF` read as a little-endian u32.
 pub const GGUF_MAGIC: u32 = 0x4655_4747;

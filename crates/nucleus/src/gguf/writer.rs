@@ -34,11 +34,6 @@ impl GgufWriter {
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        out.extend_from_slice(&GGUF_MAGIC.to_le_bytes());
-        out.extend_from_slice(&3u32.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
         let alignment = self
             .metadata
             .iter()
@@ -46,32 +41,69 @@ impl GgufWriter {
             .and_then(|(_, v)| v.as_i64())
             .map(|a| a as usize)
             .unwrap_or(DEFAULT_ALIGNMENT);
-        for (key, value) in &self.metadata {
-            write_str(&mut out, key);
-            out.extend_from_slice(&(value.meta_type() as u32).to_le_bytes());
-            write_value(&mut out, value);
-        }
-        let mut offset = 0usize;
-        let mut offsets = Vec::with_capacity(self.tensors.len());
-        for (name, dims, ty, data) in &self.tensors {
-            write_str(&mut out, name);
-            out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-            for d in dims {
-                out.extend_from_slice(&d.to_le_bytes());
-            }
-            out.extend_from_slice(&(*ty as u32).to_le_bytes());
-            out.extend_from_slice(&(offset as u64).to_le_bytes());
-            offsets.push(offset);
-            offset = (offset + data.len()).div_ceil(alignment) * alignment;
-        }
-        let data_start = out.len().div_ceil(alignment) * alignment;
-        out.resize(data_start, 0);
+        let entries: Vec<HeaderTensor> = self
+            .tensors
+            .iter()
+            .map(|(name, dims, ty, data)| HeaderTensor {
+                name,
+                dims,
+                ty: *ty,
+                size: data.len(),
+            })
+            .collect();
+        let (mut out, offsets) = gguf_header(&self.metadata, &entries, alignment);
+        let data_start = out.len();
         for ((_, _, _, data), off) in self.tensors.iter().zip(offsets) {
             out.resize(data_start + off, 0);
             out.extend_from_slice(data);
         }
         out
     }
+}
+
+/// A tensor's entry in a GGUF header: its data (`size` bytes) is written later.
+pub struct HeaderTensor<'a> {
+    pub name: &'a str,
+    /// ggml order: `dims[0]` is the row length.
+    pub dims: &'a [u64],
+    pub ty: GgmlType,
+    pub size: usize,
+}
+
+/// A GGUF (version 3) header: metadata, then the tensor table with each tensor's data at the
+/// next multiple of `alignment`, padded with zeros up to the data section. Returns the bytes
+/// and each tensor's offset in the data section (for writers that stream the data).
+pub fn gguf_header(
+    metadata: &[(String, MetaValue)],
+    tensors: &[HeaderTensor],
+    alignment: usize,
+) -> (Vec<u8>, Vec<usize>) {
+    let mut out = Vec::new();
+    out.extend_from_slice(&GGUF_MAGIC.to_le_bytes());
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (key, value) in metadata {
+        write_str(&mut out, key);
+        out.extend_from_slice(&(value.meta_type() as u32).to_le_bytes());
+        write_value(&mut out, value);
+    }
+    let mut offset = 0usize;
+    let mut offsets = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        write_str(&mut out, t.name);
+        out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for d in t.dims {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&(t.ty as u32).to_le_bytes());
+        out.extend_from_slice(&(offset as u64).to_le_bytes());
+        offsets.push(offset);
+        offset = (offset + t.size).div_ceil(alignment) * alignment;
+    }
+    let data_start = out.len().div_ceil(alignment) * alignment;
+    out.resize(data_start, 0);
+    (out, offsets)
 }
 
 fn write_str(out: &mut Vec<u8>, s: &str) {

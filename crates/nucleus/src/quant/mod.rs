@@ -11,6 +11,7 @@
 
 mod blocks;
 mod dispatch;
+pub mod quantize;
 mod scalar;
 mod types;
 #[cfg(target_arch = "x86_64")]
