@@ -13,7 +13,12 @@ use serde_json::Value;
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_u64())
+                .map(|x| x as u32)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -24,7 +29,12 @@ fn tops(v: &Value) -> Vec<Vec<(usize, f32)>> {
         .map(|s| {
             let top = s["top"].as_array().map(Vec::as_slice).unwrap_or_default();
             top.iter()
-                .map(|p| (p[0].as_u64().unwrap_or(0) as usize, p[1].as_f64().unwrap_or(0.0) as f32))
+                .map(|p| {
+                    (
+                        p[0].as_u64().unwrap_or(0) as usize,
+                        p[1].as_f64().unwrap_or(0.0) as f32,
+                    )
+                })
                 .collect()
         })
         .collect()

@@ -28,10 +28,10 @@ impl Rng {
 /// that the activations' rounding would grow through the layers beyond any useful bound.
 fn random_blocks(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
     let (scale_at, exponent): (&[usize], u16) = match ty {
-        GgmlType::Q2_K => (&[80, 82], 6),  // 2^-9 · scale (0..15) · q (0..3)
-        GgmlType::Q3_K => (&[108], 5),     // 2^-10 · (scale − 32) · q (−4..3)
-        GgmlType::IQ4_NL => (&[0], 4),     // 2^-11 · value (−127..113)
-        _ => (&[0], 1),                    // 2^-14 · (scale − 32) · value
+        GgmlType::Q2_K => (&[80, 82], 6), // 2^-9 · scale (0..15) · q (0..3)
+        GgmlType::Q3_K => (&[108], 5),    // 2^-10 · (scale − 32) · q (−4..3)
+        GgmlType::IQ4_NL => (&[0], 4),    // 2^-11 · value (−127..113)
+        _ => (&[0], 1),                   // 2^-14 · (scale − 32) · value
     };
     let mut data: Vec<u8> = (0..ty.row_bytes(n).unwrap()).map(|_| rng.byte()).collect();
     for block in data.chunks_exact_mut(ty.block_layout().1) {
@@ -121,7 +121,10 @@ fn models_with_low_bit_tensors_match_their_dequantized_copies() {
         let (ours, reference) = (logits(&quantized), logits(&dequantized));
         std::fs::remove_file(quantized).unwrap();
         std::fs::remove_file(dequantized).unwrap();
-        assert!(ours.iter().all(|v| v.is_finite()), "{ty}: logits not finite");
+        assert!(
+            ours.iter().all(|v| v.is_finite()),
+            "{ty}: logits not finite"
+        );
         // Relative L2 distance per position: the 8-bit activations' rounding, amplified by the
         // random network. Measured 0.001 (Q2_K), 0.004-0.03 (IQ4_NL), 0.03-0.05 (Q3_K),
         // 0.03-0.07 (IQ4_XS); Q6_K, whose kernels the golden tests check, gives 0.03-0.07 here

@@ -3,12 +3,12 @@
 //!
 //! Layouts (bytes, packed, little-endian):
 //! - Q2_K (84): scales[16] (low nibble: scale, high nibble: min, one pair per 16 values),
-//!   qs[64] (2 bits a value), d f16, dmin f16.      x = d·scale·q − dmin·min
+//!   qs[64] (2 bits a value), d f16, dmin f16; x = d·scale·q − dmin·min
 //! - Q3_K (110): hmask[32] (the third bit), qs[64] (the low 2 bits), scales[12] (16 × 6 bits),
-//!   d f16.                                          x = d·(scale − 32)·(q − 4)
-//! - IQ4_NL (18): d f16, qs[16].                     x = d·KVALUES_IQ4NL[nibble]
-//! - IQ4_XS (136): d f16, scales_h u16, scales_l[4] (8 × 6 bits), qs[128].
-//!                                                   x = d·(scale − 32)·KVALUES_IQ4NL[nibble]
+//!   d f16; x = d·(scale − 32)·(q − 4)
+//! - IQ4_NL (18): d f16, qs[16]; x = d·KVALUES_IQ4NL[nibble]
+//! - IQ4_XS (136): d f16, scales_h u16, scales_l[4] (8 × 6 bits), qs[128];
+//!   x = d·(scale − 32)·KVALUES_IQ4NL[nibble]
 //!
 //! In Q2_K and Q3_K, value `e = 128h + 32s + l` (h < 2, s < 4, l < 32) is bits `2s, 2s+1` of
 //! `qs[32h + l]`; Q3_K's third bit is bit `4h + s` of `hmask[l]`; values `16i..16i+16` share
@@ -74,11 +74,7 @@ pub(crate) fn q3_k_scales(b: &[u8]) -> [i32; 16] {
 /// The 32 values of one IQ4 sub-block of 16 bytes, in element order.
 pub(crate) fn iq4_values(qs: &[u8]) -> [i32; QK] {
     std::array::from_fn(|e| {
-        let nib = if e < 16 {
-            qs[e] & 0xF
-        } else {
-            qs[e - 16] >> 4
-        };
+        let nib = if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 };
         KVALUES_IQ4NL[nib as usize] as i32
     })
 }
@@ -142,7 +138,10 @@ pub(crate) fn dequantize_iq4_nl(src: &[u8], dst: &mut [f32]) {
 
 /// Dequantizes IQ4_XS blocks: per 32 values dl = d·(scale − 32), then dl·KVALUES_IQ4NL[nibble].
 pub(crate) fn dequantize_iq4_xs(src: &[u8], dst: &mut [f32]) {
-    for (y, b) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(IQ4_XS_BYTES)) {
+    for (y, b) in dst
+        .chunks_exact_mut(QK_K)
+        .zip(src.chunks_exact(IQ4_XS_BYTES))
+    {
         let d = f16_to_f32(rd_u16(b, 0));
         let scales = iq4_xs_scales(b);
         let q = iq4_xs_values(b);

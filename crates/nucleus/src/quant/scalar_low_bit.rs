@@ -72,13 +72,7 @@ impl SuperBlock {
 
 /// Calls `f` with each super-block of a Q2_K, Q3_K or IQ4_XS row (`ty`). Each of the 16
 /// sixteen-value groups takes its sub-block's scale (IQ4_XS: that of its 32-value sub-block).
-fn for_super_blocks(
-    n: usize,
-    w: &[u8],
-    x: &[u8],
-    ty: GgmlType,
-    mut f: impl FnMut(&SuperBlock),
-) {
+fn for_super_blocks(n: usize, w: &[u8], x: &[u8], ty: GgmlType, mut f: impl FnMut(&SuperBlock)) {
     let bytes = ty.block_layout().1;
     for i in 0..n / QK_K {
         let (wb, xb) = (&w[bytes * i..bytes * (i + 1)], &x[292 * i..292 * i + 292]);

@@ -2,10 +2,12 @@
 //! and their extra kernels (repacked, tiled) and extreme scales, scalar against SIMD bit for bit.
 //! (Their one-row kernels are also in `tests.rs`'s loops over every computable type.)
 
+#![allow(clippy::needless_range_loop)]
+
 use super::dispatch::{kernels_for, Kernels};
 use super::tests::{
-    check_exact, deq, put_f16, random_acts, random_row, run_kernel, scale_fields, test_sizes,
-    Pick, Rng,
+    check_exact, deq, put_f16, random_acts, random_row, run_kernel, scale_fields, test_sizes, Pick,
+    Rng,
 };
 use super::*;
 use GgmlType::*;
@@ -29,7 +31,11 @@ fn dequantization_matches_gguf_py() {
         let got = deq(ty, data, n);
         for (e, (g, w)) in got.iter().zip(want.chunks_exact(4)).enumerate() {
             let w = f32::from_le_bytes(w.try_into().unwrap());
-            assert_eq!(g.to_bits(), w.to_bits(), "{ty} element {e}: {g} vs gguf-py {w}");
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "{ty} element {e}: {g} vs gguf-py {w}"
+            );
         }
         seen.push(ty);
         at += 8 + rb + 4 * n;
@@ -45,7 +51,9 @@ fn extra_kernels() -> [(&'static str, GgmlType, Pick<'static>); 6] {
         ("q2_k_tiled", Q2_K, &|k: &Kernels| k.q2_k_tiled),
         ("q3_k_tiled", Q3_K, &|k: &Kernels| k.q3_k_tiled),
         ("iq4_xs_tiled", IQ4_XS, &|k: &Kernels| k.iq4_xs_tiled),
-        ("iq4_nl_block_sums", IQ4_NL, &|k: &Kernels| k.iq4_nl_block_sums),
+        ("iq4_nl_block_sums", IQ4_NL, &|k: &Kernels| {
+            k.iq4_nl_block_sums
+        }),
     ]
 }
 
@@ -70,7 +78,13 @@ fn simd_matches_scalar_at_extreme_scales() {
     type Boxed = Box<dyn Fn(&Kernels) -> dispatch::DotFn>;
     let mut kernels: Vec<(&str, GgmlType, Boxed)> = LOW_BIT
         .iter()
-        .map(|&ty| ("dot", ty, Box::new(move |k: &Kernels| k.dot_fn(ty)) as Boxed))
+        .map(|&ty| {
+            (
+                "dot",
+                ty,
+                Box::new(move |k: &Kernels| k.dot_fn(ty)) as Boxed,
+            )
+        })
         .collect();
     for (name, ty, pick) in extra_kernels() {
         kernels.push((name, ty, Box::new(pick)));
@@ -102,9 +116,17 @@ fn simd_matches_scalar_at_extreme_scales() {
             run_kernel(scalar, *ty, &w, &acts, xb, n, &mut want);
             for level in available_levels() {
                 let mut got = [0f32; 1];
-                run_kernel(pick(kernels_for(level).unwrap()), *ty, &w, &acts, xb, n, &mut got);
-                let same = got[0].to_bits() == want[0].to_bits()
-                    || (got[0].is_nan() && want[0].is_nan());
+                run_kernel(
+                    pick(kernels_for(level).unwrap()),
+                    *ty,
+                    &w,
+                    &acts,
+                    xb,
+                    n,
+                    &mut got,
+                );
+                let same =
+                    got[0].to_bits() == want[0].to_bits() || (got[0].is_nan() && want[0].is_nan());
                 assert!(
                     same,
                     "{name} ({ty}) case {case} {level:?}: {} vs scalar {}",

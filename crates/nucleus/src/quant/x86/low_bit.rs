@@ -77,7 +77,8 @@ unsafe fn dot_super<P, const NX: usize, const WB: usize, const MODE: u8, const M
                 let dy = (xb as *const f32).read_unaligned();
                 let mut half = [_mm256_setzero_si256(); 2];
                 for g in 0..8 {
-                    half[g / 4] = _mm256_add_epi32(half[g / 4], group(wb, &p, g, xb.add(4 + 32 * g)));
+                    half[g / 4] =
+                        _mm256_add_epi32(half[g / 4], group(wb, &p, g, xb.add(4 + 32 * g)));
                 }
                 let lanes = _mm256_add_epi32(half[0], half[1]);
                 let min_lanes = if MINS {
@@ -283,8 +284,10 @@ unsafe fn iq4_nl_impl<const NX: usize, const BLOCK_SUMS_: bool>(
                     let xb = x.add(k * stride + (nb - 1) * 34);
                     let wb = w.add((nb - 1) * 18);
                     let d = f16(xb) * f16(wb);
-                    let lanes =
-                        _mm256_madd_epi16(mul_add_i8(iq4_bytes(wb.add(2)), load256(xb.add(2))), ones);
+                    let lanes = _mm256_madd_epi16(
+                        mul_add_i8(iq4_bytes(wb.add(2)), load256(xb.add(2))),
+                        ones,
+                    );
                     d.mul_add(hsum_epi32(lanes) as f32, sum)
                 } else {
                     sum
