@@ -138,7 +138,7 @@ const LLAMA_UBATCH: usize = 512;
 pub const CLASS_UBATCH_2: u8 = 1;
 /// In a micro-batch of 8+ rows: the tiled K-quant kernels.
 pub const CLASS_UBATCH_8: u8 = 2;
-/// Among the micro-batch's rows in whole groups of four: the repacked Q4_K gemm.
+/// Among the micro-batch's rows in whole groups of four: the repacked Q2_K and Q4_K gemms.
 pub const CLASS_WHOLE_FOUR: u8 = 4;
 
 impl PromptSlot {
@@ -204,9 +204,10 @@ impl PromptSlot {
 ///
 /// Kernels follow the arithmetic of llama.cpp's CPU backend, whose reference outputs we test
 /// against, so that sums round the same way. A prompt's rows go through its batched kernels
-/// where it has them: Q4_K, Q5_K and Q6_K through the tiled kernel from 8 rows on, F32, F16 and
-/// BF16 through sgemm from 2; Q4_K matrices with a multiple of 8 rows, which it repacks, through
-/// its gemm for the rows in whole groups of four and its gemv otherwise. Other rows, and
+/// where it has them: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS through the tiled kernel from 8
+/// rows on, F32, F16 and BF16 through sgemm from 2; Q2_K and Q4_K matrices with a multiple of 8
+/// rows, which it repacks, through its gemm for the rows in whole groups of four and its gemv
+/// otherwise; repacked Q4_0 and IQ4_NL matrices through their interleaved kernels. Other rows, and
 /// generated tokens, go through its one-row kernels. Which one a row gets is decided by the caller from the token's role (see
 /// `Batch::push_prompt`), never from what else is in the batch, so results do not depend on
 /// batching.
@@ -253,28 +254,33 @@ pub fn matmul_rows(
     }
     let xrb = x.row_bytes();
     let kernels = crate::quant::dispatch_kernels();
-    // llama.cpp repacks Q4_0 matrices whose row count is a multiple of 8 on x86 and computes
-    // them with its interleaved kernels (one FMA per block sum).
-    let q4_0_repacked = w.ty == GgmlType::Q4_0 && w.rows.is_multiple_of(8);
-    let dot = if q4_0_repacked {
-        kernels.q4_0_block_sums
-    } else {
-        kernels.dot_fn(w.ty)
-    };
-    // llama.cpp repacks Q4_K matrices with a multiple of 8 rows (gemv for one row, gemm for a
+    // llama.cpp repacks Q4_0 and IQ4_NL matrices whose row count is a multiple of 8 on x86 and
+    // computes them with its interleaved kernels (one FMA per block sum); its AVX-512 build
+    // repacks Q2_K and Q4_K matrices with a multiple of 8 rows (gemv for one row, gemm for a
     // prompt's rows in groups of four); others go through its vec_dot and tiled kernels.
-    let q4_k_repacked = w.ty == GgmlType::Q4_K && w.rows.is_multiple_of(8);
-    let dot = if w.ty == GgmlType::Q4_K && !q4_k_repacked {
-        kernels.q4_k_vec_dot
-    } else {
-        dot
+    let repacked = w.rows.is_multiple_of(8)
+        && matches!(
+            w.ty,
+            GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q2_K | GgmlType::Q4_K
+        );
+    let q4_0_repacked = repacked && w.ty == GgmlType::Q4_0;
+    let dot = match w.ty {
+        GgmlType::Q4_0 if repacked => kernels.q4_0_block_sums,
+        GgmlType::IQ4_NL if repacked => kernels.iq4_nl_block_sums,
+        GgmlType::Q2_K if repacked => kernels.q2_k_block_sums,
+        GgmlType::Q4_K if !repacked => kernels.q4_k_vec_dot,
+        _ => kernels.dot_fn(w.ty),
     };
     // The batched kernel llama.cpp has for this weight type, and which rows it takes.
     let prompt_dot = match w.ty {
         GgmlType::Q6_K => kernels.q6_k_batched,
         GgmlType::Q5_K => kernels.q5_k_tiled,
-        GgmlType::Q4_K if q4_k_repacked => kernels.q4_k_gemm,
+        GgmlType::Q4_K if repacked => kernels.q4_k_gemm,
         GgmlType::Q4_K => kernels.q4_k_tiled,
+        GgmlType::Q2_K if repacked => kernels.q2_k_gemm,
+        GgmlType::Q2_K => kernels.q2_k_tiled,
+        GgmlType::Q3_K => kernels.q3_k_tiled,
+        GgmlType::IQ4_XS => kernels.iq4_xs_tiled,
         GgmlType::F16 if w.cols.is_multiple_of(16) => kernels.f16_sgemm,
         GgmlType::BF16 if w.cols.is_multiple_of(32) => kernels.bf16_sgemm,
         GgmlType::F32 if w.cols.is_multiple_of(16) => kernels.f32_sgemm,
@@ -283,8 +289,13 @@ pub fn matmul_rows(
     let takes_prompt_dot = |t: usize| {
         let class = slots.get(t).copied().unwrap_or_default().matmul_class();
         let bit = match w.ty {
-            GgmlType::Q4_K if q4_k_repacked => CLASS_WHOLE_FOUR,
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => CLASS_UBATCH_8,
+            GgmlType::Q4_K | GgmlType::Q2_K if repacked => CLASS_WHOLE_FOUR,
+            GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::IQ4_XS => CLASS_UBATCH_8,
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => CLASS_UBATCH_2,
             _ => 0,
         };

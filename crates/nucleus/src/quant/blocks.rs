@@ -12,6 +12,7 @@
 //! - Q5_K (176): d f16, dmin f16, scales[12], qh[32], qs[128]
 //! - Q6_K (210): ql[128], qh[64], scales[16] i8, d f16
 //! - Q8_K (292): d f32, qs[256] i8, bsums[16] i16
+//! - Q2_K, Q3_K, IQ4_NL, IQ4_XS: see `blocks_low_bit.rs`
 //!
 //! In the 32-element formats, byte `j` of `qs` holds element `j` (low nibble) and `j + 16`
 //! (high nibble); bit `j` of `qh` is the fifth bit of element `j`.
@@ -255,6 +256,10 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
                 }
             }
         }
+        Q2_K => super::blocks_low_bit::dequantize_q2_k(src, dst),
+        Q3_K => super::blocks_low_bit::dequantize_q3_k(src, dst),
+        IQ4_NL => super::blocks_low_bit::dequantize_iq4_nl(src, dst),
+        IQ4_XS => super::blocks_low_bit::dequantize_iq4_xs(src, dst),
         _ => panic!("dequantize_row: {ty} is not supported"),
     }
 }

@@ -30,7 +30,7 @@ pub(crate) struct Kernels {
     #[allow(dead_code)]
     pub level: SimdLevel,
     /// Indexed by [`slot`].
-    pub dots: [DotFn; 11],
+    pub dots: [DotFn; 15],
     /// Q6_K with the float arithmetic of ggml's tiled kernel, which llama.cpp uses for Q6_K
     /// matrices once a batch has 8 or more rows (a prompt): each super-block's integer sum s,
     /// then acc = acc + (s·d)·dy. The default Q6_K kernel follows `ggml_vec_dot_q6_K_q8_K`,
@@ -57,6 +57,19 @@ pub(crate) struct Kernels {
     /// matrix it does not repack): per block (isum·d − dmin·imin), then one FMA with dy.
     pub q4_k_tiled: DotFn,
     pub q5_k_tiled: DotFn,
+    /// Q2_K as llama.cpp's AVX-512 build computes a matrix with a multiple of 8 rows, which it
+    /// repacks: one row through its gemv (one FMA per block for the sums, one for the mins),
+    /// a prompt's rows in groups of four through its gemm (one FMA pair per 128 values).
+    pub q2_k_block_sums: DotFn,
+    pub q2_k_gemm: DotFn,
+    /// Q2_K (not repacked), Q3_K and IQ4_XS as llama.cpp's tiled kernel computes a prompt of
+    /// 8 or more rows.
+    pub q2_k_tiled: DotFn,
+    pub q3_k_tiled: DotFn,
+    pub iq4_xs_tiled: DotFn,
+    /// IQ4_NL as llama.cpp's repacked kernels compute a matrix with a multiple of 8 rows (every
+    /// row of it): each block's integer sum, then one FMA with dw·dx.
+    pub iq4_nl_block_sums: DotFn,
 }
 
 /// Index of a computable weight type in a kernel table.
@@ -74,6 +87,10 @@ pub(crate) fn slot(ty: GgmlType) -> usize {
         Q4_K => 8,
         Q5_K => 9,
         Q6_K => 10,
+        Q2_K => 11,
+        Q3_K => 12,
+        IQ4_NL => 13,
+        IQ4_XS => 14,
         _ => panic!("no dot kernel for {ty}: not a computable weight type"),
     }
 }
@@ -141,6 +158,12 @@ static SCALAR: Kernels = Kernels {
     q4_k_vec_dot: super::scalar::Q4_K_VEC_DOT,
     q4_k_tiled: super::scalar::Q4_K_TILED,
     q5_k_tiled: super::scalar::Q5_K_TILED,
+    q2_k_block_sums: super::scalar_low_bit::Q2_K_BLOCK_SUMS,
+    q2_k_gemm: super::scalar_low_bit::Q2_K_GEMM,
+    q2_k_tiled: super::scalar_low_bit::Q2_K_TILED,
+    q3_k_tiled: super::scalar_low_bit::Q3_K_TILED,
+    iq4_xs_tiled: super::scalar_low_bit::IQ4_XS_TILED,
+    iq4_nl_block_sums: super::scalar_low_bit::IQ4_NL_BLOCK_SUMS,
 };
 
 fn detect() -> SimdLevel {

@@ -3,22 +3,26 @@
 //!
 //! The layouts and arithmetic follow ggml's CPU backend so that results match llama.cpp:
 //! every weight type has a [`vec_dot_type`] to which the activations are quantized before the
-//! dot product (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants, F16/BF16/F32
-//! for the float types).
+//! dot product (Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants and
+//! IQ4_XS, F16/BF16/F32 for the float types).
 //!
 //! The dot kernels exist as a portable scalar reference and as AVX2 and AVX-512 versions chosen
 //! once at run time (see [`simd_level`]); `NUCLEUS_SIMD=scalar|avx2|avx512` caps the level.
 
 mod blocks;
+mod blocks_low_bit;
 mod dispatch;
 pub mod quantize;
 mod scalar;
+mod scalar_low_bit;
 mod types;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_low_bit;
 
 pub(crate) use blocks::scale_min_k4;
 pub use blocks::{dequantize_row, quantize_row, quantize_row_act};
@@ -33,9 +37,9 @@ pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
         F32 => F32,
         F16 => F16,
         BF16 => BF16,
-        Q4_0 | Q5_0 | Q8_0 => Q8_0,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
-        Q4_K | Q5_K | Q6_K => Q8_K,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => Q8_K,
         _ => panic!("vec_dot_type: {ty} is not a computable weight type"),
     }
 }

@@ -56,6 +56,7 @@ macro_rules! wrap {
         }
     };
 }
+pub(super) use wrap;
 
 wrap!(k_f32, dot_f32, GgmlType::F32);
 wrap!(k_f16, dot_f16, GgmlType::F16);
@@ -70,8 +71,22 @@ wrap!(k_q5_k, dot_q5_k, GgmlType::Q5_K);
 wrap!(k_q6_k, dot_q6_k, GgmlType::Q6_K);
 
 /// In [`super::dispatch::slot`] order.
-pub(crate) const DOTS: [DotFn; 11] = [
-    k_f32, k_f16, k_bf16, k_q4_0, k_q4_1, k_q5_0, k_q5_1, k_q8_0, k_q4_k, k_q5_k, k_q6_k,
+pub(crate) const DOTS: [DotFn; 15] = [
+    k_f32,
+    k_f16,
+    k_bf16,
+    k_q4_0,
+    k_q4_1,
+    k_q5_0,
+    k_q5_1,
+    k_q8_0,
+    k_q4_k,
+    k_q5_k,
+    k_q6_k,
+    super::scalar_low_bit::Q2_K,
+    super::scalar_low_bit::Q3_K,
+    super::scalar_low_bit::IQ4_NL,
+    super::scalar_low_bit::IQ4_XS,
 ];
 
 wrap!(k_q6_k_batched, dot_q6_k_batched, GgmlType::Q6_K);
@@ -99,7 +114,7 @@ pub(crate) const Q5_K_TILED: DotFn = k_q5_k_tiled;
 
 /// ggml's `hsum_float_8` (`hsum_ps` in `x86/helpers.rs`): the upper four lanes added to the
 /// lower four, then [`hsum_float_4`].
-fn hsum_float_8(v: &[f32; 8]) -> f32 {
+pub(super) fn hsum_float_8(v: &[f32; 8]) -> f32 {
     hsum_float_4(&from_fn(|l| v[4 + l] + v[l]))
 }
 
@@ -116,7 +131,7 @@ fn reduce_add_16(a: &[f32; 16]) -> f32 {
 
 /// `acc = _mm256_fmadd_ps(set1(d), cvtepi32_ps(lanes), acc)`, for any number of lanes.
 #[inline(always)]
-fn fma_lanes<const L: usize>(acc: &mut [f32; L], d: f32, lanes: &[i32; L]) {
+pub(super) fn fma_lanes<const L: usize>(acc: &mut [f32; L], d: f32, lanes: &[i32; L]) {
     for (a, &s) in acc.iter_mut().zip(lanes) {
         *a = d.mul_add(s as f32, *a);
     }
@@ -126,7 +141,7 @@ fn fma_lanes<const L: usize>(acc: &mut [f32; L], d: f32, lanes: &[i32; L]) {
 /// int8 activations: lane `l` is Σ of the products of elements `4l..4l+4`. (The byte pair sums
 /// never saturate for the value ranges of the formats here.)
 #[inline(always)]
-fn lanes_32(q: &[i32], xq: &[u8]) -> [i32; 8] {
+pub(super) fn lanes_32(q: &[i32], xq: &[u8]) -> [i32; 8] {
     let (q, xq) = (&q[..32], &xq[..32]);
     let mut lanes = [0i32; 8];
     for e in 0..32 {
@@ -404,7 +419,7 @@ fn k4_scales_mins(sc: &[u8]) -> ([i32; 8], [i32; 8]) {
 
 /// Sum `g` (0..16) of a Q8_K block's 16-element sums.
 #[inline(always)]
-fn bsum(xb: &[u8], g: usize) -> i32 {
+pub(super) fn bsum(xb: &[u8], g: usize) -> i32 {
     rd_u16(xb, 260 + 2 * g) as i16 as i32
 }
 
@@ -637,6 +652,10 @@ pub(crate) fn row_dot(ty: GgmlType) -> RowDot {
         Q4_K => dot_q4_k,
         Q5_K => dot_q5_k,
         Q6_K => dot_q6_k,
+        Q2_K => super::scalar_low_bit::dot_q2_k,
+        Q3_K => super::scalar_low_bit::dot_q3_k,
+        IQ4_NL => super::scalar_low_bit::dot_iq4_nl,
+        IQ4_XS => super::scalar_low_bit::dot_iq4_xs,
         _ => panic!("no dot for {ty}"),
     }
 }

@@ -28,19 +28,38 @@ impl Rng {
     }
 }
 
-pub(crate) const COMPUTABLE: [GgmlType; 11] = [
-    F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
+pub(crate) const COMPUTABLE: [GgmlType; 15] = [
+    F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS,
 ];
 
-fn put_f16(b: &mut [u8], at: usize, v: f32) {
+pub(super) fn put_f16(b: &mut [u8], at: usize, v: f32) {
     b[at..at + 2].copy_from_slice(&f32_to_f16(v).to_le_bytes());
 }
 
+/// Byte offsets of the f16 scale fields (d, then dmin) in a block of the formats
+/// [`random_row`] fills with random bits.
+pub(super) fn scale_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        Q2_K => &[80, 82],
+        Q3_K => &[108],
+        IQ4_NL | IQ4_XS => &[0],
+        _ => &[],
+    }
+}
+
 /// A random weight row of `n` elements of type `ty` (quantized from random floats where we have
-/// a quantizer, random bits with sane scales for the K-quants).
+/// a quantizer, random bits with sane scales for the K- and I-quants).
 pub(crate) fn random_row(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
     let mut out = vec![0u8; ty.row_bytes(n).unwrap()];
     match ty {
+        Q2_K | Q3_K | IQ4_NL | IQ4_XS => {
+            out.iter_mut().for_each(|b| *b = rng.byte());
+            for blk in out.chunks_exact_mut(ty.block_layout().1) {
+                for &at in scale_fields(ty) {
+                    put_f16(blk, at, 0.001 + 0.01 * rng.f32().abs());
+                }
+            }
+        }
         Q4_K | Q5_K | Q6_K => {
             for b in out.iter_mut() {
                 *b = rng.byte();
@@ -70,7 +89,7 @@ pub(crate) fn random_acts(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
     out
 }
 
-fn deq(ty: GgmlType, b: &[u8], n: usize) -> Vec<f32> {
+pub(super) fn deq(ty: GgmlType, b: &[u8], n: usize) -> Vec<f32> {
     let mut y = vec![0f32; n];
     dequantize_row(ty, b, &mut y);
     y
@@ -397,11 +416,11 @@ fn act_quantizer_rounds_ties_to_even_ref_away() {
 // SIMD kernels against the scalar reference: the same bits.
 
 /// Picks one kernel from a table.
-type Pick<'a> = &'a dyn Fn(&Kernels) -> DotFn;
+pub(super) type Pick<'a> = &'a dyn Fn(&Kernels) -> DotFn;
 
 /// Runs `kernel`, a kernel for weight type `ty`, on `out.len()` activation rows `stride` bytes
 /// apart, after checking the lengths its [`DotFn`] contract asks for.
-fn run_kernel(
+pub(super) fn run_kernel(
     kernel: DotFn,
     ty: GgmlType,
     w: &[u8],
@@ -423,7 +442,7 @@ fn run_kernel(
 /// Checks that the kernel `pick` takes from a table computes the scalar table's bits at every
 /// level this CPU has, for 1..=4 activation rows, on the weight row `w` (type `ty`, `n`
 /// elements) and four random activation rows.
-fn check_exact(name: &str, ty: GgmlType, pick: Pick, w: &[u8], n: usize) {
+pub(super) fn check_exact(name: &str, ty: GgmlType, pick: Pick, w: &[u8], n: usize) {
     let mut rng = Rng::new(n as u64 ^ ((w.len() as u64) << 32));
     let vt = vec_dot_type(ty);
     let xb = vt.row_bytes(n).unwrap();
@@ -437,7 +456,7 @@ fn check_exact(name: &str, ty: GgmlType, pick: Pick, w: &[u8], n: usize) {
 }
 
 /// [`check_exact`] with given activation rows.
-fn check_exact_acts(
+pub(super) fn check_exact_acts(
     name: &str,
     ty: GgmlType,
     pick: Pick,
@@ -468,7 +487,7 @@ fn check_exact_acts(
 }
 
 /// Row lengths to test for weight type `ty` whose length must be a multiple of `multiple`.
-fn test_sizes(ty: GgmlType, multiple: usize) -> Vec<usize> {
+pub(super) fn test_sizes(ty: GgmlType, multiple: usize) -> Vec<usize> {
     let bs = ty
         .block_size()
         .max(vec_dot_type(ty).block_size())

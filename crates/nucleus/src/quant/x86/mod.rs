@@ -1,5 +1,6 @@
 //! x86-64 SIMD dot kernels (AVX2 and AVX-512): the 32-element block formats ([`block32`]), the
-//! K-quants ([`k_quants`]) and the float types ([`float`]), on small shared helpers ([`helpers`]),
+//! K-quants ([`k_quants`]), Q2_K/Q3_K/IQ4_NL/IQ4_XS ([`low_bit`]) and the float types
+//! ([`float`]), on small shared helpers ([`helpers`]),
 //! and below, their entry points per level.
 //!
 //! Each kernel body is an `#[inline(always)]` generic function that is instantiated inside
@@ -19,11 +20,13 @@ mod block32;
 mod float;
 mod helpers;
 mod k_quants;
+mod low_bit;
 
 use block32::*;
 pub(crate) use block32::{dot_q8_0_xs, unpack_to_q8_0};
 use float::*;
 use k_quants::*;
+use low_bit::*;
 
 // ---------------------------------------------------------------------------------------------
 // Entry points per level.
@@ -79,8 +82,18 @@ macro_rules! level {
             entry!(k_q4_k_vec_dot, q4_k_vec_dot);
             entry!(k_q4_k_tiled, q4_k_tiled);
             entry!(k_q5_k_tiled, q5_k_tiled);
+            entry!(k_q2_k, q2_k);
+            entry!(k_q3_k, q3_k);
+            entry!(k_iq4_nl, iq4_nl);
+            entry!(k_iq4_xs, iq4_xs);
+            entry!(k_q2_k_block_sums, q2_k_block_sums);
+            entry!(k_q2_k_gemm, q2_k_gemm);
+            entry!(k_q2_k_tiled, q2_k_tiled);
+            entry!(k_q3_k_tiled, q3_k_tiled);
+            entry!(k_iq4_xs_tiled, iq4_xs_tiled);
+            entry!(k_iq4_nl_block_sums, iq4_nl_block_sums);
 
-            pub(super) const DOTS: [DotFn; 11] = [
+            pub(super) const DOTS: [DotFn; 15] = [
                 k_f32 as DotFn,
                 k_f16,
                 k_bf16,
@@ -92,6 +105,10 @@ macro_rules! level {
                 k_q4_k,
                 k_q5_k,
                 k_q6_k,
+                k_q2_k,
+                k_q3_k,
+                k_iq4_nl,
+                k_iq4_xs,
             ];
         }
 
@@ -107,6 +124,12 @@ macro_rules! level {
             q4_k_vec_dot: $modname::k_q4_k_vec_dot,
             q4_k_tiled: $modname::k_q4_k_tiled,
             q5_k_tiled: $modname::k_q5_k_tiled,
+            q2_k_block_sums: $modname::k_q2_k_block_sums,
+            q2_k_gemm: $modname::k_q2_k_gemm,
+            q2_k_tiled: $modname::k_q2_k_tiled,
+            q3_k_tiled: $modname::k_q3_k_tiled,
+            iq4_xs_tiled: $modname::k_iq4_xs_tiled,
+            iq4_nl_block_sums: $modname::k_iq4_nl_block_sums,
         };
     };
 }
