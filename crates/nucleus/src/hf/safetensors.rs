@@ -108,13 +108,14 @@ impl Shards {
             paths: Vec::with_capacity(files.len()),
             tensors: BTreeMap::new(),
         };
+        // Every shard before any is read: a missing one is the error to report.
+        if let Some(path) = files.iter().find(|p| !p.is_file()) {
+            return Err(HfError::Missing {
+                path: path.display().to_string(),
+                what: "every shard its index lists",
+            });
+        }
         for path in files {
-            if !path.is_file() {
-                return Err(HfError::Missing {
-                    path: path.display().to_string(),
-                    what: "every shard its index lists",
-                });
-            }
             let shard = shards.maps.len();
             let io = |source| HfError::Io {
                 path: path.display().to_string(),
