@@ -19,7 +19,8 @@ use crate::catalog::{self, CATALOG, DEFAULT_MODEL};
 use crate::speculate::SpeculateArgs;
 use crate::{GenerateArgs, ModelArgs, SamplingArgs};
 
-/// A catalog name (pulled on first use) or a path to a GGUF file; `None` is the default model.
+/// A catalog name (pulled on first use), a path to a GGUF file or a Hugging Face checkpoint
+/// directory; `None` is the default model.
 pub(crate) fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
     let spec = spec.unwrap_or(DEFAULT_MODEL);
     if let Some(entry) = catalog::find(spec) {
@@ -30,10 +31,11 @@ pub(crate) fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
         return Ok(entry.path());
     }
     let path = PathBuf::from(spec);
-    if path.is_file() {
+    // A directory is a Hugging Face checkpoint (config.json, *.safetensors, tokenizer.json).
+    if path.is_file() || path.is_dir() {
         return Ok(path);
     }
-    bail!("no model {spec:?}: it is neither a catalog name (see `nucleus list`) nor a file")
+    bail!("no model {spec:?}: it is neither a catalog name (see `nucleus list`), a file nor a checkpoint directory")
 }
 
 pub(crate) struct Loaded {
@@ -52,6 +54,9 @@ pub(crate) fn load_path(path: &std::path::Path, threads: usize) -> Result<Loaded
 }
 
 fn load(args: &ModelArgs, spec: Option<&str>) -> Result<Loaded> {
+    if let Some(ty) = &args.quantize {
+        bail!("--quantize {ty}: quantizing on load needs nucleus's quantizers (issue 13 part 1), which are not in this build yet; run the checkpoint unquantized (F32/F16/BF16) for now");
+    }
     load_path(
         &resolve_model(args.model.as_deref().or(spec))?,
         args.threads,
@@ -527,10 +532,25 @@ fn resolve_existing(spec: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(spec))
 }
 
+/// `nucleus quantize`: not in this build yet (its quantizers are issue 13 part 1). Refused
+/// before anything is read or written, so no output file appears.
+pub fn quantize(input: &str, output: &str, ty: &str) -> Result<()> {
+    bail!("nucleus quantize {input} {output} {ty}: quantization is not in this build yet (issue 13 part 1); nothing was written")
+}
+
 pub fn tokenize(model: &str, text: &str, add_special: bool, parse_special: bool) -> Result<()> {
     let path = resolve_existing(model)?;
-    let file = GgufFile::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let tokenizer = Tokenizer::from_gguf(&file.metadata)?;
+    // A checkpoint directory's tokenizer needs only its headers and tokenizer files read.
+    let metadata = if path.is_dir() {
+        nucleus::hf::Checkpoint::open(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .metadata
+    } else {
+        GgufFile::open(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .metadata
+    };
+    let tokenizer = Tokenizer::from_gguf(&metadata)?;
     let ids = tokenizer.encode(text, add_special, parse_special)?;
     println!("{}", serde_json::to_string(&ids)?);
     Ok(())

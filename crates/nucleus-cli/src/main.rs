@@ -29,9 +29,13 @@ struct Cli {
 /// Which model to use: a catalog name or a GGUF path, given positionally or with --model.
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
-    /// Model: a catalog name (see `nucleus list`) or a path to a GGUF file.
+    /// Model: a catalog name (see `nucleus list`), a path to a GGUF file, or a Hugging Face
+    /// checkpoint directory (config.json, *.safetensors, tokenizer.json).
     #[arg(short, long)]
     pub model: Option<String>,
+    /// Quantize a checkpoint's weights to TYPE as it loads (not in this build yet: refused).
+    #[arg(long, value_name = "TYPE")]
+    pub quantize: Option<String>,
     /// Threads for the forward pass (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     pub threads: usize,
@@ -251,6 +255,14 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Perplexity on a text (llama-perplexity's method), and KL divergence from a saved run.
     Perplexity(perplexity::PerplexityArgs),
+    /// Quantize a GGUF file or a Hugging Face checkpoint directory to TYPE (not in this build
+    /// yet: refused, nothing written).
+    Quantize {
+        input: String,
+        output: String,
+        #[arg(value_name = "TYPE")]
+        ty: String,
+    },
 }
 
 fn main() {
@@ -333,6 +345,7 @@ fn main() {
         } => commands::bench(model, name, prompt_tokens, gen_tokens, reps, json),
         Command::Serve(args) => serve::serve(args),
         Command::Perplexity(args) => perplexity::perplexity(args),
+        Command::Quantize { input, output, ty } => commands::quantize(&input, &output, &ty),
     };
     if let Err(err) = result {
         // One clear line, no backtrace.
