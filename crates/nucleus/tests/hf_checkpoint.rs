@@ -364,6 +364,15 @@ fn unknown_architectures_and_dtypes_are_named() {
     t.write("model.safetensors");
     assert_contains(&t.error(), &["unknown architecture \"GPT2LMHeadModel\""]);
 
+    let mut t = Tiny::new("unknown-tensor");
+    t.tensors
+        .push(("model.layers.0.mlp.experts.0.weight".into(), "F32".into(), vec![E]));
+    t.write("model.safetensors");
+    assert_contains(
+        &t.error(),
+        &["model.layers.0.mlp.experts.0.weight", "not part of a llama checkpoint"],
+    );
+
     let mut t = Tiny::new("dtype");
     t.tensors[1].1 = "F64".into();
     t.write("model.safetensors");
