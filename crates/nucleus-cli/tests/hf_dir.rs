@@ -35,7 +35,11 @@ fn fails_with(args: &[&str], want: &str) {
 }
 
 fn ids(v: &Value) -> Vec<u64> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
 }
 
 #[test]

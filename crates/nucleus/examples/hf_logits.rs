@@ -32,7 +32,8 @@ fn main() {
     });
     let tok = Tokenizer::from_gguf(&model.file.metadata).expect("tokenizer");
     let cases: Vec<Value> =
-        serde_json::from_str(&std::fs::read_to_string(reference).expect("reference")).expect("json");
+        serde_json::from_str(&std::fs::read_to_string(reference).expect("reference"))
+            .expect("json");
     let mut results = Vec::new();
     for case in &cases {
         let prompt = case["prompt"].as_str().expect("prompt");

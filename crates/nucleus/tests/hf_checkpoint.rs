@@ -75,7 +75,10 @@ fn check_against_transformers(name: &str) {
         for (pos, top) in tops.iter().enumerate() {
             let row = &logits[pos * n_vocab..(pos + 1) * n_vocab];
             for pair in top.as_array().unwrap() {
-                let (id, want) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap());
+                let (id, want) = (
+                    pair[0].as_u64().unwrap() as usize,
+                    pair[1].as_f64().unwrap(),
+                );
                 let diff = (row[id] - want as f32).abs();
                 worst = worst.max(diff);
                 assert!(
@@ -146,7 +149,10 @@ fn chat_template_and_special_tokens_come_from_the_tokenizer_files() {
 
     let llama = Model::load(data().join("llama-f32"), 1).unwrap();
     let tok = Tokenizer::from_gguf(&llama.file.metadata).unwrap();
-    assert!(tok.add_bos(), "the llama tokenizer's post-processor adds BOS");
+    assert!(
+        tok.add_bos(),
+        "the llama tokenizer's post-processor adds BOS"
+    );
     assert_eq!(tok.bos(), tok.token_id("<|begin_of_text|>"));
 }
 
@@ -306,7 +312,10 @@ fn missing_files_are_named() {
 
     let t = Tiny::new("no-weights");
     std::fs::write(t.dir.join("config.json"), t.config.to_string()).unwrap();
-    assert_contains(&t.error(), &["model.safetensors is missing", "*.safetensors"]);
+    assert_contains(
+        &t.error(),
+        &["model.safetensors is missing", "*.safetensors"],
+    );
 }
 
 #[test]
@@ -341,14 +350,20 @@ fn a_tensor_contradicting_the_config_is_named() {
     t.write("model.safetensors");
     assert_contains(
         &t.error(),
-        &["model.layers.0.self_attn.q_proj.weight", "contradicts config.json"],
+        &[
+            "model.layers.0.self_attn.q_proj.weight",
+            "contradicts config.json",
+        ],
     );
 
     // A config with more layers than the checkpoint holds.
     let mut t = Tiny::new("layers");
     t.config["num_hidden_layers"] = json!(2);
     t.write("model.safetensors");
-    assert_contains(&t.error(), &["model.layers.1.", "missing from the checkpoint"]);
+    assert_contains(
+        &t.error(),
+        &["model.layers.1.", "missing from the checkpoint"],
+    );
 
     // Untied without lm_head.weight.
     let mut t = Tiny::new("untied");
@@ -365,12 +380,18 @@ fn unknown_architectures_and_dtypes_are_named() {
     assert_contains(&t.error(), &["unknown architecture \"GPT2LMHeadModel\""]);
 
     let mut t = Tiny::new("unknown-tensor");
-    t.tensors
-        .push(("model.layers.0.mlp.experts.0.weight".into(), "F32".into(), vec![E]));
+    t.tensors.push((
+        "model.layers.0.mlp.experts.0.weight".into(),
+        "F32".into(),
+        vec![E],
+    ));
     t.write("model.safetensors");
     assert_contains(
         &t.error(),
-        &["model.layers.0.mlp.experts.0.weight", "not part of a llama checkpoint"],
+        &[
+            "model.layers.0.mlp.experts.0.weight",
+            "not part of a llama checkpoint",
+        ],
     );
 
     let mut t = Tiny::new("dtype");
@@ -381,5 +402,8 @@ fn unknown_architectures_and_dtypes_are_named() {
     let t = Tiny::new("garbage");
     std::fs::write(t.dir.join("config.json"), t.config.to_string()).unwrap();
     std::fs::write(t.dir.join("model.safetensors"), b"not a safetensors file").unwrap();
-    assert_contains(&t.error(), &["model.safetensors", "not a valid safetensors file"]);
+    assert_contains(
+        &t.error(),
+        &["model.safetensors", "not a valid safetensors file"],
+    );
 }

@@ -36,7 +36,9 @@ pub enum HfError {
     BadFile { path: String, problem: String },
     #[error("config.json: {0}")]
     Config(String),
-    #[error("unknown architecture {0:?} in config.json (supported: LlamaForCausalLM, Qwen2ForCausalLM)")]
+    #[error(
+        "unknown architecture {0:?} in config.json (supported: LlamaForCausalLM, Qwen2ForCausalLM)"
+    )]
     UnknownArchitecture(String),
     #[error("tensor {name:?} has dtype {dtype}, which nucleus cannot read (F32, F16, BF16)")]
     UnsupportedDtype { name: String, dtype: String },

@@ -61,7 +61,8 @@ impl Shards {
                 path: index_path.display().to_string(),
                 problem,
             };
-            let v: Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+            let v: Value =
+                serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
             let map = v
                 .get("weight_map")
                 .and_then(Value::as_object)
@@ -177,7 +178,10 @@ impl Shards {
         if let Some(name) = promised.keys().find(|n| !shards.tensors.contains_key(*n)) {
             return Err(HfError::BadTensor {
                 name: name.clone(),
-                problem: format!("the index places it in {}, which does not hold it", promised[name]),
+                problem: format!(
+                    "the index places it in {}, which does not hold it",
+                    promised[name]
+                ),
             });
         }
         Ok(shards)

@@ -229,7 +229,10 @@ impl Tokenizer {
         let mut eos: Option<TokenId>;
         let mut unk: Option<TokenId>;
         let mut bpe_model = None;
-        let hf = meta.get_str(HF_JSON_KEY).map(hf::HfEncoder::new).transpose()?;
+        let hf = meta
+            .get_str(HF_JSON_KEY)
+            .map(hf::HfEncoder::new)
+            .transpose()?;
         match kind {
             // The special ids and flags are all in the metadata; no merges or pre-tokenizer
             // name are needed.
