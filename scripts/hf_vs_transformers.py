@@ -18,7 +18,7 @@
    top-2 margin is below twice the tolerance (a near-tie the arithmetic's error can flip); the
    script fails on any other parting, a gap above the tolerance or different ids.
 5. With --write-fixtures DIR, writes the checkpoints and a reference JSON (ids, greedy tokens
-   and each position's top logits) there, for the Rust test `tests/hf_checkpoint.rs`.
+   and each position's top logits; the ids of a chat prompt from apply_chat_template) there, for the Rust test `tests/hf_checkpoint.rs`.
 """
 
 import argparse
@@ -43,6 +43,8 @@ PROMPTS = [
     "  spaces,\ttabs and numbers 12345 ",
 ]
 GREEDY = 12
+CHAT = [{"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "What does <|im_end|> mean?"}]
 # Largest logit gap accepted, per weight type. nucleus computes as llama.cpp does: keys and
 # values stored as f16 with f16 accumulation in attention (2^-11 relative), and for BF16
 # matrices the activations rounded to BF16 (2^-9 relative); transformers computes in f32. The
@@ -125,6 +127,13 @@ def save(model, tok, out_dir, dtype):
     model.float()
 
 
+def chat_ids(tok):
+    """transformers' chat prompt: the template rendered, then encoded without special tokens
+    added (apply_chat_template's own rule)."""
+    ids = tok.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
 def first_split(ours, theirs):
     """The first step where two greedy runs differ (None if they never do)."""
     for k, (a, b) in enumerate(zip(ours, theirs)):
@@ -200,11 +209,11 @@ def main():
                 failures.extend((name, b) for b in bad)
                 rows.append((name, f"{max_diff:.2e}", f"{tol}", f"{ids_ok}/{n}", f"{same}/{n}",
                              ", ".join(parted) or "-", f"{cli_same}/{n}"))
-                fixtures[name] = [{
+                fixtures[name] = {"cases": [{
                     "prompt": c["prompt"], "ids": c["ids"], "greedy": c["greedy"],
                     "top": [[[int(i), round(float(v), 6)] for v, i in zip(*row.topk(TOP_K))]
                             for row in c["logits"]],
-                } for c in cases]
+                } for c in cases], "chat": {"messages": CHAT, "ids": chat_ids(tok)}}
                 if args.write_fixtures:
                     dest = os.path.join(args.write_fixtures, name)
                     shutil.rmtree(dest, ignore_errors=True)

@@ -47,7 +47,7 @@ fn run_dir_gives_transformers_greedy_tokens() {
     let reference: Value =
         serde_json::from_str(&std::fs::read_to_string(data().join("reference.json")).unwrap())
             .unwrap();
-    let case = &reference["checkpoints"]["llama-f32"][0];
+    let case = &reference["checkpoints"]["llama-f32"]["cases"][0];
     let dir = data().join("llama-f32");
     let n = case["greedy"].as_array().unwrap().len().to_string();
     let (code, out, err) = nucleus(&[

@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
+use nucleus::chat::{ChatTemplate, Message};
 use nucleus::engine::{argmax, Session};
 use nucleus::model::Model;
 use nucleus::tokenizer::Tokenizer;
@@ -52,7 +53,7 @@ fn check_against_transformers(name: &str) {
     let tol = tolerance(name);
     let mut worst = 0f32;
     let mut parted = Vec::new();
-    for case in reference["checkpoints"][name].as_array().unwrap() {
+    for case in reference["checkpoints"][name]["cases"].as_array().unwrap() {
         let prompt = case["prompt"].as_str().unwrap();
         let want_ids = ids(&case["ids"]);
         let want_greedy = ids(&case["greedy"]);
@@ -154,6 +155,48 @@ fn chat_template_and_special_tokens_come_from_the_tokenizer_files() {
         "the llama tokenizer's post-processor adds BOS"
     );
     assert_eq!(tok.bos(), tok.token_id("<|begin_of_text|>"));
+}
+
+/// The chat template from the checkpoint renders transformers' prompt. transformers'
+/// `apply_chat_template` encodes without adding special tokens and parses special-token text in
+/// the messages; nucleus adds BOS when the tokenizer adds it and the template did not write it
+/// (llama.cpp's rule), and parses messages only when asked (README, "Safe prompts").
+#[test]
+fn chat_prompts_are_transformers_apply_chat_template() {
+    let reference: Value =
+        serde_json::from_str(&std::fs::read_to_string(data().join("reference.json")).unwrap())
+            .unwrap();
+    for name in ["llama-f32", "qwen2-f32"] {
+        let model = Model::load(data().join(name), 1).unwrap();
+        let tok = Tokenizer::from_gguf(&model.file.metadata).unwrap();
+        let chat = &reference["checkpoints"][name]["chat"];
+        let messages: Vec<Message> = chat["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
+        let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
+        let template = ChatTemplate::new(
+            tok.chat_template().unwrap(),
+            &text(tok.bos()),
+            &text(tok.eos()),
+        )
+        .unwrap();
+        let mut want = ids(&chat["ids"]);
+        if tok.add_bos() {
+            want.insert(0, tok.bos().unwrap());
+        }
+        assert_eq!(
+            template.encode(&tok, &messages, true, true).unwrap(),
+            want,
+            "{name}"
+        );
+        // By default the message's "<|im_end|>" is text: one control token fewer.
+        let safe = template.encode(&tok, &messages, true, false).unwrap();
+        let controls = |ids: &[u32]| ids.iter().filter(|&&t| tok.is_control(t)).count();
+        assert_eq!(controls(&safe) + 1, controls(&want), "{name}");
+    }
 }
 
 // ---- Bad input ------------------------------------------------------------------------------
