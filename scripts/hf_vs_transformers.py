@@ -17,7 +17,9 @@
    token ids equal, greedy tokens identical. Two runs may part only where transformers' own
    top-2 margin is below twice the tolerance (a near-tie the arithmetic's error can flip); the
    script fails on any other parting, a gap above the tolerance or different ids.
-5. With --write-fixtures DIR, writes the checkpoints and a reference JSON (ids, greedy tokens
+5. Checks a SentencePiece-style tokenizer.json (Llama 2's kind: "▁", byte fallback) on the
+   llama weights: `nucleus tokenize DIR TEXT --add-special` against transformers' ids.
+6. With --write-fixtures DIR, writes the checkpoints and a reference JSON (ids, greedy tokens
    and each position's top logits; the ids of a chat prompt from apply_chat_template) there, for the Rust test `tests/hf_checkpoint.rs`.
 """
 
@@ -30,7 +32,8 @@ import sys
 import tempfile
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, processors
+from tokenizers import (Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
+                        trainers)
 from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config,
                           Qwen2ForCausalLM)
 
@@ -74,6 +77,45 @@ def train_tokenizer(with_bos):
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|begin_of_text|>" if with_bos else None,
         eos_token="<|im_end|>" if not with_bos else "<|endoftext|>", chat_template=TEMPLATE)
+
+
+def train_spm_tokenizer():
+    """A SentencePiece-style tokenizer.json as Llama 2's: "▁" for spaces, byte fallback."""
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
+                                           normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    specials = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    tok.train([os.path.join(CORPUS, "gpl-3.txt")],
+              trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=specials))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A",
+                                                       special_tokens=[("<s>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>")
+
+
+SPM_TEXTS = PROMPTS + ["héllo wörld ✓ 日本", "<s> a</s>b"]
+
+
+def check_spm(work, llama_dir):
+    """The SentencePiece-style tokenizer on the llama checkpoint's weights: ids of
+    `nucleus tokenize DIR TEXT --add-special` against transformers'."""
+    tok = train_spm_tokenizer()
+    d = os.path.join(work, "llama-spm")
+    shutil.copytree(llama_dir, d)
+    for f in os.listdir(d):
+        if f.startswith("tokenizer") or f.endswith(".jinja"):
+            os.remove(os.path.join(d, f))
+    tok.save_pretrained(d)
+    cases, same = [], 0
+    for text in SPM_TEXTS:
+        want = tok(text, add_special_tokens=True)["input_ids"]
+        out = subprocess.run([os.path.join(ROOT, "target", "release", "nucleus"), "tokenize", d,
+                              text, "--add-special"], check=True, capture_output=True, text=True)
+        same += json.loads(out.stdout) == want
+        cases.append({"text": text, "ids": want})
+    return d, cases, same
 
 
 def make_model(family, vocab):
@@ -218,18 +260,29 @@ def main():
                     dest = os.path.join(args.write_fixtures, name)
                     shutil.rmtree(dest, ignore_errors=True)
                     shutil.copytree(ck, dest)
+        spm_dir, spm_cases, spm_same = check_spm(work, os.path.join(work, "llama-bf16"))
+        if spm_same != len(spm_cases):
+            failures.append(("SentencePiece-style tokenizer.json", spm_same))
         print("| checkpoint | max abs logit diff | tolerance | prompt ids equal | greedy identical "
               "| parted at a near-tie (transformers' top-2 margin there) "
               "| `nucleus run` greedy identical |")
         print("|---|---:|---:|---:|---:|---|---:|")
         for r in rows:
             print("| " + " | ".join(r) + " |")
+        print(f"\nSentencePiece-style tokenizer.json (byte fallback): ids equal to transformers' "
+              f"for {spm_same}/{len(spm_cases)} texts")
         for f in failures:
             print("FAILED:", f)
         if args.write_fixtures:
+            dest = os.path.join(args.write_fixtures, "spm-tokenizer")
+            shutil.rmtree(dest, ignore_errors=True)
+            os.makedirs(dest)
+            for f in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(os.path.join(spm_dir, f), dest)
             with open(os.path.join(args.write_fixtures, "reference.json"), "w") as f:
                 json.dump({"transformers": __import__("transformers").__version__,
-                           "torch": torch.__version__, "greedy": GREEDY, "checkpoints": fixtures},
+                           "torch": torch.__version__, "greedy": GREEDY, "checkpoints": fixtures,
+                           "spm_tokenizer": spm_cases},
                           f, separators=(",", ":"))
     finally:
         shutil.rmtree(work, ignore_errors=True)

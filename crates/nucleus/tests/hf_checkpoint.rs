@@ -199,6 +199,34 @@ fn chat_prompts_are_transformers_apply_chat_template() {
     }
 }
 
+/// A SentencePiece-style tokenizer.json (Llama 2's kind: "▁" for spaces, byte fallback, BOS
+/// from its post-processor) on the llama weights: transformers' ids, and pieces decoded as
+/// llama.cpp decodes them (the "▁" the normalizer prepends is a leading space).
+#[test]
+fn sentencepiece_style_tokenizer_json_gives_transformers_ids() {
+    let reference: Value =
+        serde_json::from_str(&std::fs::read_to_string(data().join("reference.json")).unwrap())
+            .unwrap();
+    let t = Tiny::new("spm");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(data().join("llama-bf16").join(f), t.dir.join(f)).unwrap();
+    }
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(data().join("spm-tokenizer").join(f), t.dir.join(f)).unwrap();
+    }
+    let model = Model::load(&t.dir, 1).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file.metadata).unwrap();
+    assert_eq!(tok.bos(), tok.token_id("<s>"));
+    for case in reference["spm_tokenizer"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let got = tok.encode(text, true, true).unwrap();
+        assert_eq!(got, ids(&case["ids"]), "{text:?}");
+        if !text.contains("<s>") {
+            assert_eq!(tok.decode(&got[1..], false), format!(" {text}"));
+        }
+    }
+}
+
 // ---- Bad input ------------------------------------------------------------------------------
 
 /// A tiny valid llama checkpoint in a fresh directory (F32, one layer), with the fixtures'

@@ -77,16 +77,16 @@ pub fn tokenizer_metadata(dir: &Path, cfg: &Config, meta: &mut Metadata) -> Resu
         let (text, ty) = match text {
             None => (format!("[PAD{id}]"), UNUSED),
             Some(t) => {
+                // Byte-fallback tokens are bytes even when listed as added tokens.
+                let byte = !byte_level
+                    && t.len() == 6
+                    && t.starts_with("<0x")
+                    && t.ends_with('>')
+                    && u8::from_str_radix(&t[3..5], 16).is_ok();
                 let ty = match added.get(&(id as u32)) {
+                    _ if byte => BYTE,
                     Some(a) if a.special => CONTROL,
                     Some(_) => USER_DEFINED,
-                    None if !byte_level
-                        && t.len() == 6
-                        && t.starts_with("<0x")
-                        && t.ends_with('>') =>
-                    {
-                        BYTE
-                    }
                     None => NORMAL,
                 };
                 (t, ty)
