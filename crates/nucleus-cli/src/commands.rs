@@ -391,7 +391,14 @@ pub fn list() -> Result<()> {
 
 pub fn inspect(path: &str, all: bool) -> Result<()> {
     let path = resolve_existing(path)?;
-    let file = GgufFile::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    // A checkpoint directory shows the GGUF it is converted to.
+    let file = if path.is_dir() {
+        nucleus::hf::Checkpoint::open(&path)
+            .and_then(|c| c.to_gguf())
+            .with_context(|| format!("cannot read {}", path.display()))?
+    } else {
+        GgufFile::open(&path).with_context(|| format!("cannot read {}", path.display()))?
+    };
     println!(
         "{}: GGUF v{}, {} bytes, alignment {}",
         path.display(),
