@@ -135,3 +135,59 @@ pub fn check_tokenizer(tok: &Tokenizer, data: &[u8]) {
         assert_eq!(streamed, whole, "streamed decoding differs");
     }
 }
+
+/// The grammar compiler for qwen's vocabulary (building llguidance's token trie once).
+fn qwen_grammars() -> &'static nucleus::sampling::grammar::GrammarCompiler {
+    static C: OnceLock<nucleus::sampling::grammar::GrammarCompiler> = OnceLock::new();
+    C.get_or_init(|| {
+        nucleus::sampling::grammar::GrammarCompiler::new(qwen())
+            .expect("fuzz setup: the grammar compiler builds")
+    })
+}
+
+/// The grammar stage on arbitrary input: byte 0 picks the kind (JSON Schema, Lark, regex, any
+/// JSON object), the text up to the first NUL is the grammar, and the bytes after it pick up to
+/// 16 tokens among those the mask allows. A grammar may be refused with an error; compiling,
+/// masking and advancing must not panic, and a token the mask allowed must be accepted.
+pub fn check_grammar(data: &[u8]) {
+    use nucleus::sampling::grammar::GrammarSpec;
+    let Some((&kind, rest)) = data.split_first() else {
+        return;
+    };
+    let cut = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    let text = String::from_utf8_lossy(&rest[..cut]).into_owned();
+    let picks = rest.get(cut + 1..).unwrap_or(&[]);
+    let spec = match kind % 4 {
+        0 => match serde_json::from_str(&text) {
+            Ok(v) => GrammarSpec::JsonSchema(v),
+            Err(_) => return,
+        },
+        1 => GrammarSpec::Lark(text),
+        2 => GrammarSpec::Regex(text),
+        _ => GrammarSpec::JsonObject,
+    };
+    let Ok(mut g) = qwen_grammars().compile(&spec) else {
+        return;
+    };
+    let mut logits = vec![0f32; qwen().vocab_size()];
+    for pick in picks.chunks(2).take(16) {
+        logits.fill(0.0);
+        let Ok(n_allowed) = g.apply_mask(&mut logits) else {
+            return;
+        };
+        let allowed: Vec<TokenId> = (0..logits.len())
+            .filter(|&i| logits[i] == 0.0)
+            .map(|i| i as TokenId)
+            .collect();
+        assert!(allowed.len() <= n_allowed, "the mask sets more logits than it allows");
+        if allowed.is_empty() || g.is_complete() {
+            return;
+        }
+        let pick = pick.iter().fold(0usize, |a, &b| a * 256 + b as usize);
+        let t = allowed[pick % allowed.len()];
+        assert!(g.allows(t), "token {t} unmasked but not allowed");
+        if let Err(e) = g.accept(t) {
+            panic!("token {t} was allowed by the mask but refused: {e}");
+        }
+    }
+}

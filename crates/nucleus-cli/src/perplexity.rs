@@ -9,6 +9,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use nucleus::engine::ContextPolicy;
 use nucleus::eval::kl::{Base, BaseHeader, BaseWriter, KlStats};
+use nucleus::eval::llama_kld::LlamaKldWriter;
 use nucleus::eval::{evaluate, Mode, NllStats, Scored};
 use serde_json::json;
 
@@ -44,6 +45,11 @@ pub struct PerplexityArgs {
     /// agreement, perplexity ratio.
     #[arg(long, value_name = "BASE")]
     pub kl_divergence: Option<PathBuf>,
+    /// Save this run's distributions as llama.cpp's KL-divergence base (all tokens, its u16
+    /// format) to OUT, for `llama-perplexity --kl-divergence-base OUT --kl-divergence`: llama.cpp
+    /// then measures its own distance from this run. Fresh windows only.
+    #[arg(long, value_name = "OUT")]
+    pub kl_divergence_base_llama: Option<PathBuf>,
     /// Tokens saved per position in a KL base.
     #[arg(long, default_value_t = 32)]
     pub kl_top_k: usize,
@@ -115,6 +121,26 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
         ),
         None => None,
     };
+    let mut llama_writer = match &args.kl_divergence_base_llama {
+        Some(p) => {
+            if mode != Mode::Windows {
+                bail!("--kl-divergence-base-llama writes fresh windows only (llama-perplexity's); drop --context-policy stream");
+            }
+            let file = std::fs::File::create(p)
+                .with_context(|| format!("cannot write {}", p.display()))?;
+            Some(
+                LlamaKldWriter::new(
+                    std::io::BufWriter::new(file),
+                    args.ctx,
+                    model.hp.n_vocab,
+                    tokens.len() / args.ctx,
+                    &tokens,
+                )
+                .with_context(|| format!("cannot write {}", p.display()))?,
+            )
+        }
+        None => None,
+    };
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
@@ -148,6 +174,11 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
                     failure.get_or_insert(e.into());
                 }
             }
+            if let Some(w) = llama_writer.as_mut() {
+                if let Err(e) = w.push(s.logits) {
+                    failure.get_or_insert(e.into());
+                }
+            }
             if let Some(b) = &base {
                 match b.positions.get(next_base) {
                     Some(p) if p.target_index == s.target_index => kl.push(p, s),
@@ -175,6 +206,9 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
     }
     if let Some(w) = writer {
         w.finish().context("cannot write the KL base")?;
+    }
+    if let Some(w) = llama_writer {
+        w.finish().context("cannot write the llama.cpp KL base")?;
     }
     let secs = t0.elapsed().as_secs_f64();
     let mode_name = match mode {

@@ -81,7 +81,8 @@ pub struct ServeArgs {
     /// and only the chat template's own text can become special tokens.
     #[arg(long)]
     pub parse_special_in_messages: bool,
-    /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM before cancelling them.
+    /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM before cancelling them
+    /// (connections still open 2 s after that are dropped, and the server exits).
     #[arg(long, default_value_t = 10)]
     pub drain_secs: u64,
     #[command(flatten)]
@@ -195,7 +196,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 ""
             }
         );
-        nucleus_server::serve(
+        let stopped = nucleus_server::serve(
             listener,
             state,
             nucleus_server::shutdown_signal(),
@@ -203,7 +204,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         )
         .await
         .context("server error")?;
-        eprintln!("nucleus serve: stopped");
+        if stopped.connections_dropped {
+            eprintln!(
+                "nucleus serve: stopped (connections still open {} s after the drain were dropped)",
+                nucleus_server::CLOSE_GRACE.as_secs()
+            );
+        } else {
+            eprintln!("nucleus serve: stopped");
+        }
         Ok(())
     })
 }

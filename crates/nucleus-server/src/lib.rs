@@ -21,7 +21,7 @@ pub mod structured;
 pub mod tools;
 mod unsupported;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -161,31 +161,62 @@ pub fn router(state: Arc<AppState>) -> Router {
     app.with_state(state)
 }
 
+/// How long connections still open when the drain ends (and the engine has stopped) get to
+/// deliver their last bytes before [`serve`] returns anyway.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// How [`serve`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// Some connections were still open `drain` + [`CLOSE_GRACE`] after the shutdown signal
+    /// (a client stalled mid-request, or stopped reading its answer) and were dropped.
+    pub connections_dropped: bool,
+}
+
 /// Serves until `shutdown` resolves, then stops accepting connections and lets in-flight
 /// requests finish for up to `drain`; what is still running after that is cancelled (streams end
-/// with an error event). The engine is shut down before returning.
+/// with an error event). The engine is shut down before returning. Returns at most `drain` +
+/// [`CLOSE_GRACE`] after the signal, whatever the clients do: a client that sent half a request
+/// and went silent would otherwise keep the server from ever stopping (axum waits for every
+/// connection to close).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
-) -> std::io::Result<()> {
+) -> std::io::Result<Stopped> {
     let st = state.clone();
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let graceful = async move {
         shutdown.await;
         st.shutting_down.store(true, Ordering::SeqCst);
+        let _ = signalled_tx.send(());
         let engine = st.engine.clone();
         tokio::spawn(async move {
             tokio::time::sleep(drain).await;
             let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
         });
     };
-    axum::serve(listener, router(state.clone()))
-        .with_graceful_shutdown(graceful)
-        .await?;
+    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(graceful);
+    let deadline = async move {
+        match signalled_rx.await {
+            Ok(()) => tokio::time::sleep(drain + CLOSE_GRACE).await,
+            // The server ended without a signal (an accept error): the other branch has it.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let connections_dropped = tokio::select! {
+        r = server.into_future() => {
+            r?;
+            false
+        }
+        () = deadline => true,
+    };
     let engine = state.engine.clone();
     let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
-    Ok(())
+    Ok(Stopped {
+        connections_dropped,
+    })
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -1,4 +1,5 @@
-//! Load and lifetime: a full queue, a client that disconnects mid-stream, graceful shutdown.
+//! Load and lifetime: a full queue, a client that disconnects mid-stream, graceful shutdown,
+//! and a shutdown that clients stalled mid-request cannot hold up.
 
 mod common;
 
@@ -116,5 +117,62 @@ fn graceful_shutdown_finishes_in_flight_requests() {
     assert_eq!(r.json()["usage"]["completion_tokens"], 40);
     srv.thread.take().unwrap().join().unwrap();
     assert!(srv.engine.is_shut_down());
+    assert_eq!(
+        *srv.stopped.lock().unwrap(),
+        Some(nucleus_server::Stopped {
+            connections_dropped: false
+        })
+    );
     assert!(TcpStream::connect(addr).is_err() || get_fails(addr));
+}
+
+/// Found by scripts/soak.py's idea of a hostile client: one that sent half a request and went
+/// silent kept `serve` from ever returning after the shutdown signal (axum waits for every
+/// connection). Now it returns `drain` + CLOSE_GRACE after the signal and says it dropped them.
+#[test]
+fn clients_stalled_mid_request_do_not_keep_the_server_from_stopping() {
+    let Some(mut srv) = start(small(), None) else {
+        return;
+    };
+    // Half a request head; a whole head and half its body; a whole idle request in between.
+    let mut half_head = TcpStream::connect(srv.addr).unwrap();
+    half_head
+        .write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut half_body = TcpStream::connect(srv.addr).unwrap();
+    half_body
+        .write_all(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 100\r\n\r\n{\"prompt\": ",
+        )
+        .unwrap();
+    // Both connections are being served before the signal.
+    assert_eq!(get(srv.addr, "/health").status, 200);
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    let _ = srv.stop.take().unwrap().send(());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let server = srv.thread.take().unwrap();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(server.join());
+    });
+    // The harness drains for 2 s; CLOSE_GRACE adds 2 more.
+    let limit = Duration::from_secs(2) + nucleus_server::CLOSE_GRACE + Duration::from_secs(5);
+    let joined = done_rx
+        .recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("the server still runs {limit:?} after the shutdown signal"));
+    joined.unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_secs(2) + nucleus_server::CLOSE_GRACE,
+        "returned before the drain and the grace: {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        *srv.stopped.lock().unwrap(),
+        Some(nucleus_server::Stopped {
+            connections_dropped: true
+        })
+    );
+    assert!(srv.engine.is_shut_down());
+    drop((half_head, half_body));
 }

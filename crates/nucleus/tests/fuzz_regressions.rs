@@ -29,7 +29,7 @@ fn f32s(n: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
-/// A complete model of `arch` (`llama`, `qwen2`, `gemma3`) with 1 layer, width 8, 2 query
+/// A complete model of `arch` (`llama`, `qwen2`, `qwen3`, `gemma2`, `gemma3`, `phi3`) with 1 layer, width 8, 2 query
 /// heads sharing 1 KV head, a feed-forward of 16 and 8 tokens, every tensor F32: small
 /// enough for a fuzz seed, and it loads and runs.
 pub fn tiny_model(arch: &str) -> Vec<u8> {
@@ -45,7 +45,7 @@ pub fn tiny_model(arch: &str) -> Vec<u8> {
         .add_meta(&k("attention.head_count_kv"), MetaValue::U32(1))
         .add_meta(&k("attention.layer_norm_rms_epsilon"), MetaValue::F32(1e-5));
     let tokens = ["<unk>", "<s>", "</s>", "▁a", "▁b", "a", "b", "<|im_end|>"];
-    if arch == "qwen2" {
+    if arch == "qwen2" || arch == "qwen3" {
         w.add_meta("tokenizer.ggml.model", MetaValue::String("gpt2".into()))
             .add_meta("tokenizer.ggml.pre", MetaValue::String("qwen2".into()))
             .add_meta(
@@ -76,7 +76,7 @@ pub fn tiny_model(arch: &str) -> Vec<u8> {
                 .collect(),
         ),
     );
-    if arch == "gemma3" {
+    if arch == "gemma3" || arch == "gemma2" {
         w.add_meta(&k("attention.sliding_window"), MetaValue::U32(4))
             .add_meta(&k("attention.key_length"), MetaValue::U32(hd as u32));
     }
@@ -89,27 +89,41 @@ pub fn tiny_model(arch: &str) -> Vec<u8> {
     t(&mut w, "token_embd.weight", &[e, v]);
     t(&mut w, "output_norm.weight", &[e]);
     t(&mut w, "blk.0.attn_norm.weight", &[e]);
-    t(&mut w, "blk.0.attn_q.weight", &[e, 2 * hd]);
-    t(&mut w, "blk.0.attn_k.weight", &[e, hd]);
-    t(&mut w, "blk.0.attn_v.weight", &[e, hd]);
+    // Phi-3 holds q, k and v in one matrix, and gate and up in one.
+    if arch == "phi3" {
+        t(&mut w, "blk.0.attn_qkv.weight", &[e, 4 * hd]);
+    } else {
+        t(&mut w, "blk.0.attn_q.weight", &[e, 2 * hd]);
+        t(&mut w, "blk.0.attn_k.weight", &[e, hd]);
+        t(&mut w, "blk.0.attn_v.weight", &[e, hd]);
+    }
     t(&mut w, "blk.0.attn_output.weight", &[2 * hd, e]);
     t(&mut w, "blk.0.ffn_norm.weight", &[e]);
-    t(&mut w, "blk.0.ffn_gate.weight", &[e, ff]);
-    t(&mut w, "blk.0.ffn_up.weight", &[e, ff]);
+    if arch == "phi3" {
+        t(&mut w, "blk.0.ffn_up.weight", &[e, 2 * ff]);
+    } else {
+        t(&mut w, "blk.0.ffn_gate.weight", &[e, ff]);
+        t(&mut w, "blk.0.ffn_up.weight", &[e, ff]);
+    }
     t(&mut w, "blk.0.ffn_down.weight", &[ff, e]);
     if arch == "qwen2" {
         t(&mut w, "blk.0.attn_q.bias", &[2 * hd]);
         t(&mut w, "blk.0.attn_k.bias", &[hd]);
         t(&mut w, "blk.0.attn_v.bias", &[hd]);
     }
-    if arch == "gemma3" {
+    if arch == "gemma3" || arch == "qwen3" {
         t(&mut w, "blk.0.attn_q_norm.weight", &[hd]);
         t(&mut w, "blk.0.attn_k_norm.weight", &[hd]);
+    }
+    if arch == "gemma3" || arch == "gemma2" {
         t(&mut w, "blk.0.post_attention_norm.weight", &[e]);
         t(&mut w, "blk.0.post_ffw_norm.weight", &[e]);
     }
     w.to_bytes()
 }
+
+/// Every architecture nucleus runs.
+const ARCHS: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"];
 
 /// What the `gguf_model` target does with an input: parse, tokenizer, model, memory plan,
 /// a short forward. Errors are fine; panics are not.
@@ -126,7 +140,7 @@ fn load_and_run(bytes: Vec<u8>) -> Result<(), String> {
 
 #[test]
 fn tiny_models_load_and_run() {
-    for arch in ["llama", "qwen2", "gemma3"] {
+    for arch in ARCHS {
         load_and_run(tiny_model(arch)).unwrap_or_else(|e| panic!("{arch}: {e}"));
     }
 }
@@ -136,7 +150,7 @@ fn tiny_models_load_and_run() {
 fn write_fuzz_seeds() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds/gguf_model");
     std::fs::create_dir_all(dir).unwrap();
-    for arch in ["llama", "qwen2", "gemma3"] {
+    for arch in ARCHS {
         std::fs::write(format!("{dir}/tiny-{arch}.gguf"), tiny_model(arch)).unwrap();
     }
 }

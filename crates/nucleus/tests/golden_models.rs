@@ -23,6 +23,7 @@ use nucleus::engine::{argmax, GenerateRequest, Session};
 use nucleus::model::{Arithmetic, Model};
 use nucleus::tokenizer::Tokenizer;
 use serde_json::Value;
+use std::path::{Path, PathBuf};
 
 const FREE_RUN_TOKENS: usize = 32;
 
@@ -81,13 +82,20 @@ fn open(golden_name: &str, arithmetic: Arithmetic) -> Option<(Model, Tokenizer, 
     let golden = common::shared_dir()
         .join("golden")
         .join(format!("{golden_name}.jsonl"));
-    let model_path = common::golden_model_path(golden_name);
-    if !common::require(&golden, "golden file") || !common::require(&model_path, "model") {
+    open_at(&golden, &common::golden_model_path(golden_name), arithmetic)
+}
+
+fn open_at(
+    golden: &Path,
+    model_path: &Path,
+    arithmetic: Arithmetic,
+) -> Option<(Model, Tokenizer, Vec<Value>)> {
+    if !common::require(golden, "golden file") || !common::require(model_path, "model") {
         return None;
     }
-    let model = Model::load_with(&model_path, 2, arithmetic).unwrap();
+    let model = Model::load_with(model_path, 2, arithmetic).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.metadata).unwrap();
-    let cases = std::fs::read_to_string(&golden)
+    let cases = std::fs::read_to_string(golden)
         .unwrap()
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
@@ -119,13 +127,23 @@ fn reference_path_logits(model: &Model, tokens: &[u32], greedy: &[u32]) -> Vec<f
 }
 
 fn check_model(golden_name: &str) {
-    let Some((model, tok, cases)) = open(golden_name, Arithmetic::Exact) else {
+    let Some(opened) = open(golden_name, Arithmetic::Exact) else {
         return;
     };
+    check_opened(golden_name, opened, &|_| EXACT);
+}
+
+/// Checks a model against its reference; a prompt counts as matching when every top-8 logit
+/// along the reference path is within `match_tol(prompt tokens)` of the reference's.
+fn check_opened(
+    golden_name: &str,
+    (model, tok, cases): (Model, Tokenizer, Vec<Value>),
+    match_tol: &dyn Fn(usize) -> f32,
+) {
     let mut worst = 0f32;
     let (mut top1_checked, mut top1_flips, mut worst_flip_margin) = (0, 0, 0f32);
     let mut worst_parting_margin = 0f32;
-    let (mut n_prompts, mut n_exact) = (0, 0);
+    let (mut n_prompts, mut n_exact, mut n_identical) = (0, 0, 0);
     let mut failures = Vec::new();
     for case in &cases {
         let prompt = case["prompt"].as_str().unwrap();
@@ -182,7 +200,8 @@ fn check_model(golden_name: &str) {
         }
 
         n_prompts += 1;
-        if prompt_worst <= EXACT {
+        n_identical += usize::from(prompt_worst == 0.0);
+        if prompt_worst <= match_tol(tokens.len()) {
             n_exact += 1;
         } else {
             failures.push(format!(
@@ -224,7 +243,7 @@ fn check_model(golden_name: &str) {
         }
     }
     println!(
-        "{golden_name}: prompts matching llama.cpp at every position: {n_exact}/{n_prompts}; largest top-8 logit difference {worst:.2e} (issue: 0.3); top-1 flips {top1_flips}/{top1_checked} (largest margin {worst_flip_margin:.3}, issue: none at margin ≥ 0.1); free run parts at margins ≤ {worst_parting_margin:.3} (issue: < 0.05)"
+        "{golden_name}: prompts matching llama.cpp at every position: {n_exact}/{n_prompts} ({n_identical} to the bit); largest top-8 logit difference {worst:.2e} (issue: 0.3); top-1 flips {top1_flips}/{top1_checked} (largest margin {worst_flip_margin:.3}, issue: none at margin ≥ 0.1); free run parts at margins ≤ {worst_parting_margin:.3} (issue: < 0.05)"
     );
     assert!(
         failures.is_empty(),
@@ -261,9 +280,13 @@ fn gemma3_270m_matches_llama_cpp() {
 /// quality figures that matter, KL divergence and perplexity over a corpus, are in
 /// BENCHMARKS.md (`scripts/arithmetic_quality.sh`).
 fn check_fast(golden_name: &str) {
-    let Some((model, tok, cases)) = open(golden_name, Arithmetic::Fast) else {
+    let Some(opened) = open(golden_name, Arithmetic::Fast) else {
         return;
     };
+    check_fast_opened(golden_name, opened);
+}
+
+fn check_fast_opened(golden_name: &str, (model, tok, cases): (Model, Tokenizer, Vec<Value>)) {
     let (mut worst, mut sum, mut n) = (0f32, 0f64, 0usize);
     let (mut checked, mut flips) = (0, 0);
     for case in &cases {
@@ -319,4 +342,100 @@ fn qwen2_5_coder_fast_arithmetic_stays_close() {
 #[test]
 fn gemma3_270m_fast_arithmetic_stays_close() {
     check_fast("gemma-3-270m-q4_k_m");
+}
+
+/// A tiny random-weight model of another architecture and llama.cpp's outputs for it, committed
+/// in `tests/data/arch/` (made by `scripts/make_tiny_models.py`).
+fn arch_fixture(stem: &str) -> (PathBuf, PathBuf) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/arch");
+    (
+        dir.join(format!("{stem}.jsonl")),
+        dir.join(format!("{stem}.gguf")),
+    )
+}
+
+/// The fixtures of `tests/data/arch/`.
+const ARCH_FIXTURES: [&str; 6] = [
+    "gemma2",
+    "qwen3",
+    "llama3-bpe",
+    "smollm2",
+    "phi3",
+    "mistral-swa",
+];
+
+/// nucleus's own arithmetic (repacked Q8_0 products, Phi-3's fused matrices in parts) on each
+/// fixture, within check_fast's bounds.
+#[test]
+fn arch_fixtures_fast_arithmetic_stays_close() {
+    for stem in ARCH_FIXTURES {
+        let (golden, model) = arch_fixture(stem);
+        let opened = open_at(&golden, &model, Arithmetic::Fast).expect("committed fixture");
+        check_fast_opened(stem, opened);
+    }
+}
+
+/// `--exact` against a fixture's reference, bit for bit for prompts under 64 tokens (the
+/// logits are printed with 9 significant digits, which read back as the same f32).
+///
+/// The references come from the llama.cpp built here, an AVX2 build, while `--exact` follows the
+/// AVX-512 build that made `../shared/golden`. The fixtures are made so that both builds run
+/// the same arithmetic: Q8_0 matrices (their integer sums and the f32 sum over blocks are the
+/// same code in both, llama.cpp repacks no Q8_0 on x86), F32 norms, heads of 16 dimensions
+/// (ggml's f16 dot products and accumulations stay in their scalar tail, which both builds
+/// share below 32 elements). Not so the tiled flash attention of a prompt of 64 tokens or more:
+/// its softmax sums in groups of 8 in one build and 16 in the other, and its outputs differ in
+/// the last bit (`scripts/tensor_dumps/check_tiled_attention.py`'s model of each build matches
+/// llama.cpp here and nucleus respectively, bit for bit, on smollm2's long prompt). The Q8_0
+/// rounding of the attention output mostly absorbs that, but not always: smollm2's long prompt
+/// parts by 0.022 at one position. Such prompts are held to [`AVX2_TILED_TOL`].
+fn check_arch(stem: &str) {
+    let (golden, model) = arch_fixture(stem);
+    let opened = open_at(&golden, &model, Arithmetic::Exact).expect("committed fixture");
+    check_opened(stem, opened, &|n| {
+        if n < TILED_ATTENTION_TOKENS {
+            0.0
+        } else {
+            AVX2_TILED_TOL
+        }
+    });
+}
+
+/// From this many prompt tokens llama.cpp computes attention with its tiled kernel.
+const TILED_ATTENTION_TOKENS: usize = 64;
+
+/// How far the AVX2 build of llama.cpp may part from `--exact` on a fixture's long prompt:
+/// llama.cpp's own AVX2 build parts from its AVX-512 golden file of tiny-llama-random by up to
+/// 0.10 (`scripts/llama_cpp_selfcheck.sh`, mode 0, 2026-11-23). Measured on the fixtures: 0.022
+/// (smollm2), 0 on the five others.
+const AVX2_TILED_TOL: f32 = 0.1;
+
+#[test]
+fn gemma2_matches_llama_cpp() {
+    check_arch("gemma2");
+}
+
+#[test]
+fn qwen3_matches_llama_cpp() {
+    check_arch("qwen3");
+}
+
+#[test]
+fn llama3_bpe_vocabulary_matches_llama_cpp() {
+    check_arch("llama3-bpe");
+}
+
+#[test]
+fn smollm2_matches_llama_cpp() {
+    check_arch("smollm2");
+}
+
+#[test]
+fn phi3_matches_llama_cpp() {
+    check_arch("phi3");
+}
+
+#[test]
+fn mistral_sliding_window_is_ignored_as_llama_cpp_does() {
+    check_arch("mistral-swa");
 }

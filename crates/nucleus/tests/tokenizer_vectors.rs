@@ -150,6 +150,28 @@ fn llama_cpp_tokenizer_vectors() {
     );
 }
 
+/// llama.cpp's own test vectors for vocabularies `../shared` lacks, from the vendored source
+/// (`scripts/build_llama_cpp.sh` unpacks it under `.bench/`; `LLAMA_CPP_SRC` overrides): the
+/// full Llama 3 vocabulary (128,256 tokens, `llama-bpe`), which the tiny architecture fixtures
+/// only cut. Not in CI (no vendored source there): run it by hand with `--ignored`.
+#[test]
+#[ignore = "needs llama.cpp's vendored source"]
+fn vendored_llama_cpp_vectors() {
+    let src = std::env::var_os("LLAMA_CPP_SRC").map_or_else(
+        || {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../.bench/llama.cpp/llama_cpp_python-0.3.36/vendor/llama.cpp")
+        },
+        PathBuf::from,
+    );
+    let base = src.join("models/ggml-vocab-llama-bpe.gguf");
+    let tok = load(&base).unwrap_or_else(|| panic!("{} is absent", base.display()));
+    let inp = std::fs::read_to_string(base.with_extension("gguf.inp")).unwrap();
+    let out = std::fs::read_to_string(base.with_extension("gguf.out")).unwrap();
+    let (passed, total) = run_vectors("llama-bpe", &tok, &inp, &out);
+    assert_eq!(passed, total);
+}
+
 #[derive(serde::Deserialize)]
 struct Golden {
     prompt: String,

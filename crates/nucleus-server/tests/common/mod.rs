@@ -38,6 +38,8 @@ pub struct Server {
     pub engine: EngineHandle,
     pub stop: Option<tokio::sync::oneshot::Sender<()>>,
     pub thread: Option<std::thread::JoinHandle<()>>,
+    /// What `serve` returned, once it has.
+    pub stopped: Arc<std::sync::Mutex<Option<nucleus_server::Stopped>>>,
 }
 
 impl Drop for Server {
@@ -112,6 +114,8 @@ fn serve_state(state: AppState, engine: EngineHandle) -> Server {
     let state = Arc::new(state);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let stopped = Arc::new(std::sync::Mutex::new(None));
+    let stopped_in = stopped.clone();
     let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -121,7 +125,7 @@ fn serve_state(state: AppState, engine: EngineHandle) -> Server {
         rt.block_on(async move {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             addr_tx.send(l.local_addr().unwrap()).unwrap();
-            nucleus_server::serve(
+            let s = nucleus_server::serve(
                 l,
                 state,
                 async move {
@@ -131,6 +135,7 @@ fn serve_state(state: AppState, engine: EngineHandle) -> Server {
             )
             .await
             .unwrap();
+            *stopped_in.lock().unwrap() = Some(s);
         });
     });
     Server {
@@ -138,6 +143,7 @@ fn serve_state(state: AppState, engine: EngineHandle) -> Server {
         engine,
         stop: Some(stop_tx),
         thread: Some(thread),
+        stopped,
     }
 }
 

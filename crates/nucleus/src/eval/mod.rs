@@ -3,6 +3,7 @@
 //! distributions from a saved base run (how far an arithmetic or a cache format moves them).
 
 pub mod kl;
+pub mod llama_kld;
 pub mod perplexity;
 
 pub use perplexity::{evaluate, EvalError, Mode, NllStats, Scored};

@@ -19,6 +19,47 @@ pub fn visible_range(pos: usize, window: Option<usize>) -> (usize, usize) {
     (start, pos + 1)
 }
 
+/// How a raw q·k becomes an attention score: times the scale, then, with a soft cap (Gemma 2),
+/// `cap · tanh(·)`, as llama.cpp's flash attention does it (it divides the scale by the cap
+/// first, so the tanh sees `q·k · (scale / cap)`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoreScale {
+    scale: f32,
+    /// 0 for none.
+    softcap: f32,
+}
+
+impl ScoreScale {
+    pub fn new(scale: f32, softcap: Option<f32>) -> ScoreScale {
+        match softcap {
+            Some(cap) => ScoreScale {
+                scale: scale / cap,
+                softcap: cap,
+            },
+            None => ScoreScale {
+                scale,
+                softcap: 0.0,
+            },
+        }
+    }
+
+    #[inline]
+    pub fn score(self, dot: f32) -> f32 {
+        let s = dot * self.scale;
+        if self.softcap != 0.0 {
+            self.softcap * s.tanh()
+        } else {
+            s
+        }
+    }
+}
+
+impl From<f32> for ScoreScale {
+    fn from(scale: f32) -> ScoreScale {
+        ScoreScale::new(scale, None)
+    }
+}
+
 /// out = softmax(scale · q·Kᵀ) · V over positions `[start, end)` of the sequence whose blocks
 /// are `blocks`, for KV head `kv_head`, without ever holding more than one score.
 ///
@@ -36,7 +77,7 @@ pub fn attend_head(
     kv_head: usize,
     q: &[f32],
     (start, end): (usize, usize),
-    scale: f32,
+    scale: ScoreScale,
     out: &mut [f32],
 ) {
     let cfg = kv.config();
@@ -68,7 +109,7 @@ pub fn attend_head(
         for i in 0..g {
             let (block, slot) = (blocks[(pos + i) / bs], (pos + i) % bs);
             let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
-            let s = f16k::dot_f16(q16, k) * scale;
+            let s = scale.score(f16k::dot_f16(q16, k));
             // Per key: either the maximum grows (rescale what we have, weight 1 for this key)
             // or this key gets weight exp(s - max).
             let (ms, vs) = if s > max {
@@ -105,7 +146,7 @@ fn attend_head_blocks(
     kv_head: usize,
     q: &[f32],
     (start, end): (usize, usize),
-    scale: f32,
+    scale: ScoreScale,
     out: &mut [f32],
 ) {
     let cfg = kv.config();
@@ -122,7 +163,12 @@ fn attend_head_blocks(
     let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
     for pos in start..end {
         let (block, slot) = (blocks[pos / bs], pos % bs);
-        let s = vec_dot(ty, kv.key_blocks(layer, block, kv_head, slot), q8, dk) * scale;
+        let s = scale.score(vec_dot(
+            ty,
+            kv.key_blocks(layer, block, kv_head, slot),
+            q8,
+            dk,
+        ));
         let (ms, vs) = if s > max {
             let ms = (max - s).exp();
             max = s;
@@ -164,7 +210,7 @@ pub fn attend_tiled(
     kv_head: usize,
     queries: &[&[f32]],
     ranges: &[(usize, usize)],
-    scale: f32,
+    scale: ScoreScale,
     out: &mut [&mut [f32]],
 ) {
     let cfg = kv.config();
@@ -207,7 +253,7 @@ pub fn attend_tiled(
             // The query's row of the tile: scaled scores, −∞ where masked.
             let mut row = [f32::NEG_INFINITY; KEY_TILE];
             for p in k0.max(start)..k1.min(end) {
-                row[p - tile_start] = scores[p - k0][l] * scale;
+                row[p - tile_start] = scale.score(scores[p - k0][l]);
             }
             let tile_max = row
                 .iter()
@@ -293,9 +339,20 @@ mod tests {
     }
 
     /// softmax(scale · q·Kᵀ) · V over `[start, end)`, in f64.
-    fn direct_attention(q: &[f32], (start, end): (usize, usize), scale: f64) -> Vec<f64> {
+    fn direct_attention(q: &[f32], range: (usize, usize), scale: f64) -> Vec<f64> {
+        direct_capped_attention(q, range, scale, None)
+    }
+
+    /// [`direct_attention`] with the scores soft-capped: cap · tanh(score / cap).
+    fn direct_capped_attention(
+        q: &[f32],
+        (start, end): (usize, usize),
+        scale: f64,
+        cap: Option<f64>,
+    ) -> Vec<f64> {
         let scores: Vec<f64> = (start..end)
             .map(|p| scale * (0..DK).map(|d| q[d] as f64 * key(p, d) as f64).sum::<f64>())
+            .map(|s| cap.map_or(s, |c| c * (s / c).tanh()))
             .collect();
         let m = scores.iter().cloned().fold(f64::MIN, f64::max);
         let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
@@ -336,7 +393,7 @@ mod tests {
         for (i, &(pos, window)) in CASES.iter().enumerate() {
             let (q, range) = (query(i), visible_range(pos, window));
             let mut out = vec![0.0; DV];
-            attend_head(&kv, 0, blocks, 0, &q, range, 0.3, &mut out);
+            attend_head(&kv, 0, blocks, 0, &q, range, 0.3.into(), &mut out);
             for (got, want) in out.iter().zip(direct_attention(&q, range, 0.3)) {
                 assert!(
                     (*got as f64 - want).abs() < 5e-3,
@@ -357,7 +414,16 @@ mod tests {
         let ranges: Vec<(usize, usize)> = CASES.iter().map(|&(p, w)| visible_range(p, w)).collect();
         let mut outs = vec![vec![0f32; DV]; CASES.len()];
         let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-        attend_tiled(&kv, 0, blocks, 0, &queries, &ranges, 0.3, &mut out_refs);
+        attend_tiled(
+            &kv,
+            0,
+            blocks,
+            0,
+            &queries,
+            &ranges,
+            0.3.into(),
+            &mut out_refs,
+        );
         for (i, out) in outs.iter().enumerate() {
             for (got, want) in out.iter().zip(direct_attention(&qs[i], ranges[i], 0.3)) {
                 assert!(
@@ -374,10 +440,57 @@ mod tests {
             0,
             &queries[3..4],
             &ranges[3..4],
-            0.3,
+            0.3.into(),
             &mut [&mut alone],
         );
         assert_eq!(alone, outs[3]);
+    }
+
+    /// Soft-capped scores (Gemma 2) in both paths: the softmax of cap · tanh(scale · q·k / cap),
+    /// and the cap changes the output (the scores here reach several times the cap of 0.5).
+    #[test]
+    fn soft_capped_attention_equals_direct_softmax() {
+        let (kv, seq) = filled_cache(300);
+        let blocks = kv.seq_blocks(seq).unwrap();
+        let capped = ScoreScale::new(3.0, Some(0.5));
+        let qs: Vec<Vec<f32>> = (0..CASES.len()).map(query).collect();
+        let ranges: Vec<(usize, usize)> = CASES.iter().map(|&(p, w)| visible_range(p, w)).collect();
+        let mut tiled = vec![vec![0f32; DV]; CASES.len()];
+        let queries: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+        let mut tiled_refs: Vec<&mut [f32]> = tiled.iter_mut().map(|o| o.as_mut_slice()).collect();
+        attend_tiled(
+            &kv,
+            0,
+            blocks,
+            0,
+            &queries,
+            &ranges,
+            capped,
+            &mut tiled_refs,
+        );
+        let mut moved = 0f64;
+        for (i, q) in qs.iter().enumerate() {
+            let mut one = vec![0f32; DV];
+            attend_head(&kv, 0, blocks, 0, q, ranges[i], capped, &mut one);
+            let want = direct_capped_attention(q, ranges[i], 3.0, Some(0.5));
+            let uncapped = direct_attention(q, ranges[i], 3.0);
+            for d in 0..DV {
+                assert!((one[d] as f64 - want[d]).abs() < 5e-3, "case {i} one-query");
+                assert!(
+                    (tiled[i][d] as f64 - want[d]).abs() < 1e-5,
+                    "case {i} tiled"
+                );
+                moved = moved.max((want[d] - uncapped[d]).abs());
+            }
+        }
+        assert!(moved > 0.05, "the cap changed nothing ({moved})");
+    }
+
+    #[test]
+    fn score_scale_divides_by_the_cap_first() {
+        let s = ScoreScale::new(0.25, Some(50.0));
+        assert_eq!(s.score(8.0), 50.0 * (8.0 * (0.25f32 / 50.0)).tanh());
+        assert_eq!(ScoreScale::from(0.25).score(8.0), 2.0);
     }
 
     #[test]
@@ -426,9 +539,11 @@ mod tests {
                 kv.read_value(0, b, 0, s, &mut v);
                 (k, v)
             };
+            // With a soft cap (Gemma 2) too: cap · tanh(score / cap).
             let softmax =
                 |q: &[f32],
                  range: (usize, usize),
+                 cap: Option<f64>,
                  kv_at: &dyn Fn(usize) -> (Vec<f32>, Vec<f32>)| {
                     let rows: Vec<_> = (range.0..range.1).map(kv_at).collect();
                     let sc: Vec<f64> = rows
@@ -440,6 +555,7 @@ mod tests {
                                 .map(|(a, b)| *a as f64 * *b as f64)
                                 .sum::<f64>()
                         })
+                        .map(|s| cap.map_or(s, |c| c * (s / c).tanh()))
                         .collect();
                     let m = sc.iter().cloned().fold(f64::MIN, f64::max);
                     let z: f64 = sc.iter().map(|s| (s - m).exp()).sum();
@@ -452,17 +568,19 @@ mod tests {
                         })
                         .collect::<Vec<f64>>()
                 };
-            for (i, &(pos, window)) in CASES.iter().enumerate() {
+            let capped_cases = CASES.iter().flat_map(|&c| [(c, None), (c, Some(1.0))]);
+            for (i, ((pos, window), cap)) in capped_cases.enumerate() {
                 let q: Vec<f32> = (0..D).map(|d| ((d + 5 * i) as f32 * 0.41).sin()).collect();
                 let range = visible_range(pos, window);
                 let mut out = vec![0.0; D];
-                attend_head(&kv, 0, blocks, 0, &q, range, 0.3, &mut out);
+                let scale = ScoreScale::new(0.3, cap.map(|c| c as f32));
+                attend_head(&kv, 0, blocks, 0, &q, range, scale, &mut out);
                 let mut q8 = vec![0u8; D / 32 * 34];
                 quantize_row_act(GgmlType::Q8_0, &q, &mut q8);
                 let mut qq = vec![0f32; D];
                 dequantize_row(GgmlType::Q8_0, &q8, &mut qq);
-                let exact = softmax(&qq, range, &stored);
-                let unquantized = softmax(&q, range, &|p| {
+                let exact = softmax(&qq, range, cap, &stored);
+                let unquantized = softmax(&q, range, cap, &|p| {
                     (
                         (0..D).map(|d| k_at(p, d)).collect(),
                         (0..D).map(|d| v_at(p, d)).collect(),

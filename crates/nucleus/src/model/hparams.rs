@@ -1,5 +1,6 @@
 //! Hyperparameters read from GGUF metadata, and the small set of per-architecture facts that
-//! make llama, qwen2 and gemma3 differ. Architectures are data here, not separate models.
+//! make llama, qwen2, qwen3, gemma2, gemma3 and phi3 differ. Architectures are data here, not
+//! separate models; each one's facts follow its builder in llama.cpp (`src/models/ARCH.cpp`).
 
 use crate::gguf::Metadata;
 
@@ -7,12 +8,20 @@ use super::ModelError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
-    /// Llama 2/3, Mistral, SmolLM, TinyLlama.
+    /// Llama 2/3, Mistral, SmolLM, TinyLlama. (A sliding window in its metadata is ignored, as
+    /// llama.cpp's llama architecture ignores it.)
     Llama,
     /// Llama with biases on q/k/v and NeoX-style RoPE.
     Qwen2,
+    /// Qwen3: NeoX RoPE, per-head RMS norms of q and k, no q/k/v biases.
+    Qwen3,
+    /// Gemma 2: Gemma's scaled embeddings, post-norms and GELU FFN, soft-capped attention scores
+    /// and logits, every other layer a sliding window.
+    Gemma2,
     /// Gemma 3: scaled embeddings, q/k norms, post-norms, GELU FFN, interleaved sliding-window layers.
     Gemma3,
+    /// Phi-3 and Phi-4: q/k/v in one matrix, gate and up in one, NeoX RoPE, scaled queries.
+    Phi3,
 }
 
 impl Arch {
@@ -20,7 +29,10 @@ impl Arch {
         match name {
             "llama" => Some(Arch::Llama),
             "qwen2" => Some(Arch::Qwen2),
+            "qwen3" => Some(Arch::Qwen3),
+            "gemma2" => Some(Arch::Gemma2),
             "gemma3" => Some(Arch::Gemma3),
+            "phi3" => Some(Arch::Phi3),
             _ => None,
         }
     }
@@ -29,11 +41,15 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
         }
     }
 
-    pub const SUPPORTED: &'static [&'static str] = &["llama", "qwen2", "gemma3"];
+    pub const SUPPORTED: &'static [&'static str] =
+        &["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"];
 }
 
 /// How RoPE pairs up the dimensions of a head.
@@ -93,6 +109,10 @@ pub struct HParams {
     pub qk_norm: bool,
     pub post_norms: bool,
     pub qkv_bias: bool,
+    /// Attention scores become `cap · tanh(score / cap)` (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Logits become `cap · tanh(logit / cap)` (Gemma 2).
+    pub final_softcap: Option<f32>,
 }
 
 impl HParams {
@@ -183,12 +203,73 @@ impl HParams {
             qk_norm: false,
             post_norms: false,
             qkv_bias: false,
+            attn_softcap: None,
+            final_softcap: None,
+        };
+        // A positive, finite cap, or the architecture's default when the key is absent.
+        let softcap = |k: &str, default: f32| -> Result<f32, ModelError> {
+            let cap = meta.get_f32(&key(k)).unwrap_or(default);
+            if cap.is_finite() && cap > 0.0 {
+                Ok(cap)
+            } else {
+                Err(ModelError::Invalid(format!(
+                    "{} = {cap} is not a positive number",
+                    key(k)
+                )))
+            }
         };
         match arch {
             Arch::Llama => {}
             Arch::Qwen2 => {
                 hp.rope_style = RopeStyle::Neox;
                 hp.qkv_bias = true;
+            }
+            Arch::Qwen3 => {
+                hp.rope_style = RopeStyle::Neox;
+                hp.qk_norm = true;
+            }
+            Arch::Gemma2 => {
+                hp.rope_style = RopeStyle::Neox;
+                hp.activation = Activation::Gelu;
+                hp.embd_scale = (n_embd as f32).sqrt();
+                hp.post_norms = true;
+                // Local layers alternate with global ones (llama.cpp's default window is 4096);
+                // they keep the model's RoPE base unless the file names another.
+                hp.sliding_window =
+                    Some(opt("attention.sliding_window").unwrap_or(4096)).filter(|&w| w > 0);
+                let pattern = key("attention.sliding_window_pattern");
+                hp.swa_period = match meta.get(&pattern) {
+                    None => 2,
+                    Some(v) => v
+                        .as_i64()
+                        .and_then(|p| usize::try_from(p).ok())
+                        .ok_or_else(|| {
+                            ModelError::Invalid(format!(
+                                "{pattern}: only a period of layers is supported, not {}",
+                                v.display_short(40)
+                            ))
+                        })?,
+                };
+                hp.rope_base_swa = meta
+                    .get_f32(&key("rope.freq_base_swa"))
+                    .unwrap_or(rope_base);
+                // query_pre_attn_scalar: the head dimension, but n_embd / n_head for the 27B
+                // (46 layers), as llama.cpp decides it.
+                let scalar = if n_layers == 46 {
+                    n_embd / n_head
+                } else {
+                    head_dim
+                };
+                hp.attn_scale = 1.0 / (scalar as f32).sqrt();
+                hp.scale_queries = true;
+                hp.attn_softcap = Some(softcap("attn_logit_softcapping", 50.0)?);
+                hp.final_softcap = Some(softcap("final_logit_softcapping", 30.0)?);
+            }
+            Arch::Phi3 => {
+                hp.rope_style = RopeStyle::Neox;
+                hp.scale_queries = true;
+                // Its sliding window is ignored, as llama.cpp ignores it ("Phi SWA is currently
+                // disabled").
             }
             Arch::Gemma3 => {
                 hp.rope_style = RopeStyle::Neox;
@@ -225,5 +306,122 @@ impl HParams {
         } else {
             self.rope_base
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::MetaValue;
+
+    /// A 4-layer model of `arch` (n_embd 64, 4 heads of 16) with `extra` metadata.
+    fn meta(arch: &str, extra: &[(&str, MetaValue)]) -> Metadata {
+        let mut m = Metadata::default();
+        m.insert(
+            "general.architecture".into(),
+            MetaValue::String(arch.into()),
+        );
+        for (k, v) in [
+            ("block_count", 4),
+            ("embedding_length", 64),
+            ("feed_forward_length", 128),
+            ("attention.head_count", 4),
+        ] {
+            m.insert(format!("{arch}.{k}"), MetaValue::U32(v));
+        }
+        for (k, v) in extra {
+            m.insert(format!("{arch}.{k}"), v.clone());
+        }
+        m
+    }
+
+    #[test]
+    fn gemma2_defaults_follow_llama_cpp() {
+        let hp = HParams::from_metadata(&meta("gemma2", &[]), 100).unwrap();
+        assert_eq!(hp.sliding_window, Some(4096));
+        assert_eq!(hp.attn_softcap, Some(50.0));
+        assert_eq!(hp.final_softcap, Some(30.0));
+        // Even layers local, odd ones global, both with the model's RoPE base.
+        assert_eq!(
+            (0..4).map(|l| hp.layer_window(l)).collect::<Vec<_>>(),
+            [Some(4096), None, Some(4096), None]
+        );
+        assert_eq!(hp.layer_rope_base(0), hp.layer_rope_base(1));
+        assert!(hp.scale_queries && hp.post_norms && !hp.qk_norm);
+        assert_eq!(hp.attn_scale, 0.25);
+    }
+
+    #[test]
+    fn gemma2_reads_its_window_and_caps() {
+        let m = meta(
+            "gemma2",
+            &[
+                ("attention.sliding_window", MetaValue::U32(8)),
+                ("attn_logit_softcapping", MetaValue::F32(5.0)),
+                ("final_logit_softcapping", MetaValue::F32(15.0)),
+            ],
+        );
+        let hp = HParams::from_metadata(&m, 100).unwrap();
+        assert_eq!(
+            (hp.sliding_window, hp.attn_softcap, hp.final_softcap),
+            (Some(8), Some(5.0), Some(15.0))
+        );
+        let bad = meta(
+            "gemma2",
+            &[("final_logit_softcapping", MetaValue::F32(0.0))],
+        );
+        let err = HParams::from_metadata(&bad, 100).unwrap_err().to_string();
+        assert!(err.contains("gemma2.final_logit_softcapping = 0"), "{err}");
+    }
+
+    #[test]
+    fn gemma2_window_pattern_is_a_period() {
+        let m = meta(
+            "gemma2",
+            &[("attention.sliding_window_pattern", MetaValue::U32(3))],
+        );
+        let hp = HParams::from_metadata(&m, 100).unwrap();
+        assert_eq!(
+            (0..4).map(|l| hp.layer_window(l)).collect::<Vec<_>>(),
+            [Some(4096), Some(4096), None, Some(4096)]
+        );
+        let flags = MetaValue::Array(
+            crate::gguf::MetaType::Bool,
+            vec![MetaValue::Bool(true), MetaValue::Bool(false)],
+        );
+        let m = meta("gemma2", &[("attention.sliding_window_pattern", flags)]);
+        let err = HParams::from_metadata(&m, 100).unwrap_err().to_string();
+        assert!(
+            err.contains("gemma2.attention.sliding_window_pattern: only a period"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn llama_and_phi3_ignore_a_sliding_window_as_llama_cpp_does() {
+        for arch in ["llama", "phi3"] {
+            let m = meta(arch, &[("attention.sliding_window", MetaValue::U32(8))]);
+            let hp = HParams::from_metadata(&m, 100).unwrap();
+            assert_eq!(hp.sliding_window, None, "{arch}");
+            assert_eq!(hp.layer_window(0), None, "{arch}");
+        }
+    }
+
+    #[test]
+    fn qwen3_and_phi3_facts() {
+        let q = HParams::from_metadata(&meta("qwen3", &[]), 100).unwrap();
+        assert!(q.qk_norm && !q.qkv_bias && !q.scale_queries);
+        assert_eq!(q.rope_style, RopeStyle::Neox);
+        let p = HParams::from_metadata(&meta("phi3", &[]), 100).unwrap();
+        assert!(p.scale_queries && !p.qk_norm);
+        assert_eq!(p.rope_style, RopeStyle::Neox);
+    }
+
+    #[test]
+    fn unknown_architecture_is_named() {
+        let err = HParams::from_metadata(&meta("mamba", &[]), 100)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"mamba\"") && err.contains("phi3"), "{err}");
     }
 }

@@ -7,6 +7,7 @@ mod forward;
 mod hparams;
 mod kv_shift;
 mod memory;
+mod project;
 mod weights;
 
 pub use embed::EMBED_CHUNK;
@@ -29,7 +30,7 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Checkpoint(#[from] crate::hf::HfError),
-    #[error("architecture {0:?} is not supported (supported: llama, qwen2, gemma3)")]
+    #[error("architecture {0:?} is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)")]
     UnsupportedArch(String),
     #[error("invalid model: {0}")]
     Invalid(String),
@@ -57,8 +58,9 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads a GGUF model, or a Hugging Face checkpoint directory ([`crate::hf`]). `n_threads` = 0 uses every available core. The arithmetic is
-    /// nucleus's own unless `NUCLEUS_EXACT` asks for llama.cpp's ([`Arithmetic::from_env`]).
+    /// Loads a GGUF model, or a Hugging Face checkpoint directory ([`crate::hf`]). `n_threads`
+    /// = 0 uses every available core. The arithmetic is nucleus's own unless `NUCLEUS_EXACT`
+    /// asks for llama.cpp's ([`Arithmetic::from_env`]).
     pub fn load(path: impl AsRef<Path>, n_threads: usize) -> Result<Model, ModelError> {
         Self::load_with(path, n_threads, Arithmetic::from_env())
     }

@@ -8,7 +8,7 @@ use crate::kernels::interleaved::{pack, Arithmetic, PackedMatrix};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{dequantize_row, GgmlType};
 
-use super::{HParams, ModelError};
+use super::{Arch, HParams, ModelError};
 
 /// A matrix in the file: `rows` outputs of `cols` inputs each.
 #[derive(Clone, Debug)]
@@ -22,6 +22,23 @@ pub struct Matrix {
 }
 
 impl Matrix {
+    /// Rows `start..start + rows` of this matrix (a part of a fused matrix, such as Phi-3's
+    /// q/k/v): the same bytes of the file, each row computed as it is in the whole.
+    fn row_slice(&self, start: usize, rows: usize) -> Matrix {
+        let row_bytes = self.info.size / self.rows;
+        let mut info = self.info.clone();
+        info.name = format!("{}[{start}..{}]", info.name, start + rows);
+        info.dims = vec![self.cols as u64, rows as u64];
+        info.offset += (start * row_bytes) as u64;
+        info.size = rows * row_bytes;
+        Matrix {
+            info,
+            rows,
+            cols: self.cols,
+            packed: None,
+        }
+    }
+
     pub fn q<'a>(&self, file: &'a GgufFile) -> QMatrix<'a> {
         QMatrix {
             ty: self.info.ty,
@@ -186,9 +203,44 @@ impl Weights {
         } else {
             token_embd.clone()
         };
+        for name in ["rope_factors_long.weight", "rope_factors_short.weight"] {
+            if file.tensor(name).is_some() {
+                return Err(ModelError::Invalid(format!(
+                    "tensor {name}: LongRoPE scaling (Phi-3 128k, Phi-3.5) is not supported yet"
+                )));
+            }
+        }
         let mut layers = Vec::with_capacity(hp.n_layers);
         for i in 0..hp.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
+            // q, k and v as one matrix (Phi-3), or three.
+            let (wq, wk, wv) = if file.tensor(&n("attn_qkv.weight")).is_some() {
+                let qkv = l.matrix(&n("attn_qkv.weight"), e, q_dim + k_dim + v_dim)?;
+                (
+                    qkv.row_slice(0, q_dim),
+                    qkv.row_slice(q_dim, k_dim),
+                    qkv.row_slice(q_dim + k_dim, v_dim),
+                )
+            } else {
+                (
+                    l.matrix(&n("attn_q.weight"), e, q_dim)?,
+                    l.matrix(&n("attn_k.weight"), e, k_dim)?,
+                    l.matrix(&n("attn_v.weight"), e, v_dim)?,
+                )
+            };
+            // Phi-3's ffn_up holds the gate's rows, then the up projection's.
+            let (w_gate, w_up) = if hp.arch == Arch::Phi3 {
+                let gate_up = l.matrix(&n("ffn_up.weight"), e, 2 * hp.n_ff)?;
+                (
+                    gate_up.row_slice(0, hp.n_ff),
+                    gate_up.row_slice(hp.n_ff, hp.n_ff),
+                )
+            } else {
+                (
+                    l.matrix(&n("ffn_gate.weight"), e, hp.n_ff)?,
+                    l.matrix(&n("ffn_up.weight"), e, hp.n_ff)?,
+                )
+            };
             let (bq, bk, bv) = if hp.qkv_bias {
                 (
                     Some(l.vector(&n("attn_q.bias"), q_dim)?),
@@ -212,9 +264,9 @@ impl Weights {
                 };
             layers.push(Layer {
                 attn_norm: l.vector(&n("attn_norm.weight"), e)?,
-                wq: l.matrix(&n("attn_q.weight"), e, q_dim)?,
-                wk: l.matrix(&n("attn_k.weight"), e, k_dim)?,
-                wv: l.matrix(&n("attn_v.weight"), e, v_dim)?,
+                wq,
+                wk,
+                wv,
                 wo: l.matrix(&n("attn_output.weight"), o_dim, e)?,
                 bq,
                 bk,
@@ -223,8 +275,8 @@ impl Weights {
                 k_norm: norm("attn_k_norm.weight", hp.head_dim, hp.qk_norm)?,
                 post_attn_norm: norm("post_attention_norm.weight", e, hp.post_norms)?,
                 ffn_norm: l.vector(&n("ffn_norm.weight"), e)?,
-                w_gate: l.matrix(&n("ffn_gate.weight"), e, hp.n_ff)?,
-                w_up: l.matrix(&n("ffn_up.weight"), e, hp.n_ff)?,
+                w_gate,
+                w_up,
                 w_down: l.matrix(&n("ffn_down.weight"), hp.n_ff, e)?,
                 post_ffn_norm: norm("post_ffw_norm.weight", e, hp.post_norms)?,
             });

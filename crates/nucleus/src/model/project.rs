@@ -1,0 +1,131 @@
+//! The matrix products of the forward pass: each input quantized once for every product that
+//! reads it, and each product sent to the kernels of the model's arithmetic (nucleus's
+//! interleaved ones for repacked matrices, llama.cpp's one-row or batched ones otherwise).
+
+use crate::kernels::interleaved::{
+    matmul_packed, matmul_packed_many, packed_act_type, Arithmetic, PackedActs, PackedMatrix,
+};
+use crate::kernels::matmul::{matmul_rows, PromptSlot, QuantizedActs};
+use crate::quant::{vec_dot_type, GgmlType};
+
+use super::weights::Matrix;
+use super::Model;
+
+/// Activations quantized for the matrix products, one buffer per vec-dot type, reused until the
+/// input changes (q, k and v share one quantization of the normed input; so do gate and up).
+#[derive(Default)]
+pub(super) struct ActsCache {
+    slots: Vec<(GgmlType, u64, QuantizedActs)>,
+    epoch: u64,
+    /// The block sums of the Q8_0 slot for the interleaved products, and its epoch.
+    packed: (u64, PackedActs),
+}
+
+impl ActsCache {
+    pub(super) fn invalidate(&mut self) {
+        self.epoch += 1;
+    }
+
+    fn get(&mut self, x: &[f32], n: usize, cols: usize, ty: GgmlType) -> &QuantizedActs {
+        let i = self.quantized(x, n, cols, ty);
+        &self.slots[i].2
+    }
+
+    /// The index of the slot holding `x` quantized to `ty` in this epoch (quantized now if it
+    /// is not yet).
+    fn quantized(&mut self, x: &[f32], n: usize, cols: usize, ty: GgmlType) -> usize {
+        let epoch = self.epoch;
+        let i = match self.slots.iter().position(|s| s.0 == ty) {
+            Some(i) => i,
+            None => {
+                self.slots.push((ty, u64::MAX, QuantizedActs::new()));
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[i];
+        if slot.1 != epoch {
+            slot.2.quantize(x, n, cols, ty);
+            slot.1 = epoch;
+        }
+        i
+    }
+
+    /// The Q8_0 rows of `x` and their block sums for [`matmul_packed`].
+    fn get_packed(&mut self, x: &[f32], n: usize, cols: usize) -> (&QuantizedActs, &PackedActs) {
+        let i = self.quantized(x, n, cols, GgmlType::Q8_0);
+        let q = &self.slots[i].2;
+        if self.packed.0 != self.epoch {
+            self.packed.1.prepare(q);
+            self.packed.0 = self.epoch;
+        }
+        (q, &self.packed.1)
+    }
+}
+
+impl Model {
+    /// y = W·x for each of the `n` rows of x. In llama.cpp's arithmetic `slots[t]` picks row
+    /// t's kernels; in nucleus's every row is computed alike (the repacked matrices through
+    /// the interleaved kernels, the others through llama.cpp's one-row kernels).
+    pub(super) fn project(
+        &self,
+        acts: &mut ActsCache,
+        w: &Matrix,
+        (x, slots): (&[f32], &[PromptSlot]),
+        n: usize,
+        y: &mut [f32],
+    ) {
+        let x = &x[..n * w.cols];
+        let y = &mut y[..n * w.rows];
+        // Only nucleus's arithmetic repacks matrices (`Weights::load`).
+        if let Some(p) = &w.packed {
+            if packed_act_type(p.ty()) == GgmlType::Q8_K {
+                let q = acts.get(x, n, w.cols, GgmlType::Q8_K);
+                return matmul_packed(&self.pool, p, q, &PackedActs::new(), y);
+            }
+            let (q, pa) = acts.get_packed(x, n, w.cols);
+            return matmul_packed(&self.pool, p, q, pa, y);
+        }
+        // nucleus's arithmetic sends every row through llama.cpp's one-row kernels: one
+        // arithmetic for all rows. (Its batched kernels, for every row, cost up to 2.3x more per
+        // generated token here and measure the same distance from `--exact`.)
+        let slots = match self.arithmetic {
+            Arithmetic::Exact => slots,
+            Arithmetic::Fast => &[],
+        };
+        let q = acts.get(x, n, w.cols, vec_dot_type(w.info.ty));
+        matmul_rows(&self.pool, &w.q(&self.file), q, y, slots);
+    }
+
+    /// [`Self::project`] for matrices that read the same input: in nucleus's arithmetic, when
+    /// all are repacked, one pass of the thread pool for all of them (the same bits).
+    pub(super) fn project_many<const N: usize>(
+        &self,
+        acts: &mut ActsCache,
+        products: [(&Matrix, &mut [f32]); N],
+        (x, slots): (&[f32], &[PromptSlot]),
+        n: usize,
+    ) {
+        let packed = self.arithmetic == Arithmetic::Fast
+            && products.iter().all(|(w, _)| {
+                w.packed
+                    .as_ref()
+                    .is_some_and(|p| packed_act_type(p.ty()) == GgmlType::Q8_0)
+            });
+        if !packed {
+            for (w, y) in products {
+                self.project(acts, w, (x, slots), n, y);
+            }
+            return;
+        }
+        let cols = products[0].0.cols;
+        let (q, pa) = acts.get_packed(&x[..n * cols], n, cols);
+        let mut list: Vec<(&PackedMatrix, &mut [f32])> = products
+            .into_iter()
+            .map(|(w, y)| {
+                let p = w.packed.as_deref().expect("checked above");
+                (p, &mut y[..n * w.rows])
+            })
+            .collect();
+        matmul_packed_many(&self.pool, &mut list, q, pa);
+    }
+}
