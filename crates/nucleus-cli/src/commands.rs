@@ -19,7 +19,8 @@ use crate::catalog::{self, CATALOG, DEFAULT_MODEL};
 use crate::speculate::SpeculateArgs;
 use crate::{GenerateArgs, ModelArgs, SamplingArgs};
 
-/// A catalog name (pulled on first use) or a path to a GGUF file; `None` is the default model.
+/// A catalog name (pulled on first use), a path to a GGUF file or a Hugging Face checkpoint
+/// directory; `None` is the default model.
 pub(crate) fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
     let spec = spec.unwrap_or(DEFAULT_MODEL);
     if let Some(entry) = catalog::find(spec) {
@@ -30,10 +31,11 @@ pub(crate) fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
         return Ok(entry.path());
     }
     let path = PathBuf::from(spec);
-    if path.is_file() {
+    // A directory is a Hugging Face checkpoint (config.json, *.safetensors, tokenizer.json).
+    if path.is_file() || path.is_dir() {
         return Ok(path);
     }
-    bail!("no model {spec:?}: it is neither a catalog name (see `nucleus list`) nor a file")
+    bail!("no model {spec:?}: it is neither a catalog name (see `nucleus list`), a file nor a checkpoint directory")
 }
 
 pub(crate) struct Loaded {
@@ -52,10 +54,39 @@ pub(crate) fn load_path(path: &std::path::Path, threads: usize) -> Result<Loaded
 }
 
 fn load(args: &ModelArgs, spec: Option<&str>) -> Result<Loaded> {
-    load_path(
-        &resolve_model(args.model.as_deref().or(spec))?,
-        args.threads,
-    )
+    let path = resolve_model(args.model.as_deref().or(spec))?;
+    match &args.quantize {
+        Some(ty) => load_quantized(&path, ty, args.threads),
+        None => load_path(&path, args.threads),
+    }
+}
+
+/// `--quantize TYPE`: the model (a checkpoint directory or a GGUF) quantized to TYPE as
+/// `nucleus quantize` would write it, into an unlinked temporary file that is then mapped.
+fn load_quantized(path: &std::path::Path, ty: &str, threads: usize) -> Result<Loaded> {
+    use nucleus::quant::quantize::{quantize_gguf, Mix};
+    crate::limits::threads(threads)?;
+    let mix = Mix::parse(ty).map_err(|e| anyhow::anyhow!("--quantize: {e}"))?;
+    let source = if path.is_dir() {
+        nucleus::hf::Checkpoint::open(path)
+            .and_then(|c| c.to_gguf())
+            .with_context(|| format!("cannot read {}", path.display()))?
+    } else {
+        GgufFile::open(path).with_context(|| format!("cannot read {}", path.display()))?
+    };
+    let tmp = std::env::temp_dir().join(format!("nucleus-quantized-{}.gguf", std::process::id()));
+    quantize_gguf(&source, &tmp, &mix, threads, &mut |_| {})
+        .with_context(|| format!("cannot quantize {} to {ty}", path.display()))?;
+    drop(source);
+    let file = GgufFile::open(&tmp);
+    // Mapped (or failed): the file's name is no longer needed either way.
+    let _ = std::fs::remove_file(&tmp);
+    let file = file.with_context(|| format!("cannot read the {ty} copy of {}", path.display()))?;
+    let model = Model::from_file(std::sync::Arc::new(file), threads)
+        .with_context(|| format!("cannot load the {ty} copy of {}", path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(&model.file.metadata)
+        .with_context(|| format!("cannot build the tokenizer of {}", path.display()))?;
+    Ok(Loaded { model, tokenizer })
 }
 
 fn context_size(args: &ModelArgs, model: &Model) -> Result<usize> {
@@ -386,7 +417,14 @@ pub fn list() -> Result<()> {
 
 pub fn inspect(path: &str, all: bool) -> Result<()> {
     let path = resolve_existing(path)?;
-    let file = GgufFile::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    // A checkpoint directory shows the GGUF it is converted to.
+    let file = if path.is_dir() {
+        nucleus::hf::Checkpoint::open(&path)
+            .and_then(|c| c.to_gguf())
+            .with_context(|| format!("cannot read {}", path.display()))?
+    } else {
+        GgufFile::open(&path).with_context(|| format!("cannot read {}", path.display()))?
+    };
     println!(
         "{}: GGUF v{}, {} bytes, alignment {}",
         path.display(),
@@ -527,10 +565,22 @@ pub(crate) fn resolve_existing(spec: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(spec))
 }
 
+/// `nucleus quantize`: not in this build yet (its quantizers are issue 13 part 1). Refused
+/// before anything is read or written, so no output file appears.
+
 pub fn tokenize(model: &str, text: &str, add_special: bool, parse_special: bool) -> Result<()> {
     let path = resolve_existing(model)?;
-    let file = GgufFile::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let tokenizer = Tokenizer::from_gguf(&file.metadata)?;
+    // A checkpoint directory's tokenizer needs only its headers and tokenizer files read.
+    let metadata = if path.is_dir() {
+        nucleus::hf::Checkpoint::open(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .metadata
+    } else {
+        GgufFile::open(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .metadata
+    };
+    let tokenizer = Tokenizer::from_gguf(&metadata)?;
     let ids = tokenizer.encode(text, add_special, parse_special)?;
     println!("{}", serde_json::to_string(&ids)?);
     Ok(())

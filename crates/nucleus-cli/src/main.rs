@@ -30,9 +30,14 @@ struct Cli {
 /// Which model to use: a catalog name or a GGUF path, given positionally or with --model.
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
-    /// Model: a catalog name (see `nucleus list`) or a path to a GGUF file.
+    /// Model: a catalog name (see `nucleus list`), a path to a GGUF file, or a Hugging Face
+    /// checkpoint directory (config.json, *.safetensors, tokenizer.json).
     #[arg(short, long)]
     pub model: Option<String>,
+    /// Quantize the model to TYPE as it loads (a `nucleus quantize` type: Q4_K_M, Q8_0, ...),
+    /// e.g. a Hugging Face checkpoint's F32/F16/BF16 weights.
+    #[arg(long, value_name = "TYPE")]
+    pub quantize: Option<String>,
     /// Threads for the forward pass (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     pub threads: usize,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use nucleus::quant::quantize::{quantize_file, Mix};
+use nucleus::quant::quantize::{quantize_file, quantize_gguf, Mix};
 
 #[derive(Args, Clone, Debug)]
 pub struct QuantizeArgs {
@@ -28,9 +28,19 @@ pub fn quantize(args: QuantizeArgs) -> Result<()> {
     crate::limits::threads(args.threads)?;
     let mix = Mix::parse(&args.mix).map_err(anyhow::Error::msg)?;
     let input = crate::commands::resolve_existing(&args.input)?;
-    if !input.is_file() {
+    // A Hugging Face checkpoint directory is quantized from the GGUF it is presented as.
+    let checkpoint = if input.is_dir() {
+        let c = nucleus::hf::Checkpoint::open(&input)
+            .with_context(|| format!("cannot read {}", input.display()))?;
+        Some(
+            c.to_gguf()
+                .with_context(|| format!("cannot read {}", input.display()))?,
+        )
+    } else if !input.is_file() {
         bail!("no file {}", input.display());
-    }
+    } else {
+        None
+    };
     // Hidden when stderr is not a terminal.
     let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
     bar.set_style(
@@ -38,11 +48,15 @@ pub fn quantize(args: QuantizeArgs) -> Result<()> {
             .expect("valid template")
             .progress_chars("=> "),
     );
-    let summary = quantize_file(&input, &args.output, &mix, args.threads, &mut |p| {
+    let mut show = |p: nucleus::quant::quantize::QuantizeProgress| {
         bar.set_length(p.total as u64);
         bar.set_position(p.index as u64);
         bar.set_message(format!("{} {} -> {}", p.name, p.from, p.to));
-    })
+    };
+    let summary = match &checkpoint {
+        Some(file) => quantize_gguf(file, &args.output, &mix, args.threads, &mut show),
+        None => quantize_file(&input, &args.output, &mix, args.threads, &mut show),
+    }
     .with_context(|| format!("cannot quantize {}", input.display()))?;
     bar.finish_and_clear();
     let mut counts: Vec<(String, usize)> = Vec::new();

@@ -8,6 +8,7 @@ pub mod chat;
 pub mod engine;
 pub mod eval;
 pub mod gguf;
+pub mod hf;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;

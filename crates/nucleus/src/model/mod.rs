@@ -28,6 +28,8 @@ use weights::Weights;
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Checkpoint(#[from] crate::hf::HfError),
     #[error("architecture {0:?} is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)")]
     UnsupportedArch(String),
     #[error("invalid model: {0}")]
@@ -56,8 +58,9 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads a GGUF model. `n_threads` = 0 uses every available core. The arithmetic is
-    /// nucleus's own unless `NUCLEUS_EXACT` asks for llama.cpp's ([`Arithmetic::from_env`]).
+    /// Loads a GGUF model, or a Hugging Face checkpoint directory ([`crate::hf`]). `n_threads`
+    /// = 0 uses every available core. The arithmetic is nucleus's own unless `NUCLEUS_EXACT`
+    /// asks for llama.cpp's ([`Arithmetic::from_env`]).
     pub fn load(path: impl AsRef<Path>, n_threads: usize) -> Result<Model, ModelError> {
         Self::load_with(path, n_threads, Arithmetic::from_env())
     }
@@ -68,7 +71,13 @@ impl Model {
         n_threads: usize,
         arithmetic: Arithmetic,
     ) -> Result<Model, ModelError> {
-        let file = Arc::new(GgufFile::open(path)?);
+        let path = path.as_ref();
+        // A directory can only be a checkpoint; its errors name what it lacks.
+        let file = if path.is_dir() {
+            Arc::new(crate::hf::Checkpoint::open(path)?.to_gguf()?)
+        } else {
+            Arc::new(GgufFile::open(path)?)
+        };
         Self::from_file_with(file, n_threads, arithmetic)
     }
 

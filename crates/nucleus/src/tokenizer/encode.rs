@@ -118,6 +118,15 @@ impl Tokenizer {
             None => std::borrow::Cow::Borrowed(&text[s..e]),
         };
         match self.kind {
+            _ if self.hf.is_some() => {
+                let hf = self.hf.as_ref().expect("checked");
+                for &f in frags {
+                    match f {
+                        Fragment::Text(s, e) => hf.encode(&piece(s, e), &mut out)?,
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
             VocabKind::Spm => {
                 let mut is_prev_special = true;
                 let mut buf = String::new();

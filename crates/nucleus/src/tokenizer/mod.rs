@@ -21,6 +21,7 @@
 mod bpe;
 mod encode;
 mod escape;
+mod hf;
 mod names;
 mod spm;
 mod stream;
@@ -30,6 +31,7 @@ use std::collections::HashMap;
 use crate::gguf::{MetaValue, Metadata};
 
 pub use escape::Escapes;
+pub use hf::HF_JSON_KEY;
 pub use stream::StreamDecoder;
 
 use names::{EOG_TEXTS, EOT_TEXTS, FIM_EOG_TEXTS, FIM_OTHER_TEXTS};
@@ -99,6 +101,9 @@ pub struct Tokenizer {
     add_space_prefix: bool,
     eog: Vec<TokenId>,
     bpe: Option<bpe::Bpe>,
+    /// Hugging Face's tokenizer, when the vocabulary came with its `tokenizer.json`: it then
+    /// encodes the plain text (instead of `bpe` or SentencePiece).
+    hf: Option<hf::HfEncoder>,
     chat_template: Option<String>,
 }
 
@@ -224,7 +229,19 @@ impl Tokenizer {
         let mut eos: Option<TokenId>;
         let mut unk: Option<TokenId>;
         let mut bpe_model = None;
+        let hf = meta
+            .get_str(HF_JSON_KEY)
+            .map(hf::HfEncoder::new)
+            .transpose()?;
         match kind {
+            // The special ids and flags are all in the metadata; no merges or pre-tokenizer
+            // name are needed.
+            VocabKind::Bpe if hf.is_some() => {
+                add_bos = false;
+                bos = None;
+                eos = None;
+                unk = None;
+            }
             VocabKind::Spm => {
                 add_space_prefix = true;
                 add_bos = true;
@@ -396,6 +413,7 @@ impl Tokenizer {
             add_space_prefix,
             eog,
             bpe: bpe_model,
+            hf,
             chat_template: meta.get_str("tokenizer.chat_template").map(str::to_string),
         };
         tok.build_pieces();

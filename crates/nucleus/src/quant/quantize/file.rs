@@ -83,7 +83,17 @@ pub fn quantize_file(
     threads: usize,
     progress: &mut dyn FnMut(QuantizeProgress),
 ) -> Result<QuantizeSummary, QuantizeError> {
-    let file = GgufFile::open(input)?;
+    quantize_gguf(&GgufFile::open(input)?, output, mix, threads, progress)
+}
+
+/// [`quantize_file`] for a GGUF already open (a file, or a checkpoint presented as one).
+pub fn quantize_gguf(
+    file: &GgufFile,
+    output: &Path,
+    mix: &Mix,
+    threads: usize,
+    progress: &mut dyn FnMut(QuantizeProgress),
+) -> Result<QuantizeSummary, QuantizeError> {
     let names: Vec<&str> = file.tensors.iter().map(|t| t.name.as_str()).collect();
     let order = output_order(&names);
     let shapes: Vec<TensorShape> = order
