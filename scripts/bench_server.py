@@ -141,16 +141,19 @@ def main():
     ap.add_argument("--conc", default="1,4,16")
     ap.add_argument("--log-dir", default="/tmp")
     ap.add_argument("--json")
+    ap.add_argument("--nucleus-args", default="",
+                    help="extra flags for nucleus serve, e.g. '--speculate off' or '--exact'")
     args = ap.parse_args()
     concs = [int(c) for c in args.conc.split(",")]
     ctx = 512
     results = {}
 
     port = free_port()
-    print(f"nucleus ({args.nucleus}), {args.threads} threads, {args.gen} tokens per stream:", flush=True)
+    print(f"nucleus ({args.nucleus} serve {args.nucleus_args}), {args.threads} threads, {args.gen} tokens per stream:", flush=True)
     results["nucleus"] = bench("nucleus", [args.nucleus, "serve", args.model, "--port", str(port),
                                            "--threads", str(args.threads), "--max-running", "16",
-                                           "--ctx", str(ctx), "--kv-tokens", str(16 * ctx)],
+                                           "--ctx", str(ctx), "--kv-tokens", str(16 * ctx)]
+                               + args.nucleus_args.split(),
                                port, concs, args.gen, args.log_dir)
     if not args.skip_llama:
         ls = args.llama_server
