@@ -565,9 +565,6 @@ pub(crate) fn resolve_existing(spec: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(spec))
 }
 
-/// `nucleus quantize`: not in this build yet (its quantizers are issue 13 part 1). Refused
-/// before anything is read or written, so no output file appears.
-
 pub fn tokenize(model: &str, text: &str, add_special: bool, parse_special: bool) -> Result<()> {
     let path = resolve_existing(model)?;
     // A checkpoint directory's tokenizer needs only its headers and tokenizer files read.
