@@ -223,24 +223,7 @@ pub(super) unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u
     }
 }
 
-/// The kernel functions of the K-quants, one per arithmetic `MODE` of a shared body (the
-/// `entry!` table takes one function per kernel).
-macro_rules! mode_kernels {
-    ($($(#[$doc:meta])* $name:ident = $body:ident::<$mode:tt>;)*) => {$(
-        $(#[$doc])*
-        #[inline(always)]
-        pub(super) unsafe fn $name<const VNNI: bool, const NX: usize>(
-            n: usize,
-            w: *const u8,
-            x: *const u8,
-            s: usize,
-            out: *mut f32,
-        ) {
-            unsafe { $body::<NX, $mode>(n, w, x, s, out) }
-        }
-    )*};
-}
-
+// The kernel functions of the K-quants, one per arithmetic `MODE` of a shared body.
 mode_kernels! {
     /// Q4_K as llama.cpp's repacked gemv computes one row (its default Q4_K kernel on x86).
     q4_k = q4_k_impl::<BLOCK_SUMS>;

@@ -297,24 +297,8 @@ unsafe fn iq4_nl_impl<const NX: usize, const BLOCK_SUMS_: bool>(
     }
 }
 
-/// The kernel functions, one per type and arithmetic (the `entry!` table's signature).
-macro_rules! low_bit_kernels {
-    ($($(#[$doc:meta])* $name:ident = $body:ident::<$mode:tt>;)*) => {$(
-        $(#[$doc])*
-        #[inline(always)]
-        pub(super) unsafe fn $name<const VNNI: bool, const NX: usize>(
-            n: usize,
-            w: *const u8,
-            x: *const u8,
-            s: usize,
-            out: *mut f32,
-        ) {
-            unsafe { $body::<NX, $mode>(n, w, x, s, out) }
-        }
-    )*};
-}
-
-low_bit_kernels! {
+// The kernel functions, one per type and arithmetic.
+mode_kernels! {
     /// `ggml_vec_dot_q2_K_q8_K`.
     q2_k = q2_k_impl::<LANES>;
     /// `ggml_gemv_q2_K_8x8_q8_K` (repacked, one row).

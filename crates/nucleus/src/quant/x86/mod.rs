@@ -16,6 +16,25 @@
 
 use super::dispatch::{DotFn, Kernels, SimdLevel};
 
+/// Kernel functions with the `entry!` table's signature, one per arithmetic `MODE` of a shared
+/// body (`name = body::<MODE>;`): the K-quants' and the low-bit formats' (defined before the
+/// modules so both see it).
+macro_rules! mode_kernels {
+    ($($(#[$doc:meta])* $name:ident = $body:ident::<$mode:tt>;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub(super) unsafe fn $name<const VNNI: bool, const NX: usize>(
+            n: usize,
+            w: *const u8,
+            x: *const u8,
+            s: usize,
+            out: *mut f32,
+        ) {
+            unsafe { $body::<NX, $mode>(n, w, x, s, out) }
+        }
+    )*};
+}
+
 mod block32;
 mod float;
 mod helpers;
