@@ -195,6 +195,16 @@ fn kernels(ty: GgmlType, avx2: bool) -> (TileFn, UnpackFn) {
     (tile, pack::unpack_group_scalar)
 }
 
+/// The scratch one group of `ty` needs in [`GroupView::new`] (f32 scales, unpacked value
+/// bytes): Q4_K is read as stored, Q8_0 needs its scales widened, Q5_0 its values too.
+fn scratch_per_group(ty: GgmlType, blocks: usize) -> (usize, usize) {
+    match ty {
+        GgmlType::Q4_K => (0, 0),
+        GgmlType::Q8_0 => (GROUP_ROWS * blocks, 0),
+        _ => (GROUP_ROWS * blocks, GROUP_ROWS * QK * blocks),
+    }
+}
+
 /// The activation type a packed matrix of `ty` reads (the one-row kernels' vec-dot type).
 pub fn packed_act_type(ty: GgmlType) -> GgmlType {
     if ty == GgmlType::Q4_K {
@@ -308,9 +318,13 @@ fn matmul_packed_with(
     let next = AtomicUsize::new(0);
     let list = &list;
     let work = |_: usize, _: usize| {
-        let per_group = GROUP_ROWS * QK * blocks32;
-        let mut scales = vec![0f32; GROUPS_PER_CHUNK * GROUP_ROWS * blocks32];
-        let mut unpacked = vec![0u8; GROUPS_PER_CHUNK * per_group];
+        // Scratch for the groups of one work item, as much as its largest product needs.
+        let (most_s, most_u) = list
+            .iter()
+            .map(|p| scratch_per_group(p.w.ty(), p.blocks))
+            .fold((0, 0), |(a, b), (s, u)| (a.max(s), b.max(u)));
+        let mut scales = vec![0f32; GROUPS_PER_CHUNK * most_s];
+        let mut unpacked = vec![0u8; GROUPS_PER_CHUNK * most_u];
         loop {
             let c = next.fetch_add(1, Ordering::Relaxed);
             if c >= n_chunks {
@@ -318,6 +332,7 @@ fn matmul_packed_with(
             }
             let p = &list[list.partition_point(|p| p.first_chunk <= c) - 1];
             let (w, out, rows, blocks) = (p.w, p.out, p.w.rows(), p.blocks);
+            let (sl, ul) = scratch_per_group(w.ty(), blocks);
             // Q8_K activations carry their scales in their blocks: no prepared ones.
             let prepared = |t: usize| {
                 if acts.scales.is_empty() {
@@ -355,22 +370,21 @@ fn matmul_packed_with(
                         unsafe { x86::tile_q5_stored(w.group(g), &tile) };
                         continue;
                     }
-                    let (s, u) = (
-                        &mut scales[..GROUP_ROWS * blocks32],
-                        &mut unpacked[..per_group],
-                    );
+                    let (s, u) = (&mut scales[..sl], &mut unpacked[..ul]);
                     let view = GroupView::new(w.ty(), blocks, w.group(g), s, u, p.unpack);
                     // SAFETY: as for the tile below, with tokens 0..nt.
                     unsafe { (p.tile_fn)(&view, &tile) };
                 }
                 continue;
             }
-            let views: Vec<GroupView> = scales
-                .chunks_exact_mut(GROUP_ROWS * blocks32)
-                .zip(unpacked.chunks_exact_mut(per_group))
-                .zip(g0..g1)
-                .map(|((s, u), g)| GroupView::new(w.ty(), blocks, w.group(g), s, u, p.unpack))
-                .collect();
+            let mut views: Vec<GroupView> = Vec::with_capacity(g1 - g0);
+            let (mut s_rest, mut u_rest) = (&mut scales[..], &mut unpacked[..]);
+            for g in g0..g1 {
+                let (s, s_next) = std::mem::take(&mut s_rest).split_at_mut(sl);
+                let (u, u_next) = std::mem::take(&mut u_rest).split_at_mut(ul);
+                (s_rest, u_rest) = (s_next, u_next);
+                views.push(GroupView::new(w.ty(), blocks, w.group(g), s, u, p.unpack));
+            }
             // Tokens a block at a time, so that their activations stay in cache while every
             // group of the chunk goes over them.
             for tb in (0..nt).step_by(TOKEN_BLOCK) {
