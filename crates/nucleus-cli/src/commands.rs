@@ -48,6 +48,11 @@ pub(crate) fn load_path(path: &std::path::Path, threads: usize) -> Result<Loaded
     crate::limits::threads(threads)?;
     let model =
         Model::load(path, threads).with_context(|| format!("cannot load {}", path.display()))?;
+    with_tokenizer(model, path)
+}
+
+/// `model` (loaded from `path`) with the tokenizer of its vocabulary.
+fn with_tokenizer(model: Model, path: &std::path::Path) -> Result<Loaded> {
     let tokenizer = Tokenizer::from_gguf(&model.file.metadata)
         .with_context(|| format!("cannot build the tokenizer of {}", path.display()))?;
     Ok(Loaded { model, tokenizer })
@@ -84,9 +89,7 @@ fn load_quantized(path: &std::path::Path, ty: &str, threads: usize) -> Result<Lo
     let file = file.with_context(|| format!("cannot read the {ty} copy of {}", path.display()))?;
     let model = Model::from_file(std::sync::Arc::new(file), threads)
         .with_context(|| format!("cannot load the {ty} copy of {}", path.display()))?;
-    let tokenizer = Tokenizer::from_gguf(&model.file.metadata)
-        .with_context(|| format!("cannot build the tokenizer of {}", path.display()))?;
-    Ok(Loaded { model, tokenizer })
+    with_tokenizer(model, path)
 }
 
 fn context_size(args: &ModelArgs, model: &Model) -> Result<usize> {

@@ -19,6 +19,8 @@ pub struct LlamaKldWriter<W: Write> {
     out: W,
     n_vocab: usize,
     row: Vec<u16>,
+    /// `row` as little-endian bytes (reused: a row is n_vocab values).
+    bytes: Vec<u8>,
 }
 
 impl<W: Write> LlamaKldWriter<W> {
@@ -50,6 +52,7 @@ impl<W: Write> LlamaKldWriter<W> {
             out,
             n_vocab,
             row: vec![0u16; row_len(n_vocab)],
+            bytes: Vec::with_capacity(2 * row_len(n_vocab)),
         })
     }
 
@@ -66,11 +69,11 @@ impl<W: Write> LlamaKldWriter<W> {
             ));
         }
         encode_row(logits, &mut self.row);
-        let mut bytes = Vec::with_capacity(2 * self.row.len());
+        self.bytes.clear();
         for v in &self.row {
-            bytes.extend_from_slice(&v.to_le_bytes());
+            self.bytes.extend_from_slice(&v.to_le_bytes());
         }
-        self.out.write_all(&bytes)
+        self.out.write_all(&self.bytes)
     }
 
     pub fn finish(mut self) -> io::Result<W> {
