@@ -249,8 +249,9 @@ struct Product<'a> {
     out: OutPtr,
     tile_fn: TileFn,
     unpack: UnpackFn,
-    /// Q5_0 with at most one tile of tokens on AVX2: unpacked in registers (decode).
-    q5_stored: bool,
+    /// Q5_0 or Q8_0 with at most one tile of tokens on AVX2: read as stored, unpacked in
+    /// registers (decode).
+    stored: bool,
     /// The first work item of this matrix among all of the call's.
     first_chunk: usize,
     /// Groups per work item.
@@ -289,7 +290,8 @@ fn matmul_packed_with(
             "matmul_packed: activation type"
         );
         assert_eq!(y.len(), nt * w.rows(), "matmul_packed: output size");
-        let q5_stored = avx2 && nt <= TILE_TOKENS && w.ty() == GgmlType::Q5_0;
+        let stored =
+            avx2 && nt <= TILE_TOKENS && matches!(w.ty(), GgmlType::Q5_0 | GgmlType::Q8_0);
         let groups = w.rows() / GROUP_ROWS;
         // Many tokens: a few groups per item, unpacked once for every token block. One tile
         // (decode): items of about 1/32 of a thread's share, so that a large matrix with short
@@ -305,7 +307,7 @@ fn matmul_packed_with(
             out: OutPtr(y.as_mut_ptr()),
             tile_fn,
             unpack,
-            q5_stored,
+            stored,
             first_chunk: n_chunks,
             chunk_groups,
             blocks: w.cols() / pack::block_len(w.ty()),
@@ -360,14 +362,18 @@ fn matmul_packed_with(
                         out: out.at(g * GROUP_ROWS),
                         out_stride: rows,
                     };
-                    // Q5_0 on AVX2: the values are unpacked in registers, never stored.
+                    // Q5_0 and Q8_0 on AVX2: unpacked in registers, never stored.
                     #[cfg(target_arch = "x86_64")]
-                    if p.q5_stored {
+                    if p.stored {
                         // SAFETY: tokens 0..nt (nt <= 4) are rows of `x` and `acts`; the stored
                         // group g holds `blocks` blocks; outputs 8g..8g+8 of each token lie in
-                        // this product's `y`, written by this thread only; `q5_stored`
-                        // implies AVX2.
-                        unsafe { x86::tile_q5_stored(w.group(g), &tile) };
+                        // this product's `y`, written by this thread only; `stored` implies
+                        // AVX2 (and F16C, part of our AVX2 level).
+                        let stored = w.group(g);
+                        match w.ty() {
+                            GgmlType::Q5_0 => unsafe { x86::tile_q5_stored(stored, &tile) },
+                            _ => unsafe { x86::tile_q8_stored(stored, &tile) },
+                        }
                         continue;
                     }
                     let (s, u) = (&mut scales[..sl], &mut unpacked[..ul]);

@@ -183,6 +183,64 @@ unsafe fn q5_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
     }
 }
 
+/// Q8_0 groups read as stored (for one tile of tokens: decode), the f16 scales widened in
+/// registers: the same integer sums and float chain as [`tile_i8`], so the same bits, without
+/// a first pass over the group to widen its scales (in decode the weights stream from memory,
+/// and that pass read them twice).
+///
+/// # Safety
+/// As [`super::TileFn`] with `stored` the group's stored bytes (272 per block); the CPU has
+/// AVX2, FMA and F16C.
+pub(crate) unsafe fn tile_q8_stored(stored: &[u8], tile: &Tile) {
+    assert!(stored.len() >= 272 * tile.blocks);
+    // SAFETY: forwarded; `nx` picks the instantiation.
+    unsafe {
+        match tile.nx {
+            1 => q8_stored_nx::<1>(stored, tile),
+            2 => q8_stored_nx::<2>(stored, tile),
+            3 => q8_stored_nx::<3>(stored, tile),
+            _ => q8_stored_nx::<4>(stored, tile),
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); NX];
+    // SAFETY: block b < blocks: 272 stored bytes (checked by the caller); activation reads as
+    // in `tile_nx`.
+    unsafe {
+        for b in 0..t.blocks {
+            let s = stored.as_ptr().add(272 * b);
+            for l in 0..5 {
+                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
+            }
+            let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
+            let x_at = |n: usize, k: usize| {
+                let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
+                _mm256_set1_epi32(p.read_unaligned())
+            };
+            let mut s32 = [_mm256_setzero_si256(); NX];
+            for k in 0..8 {
+                let wk = _mm256_loadu_si256(s.add(16 + 32 * k) as *const __m256i);
+                let aw = _mm256_abs_epi8(wk);
+                for (n, s) in s32.iter_mut().enumerate() {
+                    let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x_at(n, k), wk));
+                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
+                }
+            }
+            for (n, (a, s)) in acc.iter_mut().zip(s32).enumerate() {
+                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
+                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), *a);
+            }
+        }
+        for (n, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
+        }
+    }
+}
+
 /// [`super::pack::unpack_group_scalar`] with AVX2.
 pub(crate) fn unpack_group(
     ty: GgmlType,
