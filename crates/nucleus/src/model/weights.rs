@@ -169,11 +169,13 @@ impl Weights {
                     &mut l.w_down,
                 ]
             })
+            .chain(std::iter::once(&mut self.output))
             .collect();
-        // Not the output projection: it computes the few rows that want logits (one per
-        // sequence in decode and at a prompt's end), where its stream of weights from memory is
-        // the cost, and llama.cpp's one-row kernel streams it faster (measured with
-        // `matmul_bench`, MATMUL_SHAPE=262144,640).
+        // The output projection too: its decode tiles read the groups as stored, as fast as
+        // llama.cpp's one-row kernel streams the matrix for one row and 1.7x as fast for four
+        // (`MATMUL_SHAPE=151936,896 matmul_bench 2 Q8_0`), which is what a verification pass of
+        // speculation and a batch of decoding sequences ask of it. A tied embedding keeps
+        // reading its rows from the file (`release_pages` only drops what is resident).
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = todo.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
