@@ -1,6 +1,6 @@
 //! Micro benchmark of the quantized matmul: a 896-row × 4864-col weight matrix (the shape of a
 //! Qwen2-0.5B `ffn_down`) times 1, 4, 16, 64 and 512 activation rows, in llama.cpp's arithmetic
-//! (`exact`) and, for Q8_0 and Q5_0, nucleus's interleaved one (`fast`), beside the machine's
+//! (`exact`) and, for the types it repacks, nucleus's interleaved one (`fast`), beside the machine's
 //! peak rate of 8-bit multiply-adds (`vpmaddubsw` on every core, measured).
 //!
 //! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`;

@@ -27,6 +27,9 @@ mod tests_low_bit;
 pub(crate) use blocks::scale_min_k4;
 pub use blocks::{dequantize_row, quantize_row, quantize_row_act};
 pub use dispatch::{available_levels, simd_level, SimdLevel};
+/// The arithmetic of llama.cpp's tiled Q6_K kernel, which the interleaved Q6_K products keep.
+#[cfg(test)]
+pub(crate) use scalar::dot_q6_k_batched;
 pub use types::GgmlType;
 
 /// The type activations are quantized to before a dot product with a row of weight type `ty`

@@ -19,10 +19,12 @@
 //! promises holds by construction.
 //!
 //! Q4_K matrices are repacked the same way ([`q4_k`]) but keep the arithmetic of the one-row
-//! Q4_K kernel: there the layout buys speed and changes no bits.
+//! Q4_K kernel: there the layout buys speed and changes no bits. Q6_K matrices ([`q6_k`]) take
+//! the arithmetic of llama.cpp's tiled Q6_K kernel, one FMA per super-block, for every row.
 
 mod pack;
 mod q4_k;
+mod q6_k;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -152,6 +154,11 @@ impl<'a> GroupView<'a> {
                 values: src,
                 stride: q4_k::GROUP_BLOCK,
             },
+            GgmlType::Q6_K => GroupView {
+                scales,
+                values: unpacked,
+                stride: q6_k::UNPACKED_BLOCK,
+            },
             GgmlType::Q8_0 => GroupView {
                 scales,
                 values: &src[16..],
@@ -182,11 +189,19 @@ fn kernels(ty: GgmlType, avx2: bool) -> (TileFn, UnpackFn) {
     if avx2 {
         return match ty {
             GgmlType::Q4_K => (q4_k::tile_avx2, pack::unpack_group_scalar),
+            GgmlType::Q6_K => (q6_k::tile_unpacked, |_, blocks, src, _, values| {
+                q6_k::unpack_group(blocks, src, values)
+            }),
             GgmlType::Q5_0 => (x86::tile_u5, x86::unpack_group),
             _ => (x86::tile_i8, x86::unpack_group),
         };
     }
     let _ = avx2;
+    if ty == GgmlType::Q6_K {
+        return (q6_k::tile_scalar, |_, blocks, src, _, values| {
+            q6_k::unpack_group_scalar(blocks, src, values)
+        });
+    }
     let tile: TileFn = match ty {
         GgmlType::Q4_K => q4_k::tile_scalar,
         GgmlType::Q5_0 => scalar::tile_u5,
@@ -196,10 +211,12 @@ fn kernels(ty: GgmlType, avx2: bool) -> (TileFn, UnpackFn) {
 }
 
 /// The scratch one group of `ty` needs in [`GroupView::new`] (f32 scales, unpacked value
-/// bytes): Q4_K is read as stored, Q8_0 needs its scales widened, Q5_0 its values too.
+/// bytes): Q4_K is read as stored, Q8_0 needs its scales widened, Q5_0 and Q6_K their values
+/// whole.
 fn scratch_per_group(ty: GgmlType, blocks: usize) -> (usize, usize) {
     match ty {
         GgmlType::Q4_K => (0, 0),
+        GgmlType::Q6_K => (0, q6_k::UNPACKED_BLOCK * blocks),
         GgmlType::Q8_0 => (GROUP_ROWS * blocks, 0),
         _ => (GROUP_ROWS * blocks, GROUP_ROWS * QK * blocks),
     }
@@ -207,7 +224,7 @@ fn scratch_per_group(ty: GgmlType, blocks: usize) -> (usize, usize) {
 
 /// The activation type a packed matrix of `ty` reads (the one-row kernels' vec-dot type).
 pub fn packed_act_type(ty: GgmlType) -> GgmlType {
-    if ty == GgmlType::Q4_K {
+    if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
         GgmlType::Q8_K
     } else {
         GgmlType::Q8_0
@@ -249,14 +266,14 @@ struct Product<'a> {
     out: OutPtr,
     tile_fn: TileFn,
     unpack: UnpackFn,
-    /// Q5_0 or Q8_0 with at most one tile of tokens on AVX2: read as stored, unpacked in
+    /// Q5_0, Q8_0 or Q6_K with at most one tile of tokens on AVX2: read as stored, unpacked in
     /// registers (decode).
     stored: bool,
     /// The first work item of this matrix among all of the call's.
     first_chunk: usize,
     /// Groups per work item.
     chunk_groups: usize,
-    /// Blocks per row (of 32 inputs, or 256 for Q4_K).
+    /// Blocks per row (of 32 inputs, or 256 for Q4_K and Q6_K).
     blocks: usize,
 }
 
@@ -290,8 +307,9 @@ fn matmul_packed_with(
             "matmul_packed: activation type"
         );
         assert_eq!(y.len(), nt * w.rows(), "matmul_packed: output size");
-        let stored =
-            avx2 && nt <= TILE_TOKENS && matches!(w.ty(), GgmlType::Q5_0 | GgmlType::Q8_0);
+        let stored = avx2
+            && nt <= TILE_TOKENS
+            && matches!(w.ty(), GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q6_K);
         let groups = w.rows() / GROUP_ROWS;
         // Many tokens: a few groups per item, unpacked once for every token block. One tile
         // (decode): items of about 1/32 of a thread's share, so that a large matrix with short
@@ -362,7 +380,7 @@ fn matmul_packed_with(
                         out: out.at(g * GROUP_ROWS),
                         out_stride: rows,
                     };
-                    // Q5_0 and Q8_0 on AVX2: unpacked in registers, never stored.
+                    // Q5_0, Q8_0 and Q6_K on AVX2: unpacked in registers, never stored.
                     #[cfg(target_arch = "x86_64")]
                     if p.stored {
                         // SAFETY: tokens 0..nt (nt <= 4) are rows of `x` and `acts`; the stored
@@ -372,6 +390,7 @@ fn matmul_packed_with(
                         let stored = w.group(g);
                         match w.ty() {
                             GgmlType::Q5_0 => unsafe { x86::tile_q5_stored(stored, &tile) },
+                            GgmlType::Q6_K => unsafe { q6_k::tile_stored(stored, &tile) },
                             _ => unsafe { x86::tile_q8_stored(stored, &tile) },
                         }
                         continue;

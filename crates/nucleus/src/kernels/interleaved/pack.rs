@@ -1,6 +1,6 @@
 //! The interleaved layout: Q8_0 and Q5_0 matrices repacked eight rows at a time, the same
 //! bytes per block as in the file (the scales stay f16, Q5_0's values stay five bits); Q4_K
-//! matrices as [`super::q4_k`] describes.
+//! and Q6_K matrices as [`super::q4_k`] and [`super::q6_k`] describe.
 //!
 //! Per group of eight rows and block of 32 inputs (`q[j][i]`: value `i` of row `j`):
 //! - Q8_0 (272 bytes): the eight f16 scales, then eight chunks of 32 bytes, chunk `k` holding
@@ -10,7 +10,7 @@
 //!   `q[j][4(c + 4) + m]` in its high nibble; 32 bytes of fifth bits, bit `k` of byte `4j + m`
 //!   being bit 4 of `q[j][4k + m]`. Q5_0 values are kept unsigned (weight + 16, 0..=31).
 
-use super::{q4_k, GROUP_ROWS, QK};
+use super::{q4_k, q6_k, GROUP_ROWS, QK};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::GgmlType;
 
@@ -29,13 +29,14 @@ fn group_block_bytes(ty: GgmlType) -> usize {
         GgmlType::Q8_0 => 16 + 256,
         GgmlType::Q5_0 => 16 + 128 + 32,
         GgmlType::Q4_K => q4_k::GROUP_BLOCK,
-        _ => unreachable!("only Q8_0, Q5_0 and Q4_K are packed"),
+        GgmlType::Q6_K => q6_k::GROUP_BLOCK,
+        _ => unreachable!("only Q8_0, Q5_0, Q4_K and Q6_K are packed"),
     }
 }
 
-/// Inputs per block of `ty` (32, or 256 for Q4_K).
+/// Inputs per block of `ty` (32, or 256 for Q4_K and Q6_K).
 pub(crate) fn block_len(ty: GgmlType) -> usize {
-    if ty == GgmlType::Q4_K {
+    if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
         q4_k::QK_K
     } else {
         QK
@@ -65,11 +66,13 @@ impl PackedMatrix {
     }
 }
 
-/// Whether a matrix can be packed: Q8_0, Q5_0 or Q4_K with a row count that is a multiple of
-/// eight.
+/// Whether a matrix can be packed: Q8_0, Q5_0, Q4_K or Q6_K with a row count that is a
+/// multiple of eight.
 pub fn can_pack(ty: GgmlType, rows: usize, cols: usize) -> bool {
-    matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_K)
-        && rows.is_multiple_of(GROUP_ROWS)
+    matches!(
+        ty,
+        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K
+    ) && rows.is_multiple_of(GROUP_ROWS)
         && cols.is_multiple_of(block_len(ty))
         && rows > 0
 }
@@ -107,12 +110,15 @@ pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
     let mut data = vec![0u8; w.rows / GROUP_ROWS * blocks * gbb];
     for (g, out) in data.chunks_exact_mut(blocks * gbb).enumerate() {
         for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
-            if w.ty == GgmlType::Q4_K {
+            if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K) {
                 let rows = std::array::from_fn(|j| {
                     let at = (g * GROUP_ROWS + j) * rb + b * bb;
                     &w.data[at..at + bb]
                 });
-                q4_k::pack_group_block(rows, dst);
+                match w.ty {
+                    GgmlType::Q4_K => q4_k::pack_group_block(rows, dst),
+                    _ => q6_k::pack_group_block(rows, dst),
+                }
                 continue;
             }
             for j in 0..GROUP_ROWS {

@@ -105,7 +105,12 @@ fn only_q8_0_q5_0_and_q4_k_with_whole_groups_are_packed() {
         !can_pack(GgmlType::Q4_K, 8, 96),
         "rows of part of a super-block"
     );
-    assert!(!can_pack(GgmlType::Q6_K, 256, 256));
+    assert!(can_pack(GgmlType::Q6_K, 256, 256));
+    assert!(
+        !can_pack(GgmlType::Q6_K, 8, 896),
+        "rows of part of a super-block"
+    );
+    assert!(!can_pack(GgmlType::Q4_0, 8, 256));
     assert!(!can_pack(GgmlType::Q8_0, 0, 32));
 }
 
@@ -318,6 +323,73 @@ fn products_in_one_pass_match_one_call_each() {
             matmul_packed(&pool, w, &x, &xa, &mut alone);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(got), bits(&alone), "{} rows, {nt} tokens", w.rows());
+        }
+    }
+}
+
+/// Random Q6_K rows: scales of both signs, any six-bit values.
+fn random_q6_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
+    let mut byte = || ((rng.f32() + 1.0) * 128.0) as u8;
+    let mut data = vec![0u8; rows * cols / 256 * 210];
+    for (i, b) in data.chunks_exact_mut(210).enumerate() {
+        for v in &mut b[..208] {
+            *v = byte();
+        }
+        // Scales up to ±127 (the extremes included), as llama-quantize writes them.
+        b[192] = 0x81;
+        b[193] = 0x7F;
+        let d = half::f16::from_f32(0.0002 * (1 + i % 11) as f32);
+        b[208..210].copy_from_slice(&d.to_le_bytes());
+    }
+    data
+}
+
+/// Repacked Q6_K computes what llama.cpp's tiled Q6_K arithmetic computes
+/// (`dot_q6_k_batched`: one FMA per super-block), bit for bit, for every token count, with the
+/// SIMD kernels and the scalar ones: the same bits for a token alone and among many.
+#[test]
+fn q6_k_packed_has_the_tiled_kernels_bits() {
+    let mut rng = Rng(16);
+    let pool = ThreadPool::new(2);
+    let ty = GgmlType::Q6_K;
+    for (rows, cols) in [(8, 256), (24, 768), (64, 4864)] {
+        let data = random_q6_k(&mut rng, rows, cols);
+        let w = pack(&QMatrix {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        })
+        .unwrap();
+        assert_eq!(w.bytes(), data.len(), "the file's bytes, rearranged");
+        for nt in [1, 2, 3, 4, 5, 9, 40] {
+            // Activations with a wide range, so that some quantize to the extremes.
+            let xf: Vec<f32> = (0..nt * cols)
+                .map(|i| rng.f32() * (1 + i % 7) as f32 * if i % 97 == 0 { 50.0 } else { 1.0 })
+                .collect();
+            let mut x = QuantizedActs::new();
+            x.quantize(&xf, nt, cols, GgmlType::Q8_K);
+            let rb = cols / 256 * 210;
+            let want: Vec<f32> = (0..nt)
+                .flat_map(|t| {
+                    let xr = x.row(t);
+                    let data = &data;
+                    (0..rows).map(move |r| {
+                        crate::quant::dot_q6_k_batched(cols, &data[r * rb..(r + 1) * rb], xr)
+                    })
+                })
+                .collect();
+            let none = PackedActs::new();
+            let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
+            matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &none, true);
+            matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &none, false);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&scalar),
+                bits(&want),
+                "{rows}x{cols}, {nt} tokens: scalar"
+            );
+            assert_eq!(bits(&simd), bits(&want), "{rows}x{cols}, {nt} tokens: SIMD");
         }
     }
 }

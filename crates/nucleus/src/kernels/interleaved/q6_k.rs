@@ -1,0 +1,329 @@
+//! Q6_K matrices in the interleaved layout, computed with the arithmetic of llama.cpp's tiled
+//! Q6_K kernel (`quant::scalar::dot_q6_k_batched`): per super-block of 256 inputs the exact
+//! integer sum `isum = Σ_j scale_j·Σ (q − 32)·x` over the sixteen sub-blocks of 16, then one
+//!
+//! ```text
+//! acc = fma(isum · d, dy, acc)
+//! ```
+//!
+//! the same chain for every output, whatever the number of tokens: batch-invariant by
+//! construction, like the other interleaved products. (The one-row Q6_K kernel keeps eight
+//! partial sums per output and adds them at the end; in the interleaved layout, where one lane
+//! is one row, that would cost a multiply per four values and row more.)
+//!
+//! Layout of one group of eight rows and one super-block (1680 bytes, the file's 8 × 210):
+//! - `0..16`: the rows' d (f16);
+//! - `16..144`: the scales, byte `16 + 8j + r` = scale (i8) of sub-block `j` of row `r`;
+//! - `144..1168`: the low four bits, 32 bytes per (pair `p` of 32-value groups, chunk `c` of
+//!   four): byte `4r + m` of `144 + 256p + 32c` holds value `64p + 4c + m` of row `r` in its low
+//!   nibble and value `64p + 32 + 4c + m` in its high nibble (as Q4_K's nibbles);
+//! - `1168..1680`: the high two bits, 32 bytes per (pair `p`, chunk `c` < 4): byte `4r + m` of
+//!   `1168 + 128p + 32c` holds, from bit 0, those of the low and the high value of chunk `c`,
+//!   then of chunk `c + 4`.
+//!
+//! For many tokens a group is first unpacked ([`unpack_group_scalar`], `x86::unpack_group`),
+//! its values whole, so that the kernel only loads them: per super-block the 144 bytes of d
+//! and scales as stored, then 2048 value bytes, sub-block `j` at `144 + 128j`, chunk `i` of it
+//! (values `16j + 4i ..+4`) at `+ 32i`, byte `4r + m` value `16j + 4i + m` of row `r`. One
+//! tile of tokens (decode) reads the stored layout and unpacks in registers.
+
+use super::{GroupView, Tile, GROUP_ROWS};
+
+/// Bytes of a Q6_K super-block in the file: ql[128], qh[64], scales[16] (i8), d (f16).
+const FILE_BLOCK: usize = 210;
+/// Bytes of one group's super-block in the interleaved layout.
+pub(crate) const GROUP_BLOCK: usize = GROUP_ROWS * FILE_BLOCK;
+/// Bytes of a Q8_K activation block: f32 d, 256 values, 16 i16 sums of 16.
+const ACT_BLOCK: usize = 292;
+const SCALES: usize = 16;
+const NIBBLES: usize = 144;
+const HIGH: usize = 1168;
+/// Bytes of one group's super-block unpacked: the header (d and scales), then the values.
+pub(crate) const UNPACKED_BLOCK: usize = NIBBLES + GROUP_ROWS * 256;
+
+/// The 256 unsigned six-bit values of a file block, in order (ggml's `block_q6_K`: half `h` of
+/// 128 values is four groups of 32; group `m` takes the low (m < 2) or high nibbles of
+/// `ql[64h + 32(m % 2)..]` and bits `2m, 2m + 1` of `qh[32h..]`).
+fn file_values(b: &[u8]) -> [u8; 256] {
+    let mut q = [0u8; 256];
+    for h in 0..2 {
+        let (ql, qh) = (&b[64 * h..64 * h + 64], &b[128 + 32 * h..128 + 32 * h + 32]);
+        for m in 0..4 {
+            for l in 0..32 {
+                let lo = (ql[32 * (m % 2) + l] >> (4 * (m / 2))) & 0xF;
+                let hi = (qh[l] >> (2 * m)) & 3;
+                q[128 * h + 32 * m + l] = lo | (hi << 4);
+            }
+        }
+    }
+    q
+}
+
+/// Writes group-block `dst` (GROUP_BLOCK bytes, zeroed) from the eight file blocks `rows[r]`.
+pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
+    for (r, b) in rows.iter().enumerate() {
+        dst[2 * r..2 * r + 2].copy_from_slice(&b[208..210]);
+        for j in 0..16 {
+            dst[SCALES + 8 * j + r] = b[192 + j];
+        }
+        let q = file_values(b);
+        for p in 0..4 {
+            for c in 0..8 {
+                for m in 0..4 {
+                    let (lo, hi) = (q[64 * p + 4 * c + m], q[64 * p + 32 + 4 * c + m]);
+                    dst[NIBBLES + 256 * p + 32 * c + 4 * r + m] = (lo & 0xF) | (hi & 0xF) << 4;
+                    let shift = 4 * (c / 4);
+                    dst[HIGH + 128 * p + 32 * (c % 4) + 4 * r + m] |=
+                        ((lo >> 4) | (hi >> 4) << 2) << shift;
+                }
+            }
+        }
+    }
+}
+
+/// Unpacks `blocks` stored group-blocks of `src` into `values` ([`UNPACKED_BLOCK`] bytes
+/// each, the layout of the module doc). (`x86::unpack_group` computes the same with AVX2.)
+pub(crate) fn unpack_group_scalar(blocks: usize, src: &[u8], values: &mut [u8]) {
+    assert!(src.len() >= blocks * GROUP_BLOCK && values.len() >= blocks * UNPACKED_BLOCK);
+    for b in 0..blocks {
+        let g = &src[GROUP_BLOCK * b..GROUP_BLOCK * (b + 1)];
+        let v = &mut values[UNPACKED_BLOCK * b..UNPACKED_BLOCK * (b + 1)];
+        v[..NIBBLES].copy_from_slice(&g[..NIBBLES]);
+        for j in 0..16 {
+            // Sub-block j: pair p, its low (j % 4 < 2) or high values, chunks 4·half...
+            let (p, high, half) = (j / 4, j % 4 >= 2, j % 2);
+            for i in 0..4 {
+                let c = 4 * half + i;
+                for l in 0..32 {
+                    let byte = g[NIBBLES + 256 * p + 32 * c + l];
+                    let bits =
+                        g[HIGH + 128 * p + 32 * (c % 4) + l] >> (4 * half + 2 * high as usize);
+                    let nib = if high { byte >> 4 } else { byte & 0xF };
+                    v[NIBBLES + 128 * j + 32 * i + l] = nib | (bits & 3) << 4;
+                }
+            }
+        }
+    }
+}
+
+/// The reference kernel, on unpacked groups: the arithmetic of the module doc, per output.
+///
+/// # Safety
+/// As [`super::TileFn`], the group unpacked, the activations being Q8_K rows of `tile.blocks`
+/// super-blocks.
+pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
+    for n in 0..t.nx {
+        // SAFETY: the caller guarantees token n's activation row and 8 output floats.
+        let (x, out) = unsafe {
+            (
+                std::slice::from_raw_parts(t.x.add(n * t.x_stride), t.blocks * ACT_BLOCK),
+                std::slice::from_raw_parts_mut(t.out.add(n * t.out_stride), GROUP_ROWS),
+            )
+        };
+        let mut acc = [0f32; GROUP_ROWS];
+        for b in 0..t.blocks {
+            let g = &group.values[group.stride * b..group.stride * b + UNPACKED_BLOCK];
+            let xb = &x[ACT_BLOCK * b..ACT_BLOCK * (b + 1)];
+            let dy = f32::from_le_bytes(xb[0..4].try_into().unwrap());
+            for r in 0..GROUP_ROWS {
+                let mut isum = 0i32;
+                for j in 0..16 {
+                    let mut sub = 0i32;
+                    for i in 0..16 {
+                        let q = g[NIBBLES + 128 * j + 32 * (i / 4) + 4 * r + i % 4] as i32 - 32;
+                        sub += q * xb[4 + 16 * j + i] as i8 as i32;
+                    }
+                    isum += g[SCALES + 8 * j + r] as i8 as i32 * sub;
+                }
+                let d = half::f16::from_le_bytes([g[2 * r], g[2 * r + 1]]).to_f32();
+                acc[r] = (isum as f32 * d).mul_add(dy, acc[r]);
+            }
+        }
+        out.copy_from_slice(&acc);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{tile_stored, tile_unpacked, unpack_group};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    /// Sub-block `j`'s chunk `c` (of the eight of its pair) of a stored group-block at `g`,
+    /// unpacked in a register: the low or high nibbles, and the value's two high bits moved
+    /// from 4·half (low values) or 4·half + 2 (high ones) to bits 4..6 (16-bit shifts; what
+    /// crosses into the next byte is masked off).
+    #[inline(always)]
+    unsafe fn chunk_values(g: *const u8, j: usize, c: usize) -> __m256i {
+        let (m4, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+        let (p, high, half) = (j / 4, j % 4 >= 2, j % 2);
+        // SAFETY: the caller's group-block holds GROUP_BLOCK bytes at `g`.
+        let (w, h) = unsafe {
+            (
+                _mm256_loadu_si256(g.add(NIBBLES + 256 * p + 32 * c) as *const _),
+                _mm256_loadu_si256(g.add(HIGH + 128 * p + 32 * (c % 4)) as *const _),
+            )
+        };
+        let (nib, bits) = match (high, half) {
+            (false, 0) => (w, _mm256_slli_epi16(h, 4)),
+            (false, _) => (w, h),
+            (true, 0) => (_mm256_srli_epi16(w, 4), _mm256_slli_epi16(h, 2)),
+            (true, _) => (_mm256_srli_epi16(w, 4), _mm256_srli_epi16(h, 2)),
+        };
+        _mm256_or_si256(_mm256_and_si256(nib, m4), _mm256_and_si256(bits, m30))
+    }
+
+    /// [`unpack_group_scalar`] with AVX2.
+    pub(crate) fn unpack_group(blocks: usize, src: &[u8], values: &mut [u8]) {
+        assert!(src.len() >= blocks * GROUP_BLOCK && values.len() >= blocks * UNPACKED_BLOCK);
+        // SAFETY: the sizes are checked; the caller checked the CPU's level (AVX2).
+        unsafe { unpack_avx2(blocks, src, values) }
+    }
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack_avx2(blocks: usize, src: &[u8], values: &mut [u8]) {
+        // SAFETY: block b < blocks: GROUP_BLOCK source bytes, UNPACKED_BLOCK destination bytes
+        // (checked by the caller).
+        unsafe {
+            for b in 0..blocks {
+                let g = src.as_ptr().add(GROUP_BLOCK * b);
+                let v = values.as_mut_ptr().add(UNPACKED_BLOCK * b);
+                std::ptr::copy_nonoverlapping(g, v, NIBBLES);
+                for j in 0..16 {
+                    for i in 0..4 {
+                        let c = 4 * (j % 2) + i;
+                        let dst = v.add(NIBBLES + 128 * j + 32 * i) as *mut __m256i;
+                        _mm256_storeu_si256(dst, chunk_values(g, j, c));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The offset of the values' storage without sign: 32·Σ_j scale_j·bsum_j for each row,
+    /// from the group-block header at `g` (stored or unpacked) and the Q8_K block at `xb`.
+    #[inline(always)]
+    unsafe fn offset(g: *const u8, xb: *const u8) -> __m256i {
+        let mut off = _mm256_setzero_si256();
+        // SAFETY: the header's 128 scale bytes and the activation block's 16 sums (the
+        // caller's block).
+        unsafe {
+            for k in 0..8 {
+                // Row r's scales of sub-blocks 2k and 2k + 1 in 16-bit lanes 2r and 2r + 1.
+                let a = _mm_loadl_epi64(g.add(SCALES + 16 * k) as *const _);
+                let c = _mm_loadl_epi64(g.add(SCALES + 16 * k + 8) as *const _);
+                let sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, c));
+                let bs = _mm256_set1_epi32((xb.add(260 + 4 * k) as *const i32).read_unaligned());
+                off = _mm256_add_epi32(off, _mm256_madd_epi16(sc, bs));
+            }
+        }
+        _mm256_slli_epi32(off, 5)
+    }
+
+    /// Row r's scale of sub-block j in 16-bit lanes 2r and 2r + 1.
+    #[inline(always)]
+    unsafe fn scale(g: *const u8, j: usize) -> __m256i {
+        // SAFETY: the header's scale bytes (the caller's block).
+        let s = unsafe { _mm_loadl_epi64(g.add(SCALES + 8 * j) as *const _) };
+        _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s, s))
+    }
+
+    /// [`tile_scalar`]'s bits with AVX2 on a stored group (one tile of tokens: decode): eight
+    /// rows in the lanes of a register, four values of each per `vpmaddubsw` (a six-bit value
+    /// times an 8-bit activation: a pair sums to at most 2·63·128 = 16,128, two chunks to
+    /// 32,256, within 16 bits), every two chunks scaled by `vpmaddwd` with the sub-block's
+    /// scale; the −32 offset taken off through the activations' sums of 16.
+    ///
+    /// # Safety
+    /// As [`super::super::TileFn`] with `stored` the group's stored bytes (GROUP_BLOCK per
+    /// block); the CPU has AVX2, FMA and F16C.
+    pub(crate) unsafe fn tile_stored(stored: &[u8], tile: &Tile) {
+        assert!(stored.len() >= GROUP_BLOCK * tile.blocks);
+        // SAFETY: forwarded; `nx` picks the instantiation.
+        unsafe {
+            match tile.nx {
+                1 => tile_nx::<false, 1>(stored.as_ptr(), GROUP_BLOCK, tile),
+                2 => tile_nx::<false, 2>(stored.as_ptr(), GROUP_BLOCK, tile),
+                3 => tile_nx::<false, 3>(stored.as_ptr(), GROUP_BLOCK, tile),
+                _ => tile_nx::<false, 4>(stored.as_ptr(), GROUP_BLOCK, tile),
+            }
+        }
+    }
+
+    /// [`tile_stored`] on an unpacked group (many tokens): the values only loaded.
+    ///
+    /// # Safety
+    /// As [`super::super::TileFn`], the group unpacked; the CPU has AVX2, FMA and F16C.
+    pub(crate) unsafe fn tile_unpacked(group: &GroupView, tile: &Tile) {
+        assert!(group.values.len() >= group.stride * (tile.blocks - 1) + UNPACKED_BLOCK);
+        let (g, stride) = (group.values.as_ptr(), group.stride);
+        // SAFETY: forwarded; `nx` picks the instantiation.
+        unsafe {
+            match tile.nx {
+                1 => tile_nx::<true, 1>(g, stride, tile),
+                2 => tile_nx::<true, 2>(g, stride, tile),
+                3 => tile_nx::<true, 3>(g, stride, tile),
+                _ => tile_nx::<true, 4>(g, stride, tile),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile_nx<const UNPACKED: bool, const NX: usize>(
+        group: *const u8,
+        stride: usize,
+        t: &Tile,
+    ) {
+        let mut acc = [_mm256_setzero_ps(); NX];
+        // SAFETY (all reads below): super-block b < blocks of the group (GROUP_BLOCK or
+        // UNPACKED_BLOCK bytes at stride·b, checked by the callers); token n < nx's Q8_K block
+        // b (ACT_BLOCK bytes) in its row (the caller's contract).
+        unsafe {
+            for b in 0..t.blocks {
+                let g = group.add(stride * b);
+                if !UNPACKED {
+                    // Weights stream from memory in decode: ask for the next super-block's.
+                    for l in (0..GROUP_BLOCK).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(g.add(GROUP_BLOCK + l) as *const i8);
+                    }
+                }
+                let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
+                let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
+                let mut isum = [_mm256_setzero_si256(); NX];
+                for j in 0..16 {
+                    let sc = scale(g, j);
+                    for two in 0..2 {
+                        let mut s = [_mm256_setzero_si256(); NX];
+                        for i in 2 * two..2 * two + 2 {
+                            let v = if UNPACKED {
+                                _mm256_loadu_si256(g.add(NIBBLES + 128 * j + 32 * i) as *const _)
+                            } else {
+                                chunk_values(g, j, 4 * (j % 2) + i)
+                            };
+                            for (n, s) in s.iter_mut().enumerate() {
+                                let x = xb(n).add(4 + 16 * j + 4 * i);
+                                *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(v, bcast(x)));
+                            }
+                        }
+                        for (i, s) in isum.iter_mut().zip(s) {
+                            *i = _mm256_add_epi32(*i, _mm256_madd_epi16(s, sc));
+                        }
+                    }
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(g as *const _));
+                for n in 0..NX {
+                    let total = _mm256_sub_epi32(isum[n], offset(g, xb(n)));
+                    let dy = _mm256_set1_ps((xb(n) as *const f32).read_unaligned());
+                    let wd = _mm256_mul_ps(_mm256_cvtepi32_ps(total), d);
+                    acc[n] = _mm256_fmadd_ps(wd, dy, acc[n]);
+                }
+            }
+            for (n, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
+            }
+        }
+    }
+}
