@@ -32,6 +32,9 @@ pub fn quantize(args: QuantizeArgs) -> Result<()> {
     let checkpoint = if input.is_dir() {
         let c = nucleus::hf::Checkpoint::open(&input)
             .with_context(|| format!("cannot read {}", input.display()))?;
+        // A file llama.cpp would tokenize differently is not written.
+        c.check_llama_cpp_vocab()
+            .with_context(|| format!("cannot convert {}", input.display()))?;
         Some(
             c.to_gguf()
                 .with_context(|| format!("cannot read {}", input.display()))?,

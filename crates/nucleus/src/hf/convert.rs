@@ -45,6 +45,9 @@ pub struct Checkpoint {
     /// The model's and the tokenizer's GGUF metadata.
     pub metadata: Metadata,
     pub tensors: Vec<CheckpointTensor>,
+    /// Why llama.cpp could not tokenize with the vocabulary in [`Checkpoint::metadata`], if it
+    /// could not (nucleus reads it through `tokenizer.huggingface.json` either way).
+    pub llama_cpp_vocab_problem: Option<String>,
     shards: Shards,
 }
 
@@ -154,7 +157,7 @@ impl Checkpoint {
             .unwrap_or_else(|| "checkpoint".into());
         let mut metadata = Metadata::default();
         config.gguf_metadata(&name, &mut metadata);
-        tokenizer_metadata(dir, &config, &mut metadata)?;
+        let llama_cpp_vocab_problem = tokenizer_metadata(dir, &config, &mut metadata)?;
 
         let mut tensors = Vec::with_capacity(shards.tensors.len() + 1);
         for (hf_name, stored) in &shards.tensors {
@@ -230,6 +233,7 @@ impl Checkpoint {
             config,
             metadata,
             tensors,
+            llama_cpp_vocab_problem,
             shards,
         })
     }
@@ -254,6 +258,18 @@ impl Checkpoint {
                     bytes
                 }
             }
+        }
+    }
+
+    /// Refuses a vocabulary llama.cpp would tokenize differently from tokenizer.json, before
+    /// the checkpoint is written to a GGUF file (as convert_hf_to_gguf.py refuses one).
+    pub fn check_llama_cpp_vocab(&self) -> Result<(), HfError> {
+        match &self.llama_cpp_vocab_problem {
+            None => Ok(()),
+            Some(why) => Err(HfError::Tokenizer(format!(
+                "not written as GGUF, since llama.cpp could not tokenize it as tokenizer.json \
+                 does: {why}"
+            ))),
         }
     }
 

@@ -16,9 +16,11 @@ mod config;
 mod convert;
 mod safetensors;
 mod tokenizer;
+mod vocab;
 
 pub use config::{Config, Family};
 pub use convert::{Checkpoint, CheckpointTensor};
+pub use vocab::CHECK_TEXTS;
 
 use std::path::Path;
 
