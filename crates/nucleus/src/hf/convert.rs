@@ -1,6 +1,8 @@
 //! The checkpoint as GGUF: tensors renamed as `convert_hf_to_gguf.py` renames them, each
-//! checked against `config.json`, and assembled into a GGUF image in memory.
+//! checked against `config.json`, and either assembled into a GGUF image in memory (to run) or
+//! handed tensor by tensor to the quantizer (to write a file, never held whole in memory).
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
@@ -9,7 +11,8 @@ use super::config::{Config, Family};
 use super::safetensors::{DType, Shards, StoredTensor};
 use super::tokenizer::tokenizer_metadata;
 use super::HfError;
-use crate::gguf::{GgufFile, GgufWriter, Metadata};
+use crate::gguf::{gguf_header, GgufFile, HeaderTensor, MetaValue, Metadata, DEFAULT_ALIGNMENT};
+use crate::quant::quantize::{QuantizeSource, TensorShape};
 use crate::quant::GgmlType;
 
 /// Where a converted tensor's values come from.
@@ -35,6 +38,16 @@ pub struct CheckpointTensor {
     /// `convert_hf_to_gguf.py` writes them).
     pub ty: GgmlType,
     source: Source,
+}
+
+impl CheckpointTensor {
+    /// Bytes of the converted data (its shape matched stored data, so this cannot overflow).
+    pub fn byte_size(&self) -> usize {
+        let n: u64 = self.dims.iter().product();
+        self.ty
+            .row_bytes(n as usize)
+            .expect("F32, F16 and BF16 hold one value per block")
+    }
 }
 
 /// A checkpoint directory read as a GGUF-like set of named tensors plus metadata; each
@@ -238,10 +251,13 @@ impl Checkpoint {
         })
     }
 
-    /// The tensor's data in its [`CheckpointTensor::ty`], little-endian.
-    pub fn tensor_data(&self, t: &CheckpointTensor) -> Vec<u8> {
+    /// The tensor's data in its [`CheckpointTensor::ty`], little-endian: borrowed from the
+    /// map when stored so, else converted (permuted rows, vectors widened to F32).
+    pub fn tensor_data(&self, t: &CheckpointTensor) -> Cow<'_, [u8]> {
         match &t.source {
-            Source::Computed(values) => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            Source::Computed(values) => {
+                Cow::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+            }
             Source::Stored {
                 hf_name,
                 permute_heads,
@@ -249,11 +265,11 @@ impl Checkpoint {
                 let stored = &self.shards.tensors[hf_name];
                 let bytes = self.shards.data(stored);
                 let bytes = match permute_heads {
-                    Some(heads) => permute_rows(bytes, stored, *heads),
-                    None => bytes.to_vec(),
+                    Some(heads) => Cow::Owned(permute_rows(bytes, stored, *heads)),
+                    None => Cow::Borrowed(bytes),
                 };
                 if t.ty == GgmlType::F32 && stored.dtype != DType::F32 {
-                    to_f32(&bytes, stored.dtype)
+                    Cow::Owned(to_f32(&bytes, stored.dtype))
                 } else {
                     bytes
                 }
@@ -273,19 +289,71 @@ impl Checkpoint {
         }
     }
 
-    /// The model as a GGUF file held in memory.
+    /// The model as a GGUF file held in memory: the header, then each tensor converted
+    /// straight into its place (one copy of the weights, no second buffer).
     pub fn to_gguf(&self) -> Result<GgufFile, HfError> {
-        let mut w = GgufWriter::new();
-        for (k, v) in self.metadata.iter() {
-            w.add_meta(k, v.clone());
+        let metadata: Vec<(String, MetaValue)> = self
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let sizes: Vec<usize> = self.tensors.iter().map(CheckpointTensor::byte_size).collect();
+        let entries: Vec<HeaderTensor> = self
+            .tensors
+            .iter()
+            .zip(&sizes)
+            .map(|(t, &size)| HeaderTensor {
+                name: &t.name,
+                dims: &t.dims,
+                ty: t.ty,
+                size,
+            })
+            .collect();
+        let (mut bytes, offsets) = gguf_header(&metadata, &entries, DEFAULT_ALIGNMENT);
+        let data_start = bytes.len();
+        let total = offsets.last().zip(sizes.last()).map_or(0, |(o, s)| o + s);
+        bytes.reserve_exact(total);
+        for ((t, &offset), &size) in self.tensors.iter().zip(&offsets).zip(&sizes) {
+            bytes.resize(data_start + offset, 0);
+            let data = self.tensor_data(t);
+            debug_assert_eq!(data.len(), size);
+            bytes.extend_from_slice(&data);
         }
-        for t in &self.tensors {
-            w.add_tensor(&t.name, &t.dims, t.ty, self.tensor_data(t));
-        }
-        GgufFile::from_bytes(w.to_bytes()).map_err(|e| HfError::BadFile {
+        GgufFile::from_bytes(bytes).map_err(|e| HfError::BadFile {
             path: self.dir.display().to_string(),
             problem: format!("converted model is not valid GGUF: {e}"),
         })
+    }
+}
+
+/// The checkpoint as the quantizer's input, read tensor by tensor from the mapped shards.
+impl QuantizeSource for Checkpoint {
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    fn alignment(&self) -> usize {
+        DEFAULT_ALIGNMENT
+    }
+
+    fn tensor_shapes(&self) -> Vec<TensorShape<'_>> {
+        self.tensors
+            .iter()
+            .map(|t| TensorShape {
+                name: &t.name,
+                dims: &t.dims,
+                ty: t.ty,
+            })
+            .collect()
+    }
+
+    fn tensor_data(&self, index: usize) -> Cow<'_, [u8]> {
+        Checkpoint::tensor_data(self, &self.tensors[index])
+    }
+
+    /// The converted tensors' bytes (what the unquantized GGUF would hold).
+    fn input_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.byte_size() as u64).sum()
     }
 }
 
