@@ -36,10 +36,8 @@ impl Scratch {
     fn new(tag: &str) -> Scratch {
         static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "nucleus-vocab-{tag}-{}-{n}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("nucleus-vocab-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
@@ -54,7 +52,12 @@ impl Drop for Scratch {
 
 /// A checkpoint directory: `weights`' config and tensors, `tokenizer`'s tokenizer files, and
 /// tokenizer.json edited by `edit`.
-fn checkpoint(scratch: &Scratch, weights: &str, tokenizer: &str, edit: impl Fn(&mut Value)) -> PathBuf {
+fn checkpoint(
+    scratch: &Scratch,
+    weights: &str,
+    tokenizer: &str,
+    edit: impl Fn(&mut Value),
+) -> PathBuf {
     let dir = scratch.0.join("ckpt");
     std::fs::create_dir_all(&dir).unwrap();
     for f in ["config.json", "model.safetensors"] {
@@ -66,9 +69,10 @@ fn checkpoint(scratch: &Scratch, weights: &str, tokenizer: &str, edit: impl Fn(&
             std::fs::copy(from, dir.join(f)).unwrap();
         }
     }
-    let mut tj: Value =
-        serde_json::from_str(&std::fs::read_to_string(data().join(tokenizer).join("tokenizer.json")).unwrap())
-            .unwrap();
+    let mut tj: Value = serde_json::from_str(
+        &std::fs::read_to_string(data().join(tokenizer).join("tokenizer.json")).unwrap(),
+    )
+    .unwrap();
     edit(&mut tj);
     std::fs::write(dir.join("tokenizer.json"), tj.to_string()).unwrap();
     dir
@@ -79,7 +83,14 @@ fn written(scratch: &Scratch, dir: &Path) -> GgufFile {
     let ckpt = Checkpoint::open(dir).unwrap();
     ckpt.check_llama_cpp_vocab().unwrap();
     let out = scratch.0.join("out.gguf");
-    quantize_gguf(&ckpt.to_gguf().unwrap(), &out, &Mix::parse("F16").unwrap(), 1, &mut |_| {}).unwrap();
+    quantize_gguf(
+        &ckpt.to_gguf().unwrap(),
+        &out,
+        &Mix::parse("F16").unwrap(),
+        1,
+        &mut |_| {},
+    )
+    .unwrap();
     GgufFile::open(&out).unwrap()
 }
 
@@ -101,10 +112,18 @@ fn tokenizes_as_hugging_face(file: &GgufFile, dir: &Path) {
     for text in TEXTS {
         let want = hf.encode(*text, false).unwrap().get_ids().to_vec();
         assert_eq!(native.encode(text, false, false).unwrap(), want, "{text:?}");
-        assert_eq!(through_json.encode(text, false, false).unwrap(), want, "{text:?}");
+        assert_eq!(
+            through_json.encode(text, false, false).unwrap(),
+            want,
+            "{text:?}"
+        );
         let with_special = hf.encode(*text, true).unwrap().get_ids().to_vec();
         if !text.is_empty() {
-            assert_eq!(native.encode(text, true, false).unwrap(), with_special, "{text:?} with BOS");
+            assert_eq!(
+                native.encode(text, true, false).unwrap(),
+                with_special,
+                "{text:?} with BOS"
+            );
         }
     }
 }
@@ -130,16 +149,31 @@ fn check_gpt2_keys(file: &GgufFile, dir: &Path, pre: &str) {
         .iter()
         .map(|m| match m {
             Value::String(s) => s.clone(),
-            pair => format!("{} {}", pair[0].as_str().unwrap(), pair[1].as_str().unwrap()),
+            pair => format!(
+                "{} {}",
+                pair[0].as_str().unwrap(),
+                pair[1].as_str().unwrap()
+            ),
         })
         .collect();
     assert_eq!(merges, want);
-    let n_vocab = meta.get_u64("llama.vocab_size").or(meta.get_u64("qwen2.vocab_size")).unwrap() as usize;
+    let n_vocab = meta
+        .get_u64("llama.vocab_size")
+        .or(meta.get_u64("qwen2.vocab_size"))
+        .unwrap() as usize;
     let tokens = meta.get_str_array("tokenizer.ggml.tokens").unwrap();
     assert_eq!(tokens.len(), n_vocab);
-    assert_eq!(meta.get_i64_array("tokenizer.ggml.token_type").unwrap().len(), n_vocab);
+    assert_eq!(
+        meta.get_i64_array("tokenizer.ggml.token_type")
+            .unwrap()
+            .len(),
+        n_vocab
+    );
     assert!(meta.get("tokenizer.ggml.scores").is_none());
-    assert!(meta.get_str("tokenizer.chat_template").unwrap().contains("<|im_start|>"));
+    assert!(meta
+        .get_str("tokenizer.chat_template")
+        .unwrap()
+        .contains("<|im_start|>"));
 }
 
 #[test]
@@ -224,7 +258,13 @@ fn merges_as_strings_are_written_as_they_are() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|m| json!(format!("{} {}", m[0].as_str().unwrap(), m[1].as_str().unwrap())))
+            .map(|m| {
+                json!(format!(
+                    "{} {}",
+                    m[0].as_str().unwrap(),
+                    m[1].as_str().unwrap()
+                ))
+            })
             .collect();
         tj["model"]["merges"] = Value::Array(strings);
     });
@@ -253,9 +293,15 @@ fn sentencepiece_style_checkpoint_writes_llama_vocab_with_scores() {
     let id = |t: &str| tokens.iter().position(|x| *x == t).unwrap();
     assert_eq!(types[id("<0x0A>")], 6);
     assert_eq!(types[id("<unk>")], 2);
-    assert_eq!(meta.get_u64("tokenizer.ggml.unknown_token_id"), Some(id("<unk>") as u64));
+    assert_eq!(
+        meta.get_u64("tokenizer.ggml.unknown_token_id"),
+        Some(id("<unk>") as u64)
+    );
     assert_eq!(types[id("<s>")], 3);
-    assert_eq!(meta.get_u64("tokenizer.ggml.bos_token_id"), Some(id("<s>") as u64));
+    assert_eq!(
+        meta.get_u64("tokenizer.ggml.bos_token_id"),
+        Some(id("<s>") as u64)
+    );
     // The first merge's token scores highest; a later merge's lower.
     let tj = tokenizer_json(&dir);
     let merge = |i: usize| {
@@ -281,7 +327,10 @@ fn an_unknown_pre_tokenizer_runs_but_is_not_written() {
     });
     let ckpt = Checkpoint::open(&dir).unwrap();
     let why = ckpt.llama_cpp_vocab_problem.clone().unwrap();
-    assert!(why.contains("pre-tokenizer") && why.contains(r"\\s+|\\w+"), "{why}");
+    assert!(
+        why.contains("pre-tokenizer") && why.contains(r"\\s+|\\w+"),
+        "{why}"
+    );
     let err = ckpt.check_llama_cpp_vocab().unwrap_err().to_string();
     assert!(err.contains("llama.cpp could not tokenize it"), "{err}");
     assert!(ckpt.metadata.get("tokenizer.ggml.pre").is_none());
@@ -289,7 +338,10 @@ fn an_unknown_pre_tokenizer_runs_but_is_not_written() {
     let tok = Tokenizer::from_gguf(&model.file.metadata).unwrap();
     let hf = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
     let text = "hello, world 123";
-    assert_eq!(tok.encode(text, false, false).unwrap(), hf.encode(text, false).unwrap().get_ids());
+    assert_eq!(
+        tok.encode(text, false, false).unwrap(),
+        hf.encode(text, false).unwrap().get_ids()
+    );
 }
 
 /// A normalizer llama.cpp does not apply is named as the reason.
@@ -299,7 +351,10 @@ fn a_normalizer_llama_cpp_lacks_is_named() {
     let dir = checkpoint(&s, "qwen2-f32", "qwen2-f32", |tj| {
         tj["normalizer"] = json!({"type": "Lowercase"});
     });
-    let why = Checkpoint::open(&dir).unwrap().llama_cpp_vocab_problem.unwrap();
+    let why = Checkpoint::open(&dir)
+        .unwrap()
+        .llama_cpp_vocab_problem
+        .unwrap();
     assert!(why.contains("Lowercase normalizer"), "{why}");
 }
 
@@ -317,6 +372,9 @@ fn a_vocabulary_llama_cpp_would_tokenize_differently_fails_the_check() {
     });
     let ckpt = Checkpoint::open(&dir).unwrap();
     let why = ckpt.llama_cpp_vocab_problem.clone().unwrap();
-    assert!(why.contains("as llama.cpp reads it (llama default)"), "{why}");
+    assert!(
+        why.contains("as llama.cpp reads it (llama default)"),
+        "{why}"
+    );
     assert!(ckpt.check_llama_cpp_vocab().is_err());
 }

@@ -277,6 +277,13 @@ impl Checkpoint {
         }
     }
 
+    /// Drops the mapped pages of `t`'s stored data once its converted copy is written.
+    fn release(&self, t: &CheckpointTensor) {
+        if let Source::Stored { hf_name, .. } = &t.source {
+            self.shards.release(&self.shards.tensors[hf_name]);
+        }
+    }
+
     /// Refuses a vocabulary llama.cpp would tokenize differently from tokenizer.json, before
     /// the checkpoint is written to a GGUF file (as convert_hf_to_gguf.py refuses one).
     pub fn check_llama_cpp_vocab(&self) -> Result<(), HfError> {
@@ -297,7 +304,11 @@ impl Checkpoint {
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect();
-        let sizes: Vec<usize> = self.tensors.iter().map(CheckpointTensor::byte_size).collect();
+        let sizes: Vec<usize> = self
+            .tensors
+            .iter()
+            .map(CheckpointTensor::byte_size)
+            .collect();
         let entries: Vec<HeaderTensor> = self
             .tensors
             .iter()
@@ -318,6 +329,8 @@ impl Checkpoint {
             let data = self.tensor_data(t);
             debug_assert_eq!(data.len(), size);
             bytes.extend_from_slice(&data);
+            drop(data);
+            self.release(t);
         }
         GgufFile::from_bytes(bytes).map_err(|e| HfError::BadFile {
             path: self.dir.display().to_string(),
@@ -349,6 +362,10 @@ impl QuantizeSource for Checkpoint {
 
     fn tensor_data(&self, index: usize) -> Cow<'_, [u8]> {
         Checkpoint::tensor_data(self, &self.tensors[index])
+    }
+
+    fn release(&self, index: usize) {
+        Checkpoint::release(self, &self.tensors[index]);
     }
 
     /// The converted tensors' bytes (what the unquantized GGUF would hold).

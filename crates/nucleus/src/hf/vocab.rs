@@ -61,7 +61,11 @@ fn byte_level_pre(json: &Value) -> Result<&'static str, String> {
     match kind(normalizer) {
         // llama.cpp does not normalize; NFC leaves text already in NFC alone (Qwen2's).
         None | Some("NFC") => {}
-        Some(other) => return Err(format!("a {other} normalizer, which llama.cpp does not apply")),
+        Some(other) => {
+            return Err(format!(
+                "a {other} normalizer, which llama.cpp does not apply"
+            ))
+        }
     }
     let pre = json.get("pre_tokenizer").unwrap_or(&Value::Null);
     let steps = parts(pre, "pretokenizers");
@@ -204,7 +208,10 @@ pub(super) fn llama_cpp_keys(
         )
     };
     let f32_array = |items: Vec<f32>| {
-        MetaValue::Array(MetaType::F32, items.into_iter().map(MetaValue::F32).collect())
+        MetaValue::Array(
+            MetaType::F32,
+            items.into_iter().map(MetaValue::F32).collect(),
+        )
     };
     match model {
         Some("BPE") if byte_level => {
@@ -231,7 +238,11 @@ pub(super) fn llama_cpp_keys(
                 put("tokenizer.ggml.unknown_token_id", MetaValue::U32(id));
             }
         }
-        Some(other) => return Err(format!("a {other} model, which llama.cpp does not read")),
+        Some(other) => {
+            return Err(format!(
+                "a {other} model, which nucleus does not write for llama.cpp"
+            ))
+        }
         None => return Err("its model has no type".into()),
     }
     check(hf, tokenizer_keys, &keys)?;
@@ -240,7 +251,11 @@ pub(super) fn llama_cpp_keys(
 
 /// nucleus's tokenizer from `tokenizer_keys` and `keys` alone (llama.cpp's algorithm) must
 /// give the ids `hf` gives.
-fn check(hf: &tokenizers::Tokenizer, tokenizer_keys: &Metadata, keys: &Metadata) -> Result<(), String> {
+fn check(
+    hf: &tokenizers::Tokenizer,
+    tokenizer_keys: &Metadata,
+    keys: &Metadata,
+) -> Result<(), String> {
     let mut meta = tokenizer_keys.clone();
     for (k, v) in keys.iter() {
         meta.insert(k.to_string(), v.clone());
