@@ -8,9 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use nucleus::gguf::{GgufFile, MetaValue, Metadata};
+use nucleus::gguf::{GgufFile, Metadata};
 use nucleus::hf::Checkpoint;
-use nucleus::quant::quantize::{quantize_gguf, Mix};
+use nucleus::quant::quantize::{quantize_source, Mix};
 use nucleus::tokenizer::{Tokenizer, HF_JSON_KEY};
 use serde_json::{json, Value};
 
@@ -83,14 +83,7 @@ fn written(scratch: &Scratch, dir: &Path) -> GgufFile {
     let ckpt = Checkpoint::open(dir).unwrap();
     ckpt.check_llama_cpp_vocab().unwrap();
     let out = scratch.0.join("out.gguf");
-    quantize_gguf(
-        &ckpt.to_gguf().unwrap(),
-        &out,
-        &Mix::parse("F16").unwrap(),
-        1,
-        &mut |_| {},
-    )
-    .unwrap();
+    quantize_source(&ckpt, &out, &Mix::parse("F16").unwrap(), 1, &mut |_| {}).unwrap();
     GgufFile::open(&out).unwrap()
 }
 
@@ -374,6 +367,44 @@ fn a_vocabulary_llama_cpp_would_tokenize_differently_fails_the_check() {
     let why = ckpt.llama_cpp_vocab_problem.clone().unwrap();
     assert!(
         why.contains("as llama.cpp reads it (llama default)"),
+        "{why}"
+    );
+    assert!(ckpt.check_llama_cpp_vocab().is_err());
+}
+
+/// A Unigram tokenizer.json (the SentencePiece-style fixture's pieces, longer pieces scored
+/// above single characters, byte fallback kept) is given the "llama" model with its own
+/// scores, which llama.cpp merges highest first; Unigram segments by Viterbi instead, and here
+/// the two part on a run of spaces, so the check refuses the vocabulary.
+#[test]
+fn a_unigram_vocabulary_segmented_otherwise_by_llama_cpp_is_refused() {
+    let s = Scratch::new("unigram");
+    let dir = checkpoint(&s, "llama-bf16", "spm-tokenizer", |tj| {
+        let vocab = tj["model"]["vocab"].as_object().unwrap();
+        let mut pieces: Vec<(String, f64)> = vocab
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_f64().unwrap()))
+            .collect();
+        pieces.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let n = pieces.len() as f64;
+        let scored: Vec<Value> = pieces
+            .iter()
+            .map(|(piece, id)| {
+                let long = piece.chars().count() > 1 && !piece.starts_with('<');
+                json!([piece, if long { -id / n } else { -10.0 - id / n }])
+            })
+            .collect();
+        tj["model"] =
+            json!({"type": "Unigram", "unk_id": 0, "vocab": scored, "byte_fallback": true});
+    });
+    let ckpt = Checkpoint::open(&dir).unwrap();
+    let why = ckpt.llama_cpp_vocab_problem.clone().unwrap();
+    assert!(
+        why.contains("as llama.cpp reads it (llama default)"),
+        "{why}"
+    );
+    assert!(
+        why.contains(r#""\n \n\n \t\t x \n   y    " becomes"#),
         "{why}"
     );
     assert!(ckpt.check_llama_cpp_vocab().is_err());
