@@ -5,7 +5,7 @@
 //! The checkpoint is presented to the rest of nucleus as what llama.cpp's
 //! `convert_hf_to_gguf.py` would have written: GGUF metadata read from `config.json`, tensors
 //! renamed to GGUF's names (llama's q/k rows permuted for its rotary layout), the vocabulary
-//! as llama.cpp reads it ([`vocab`]), and the tokenizer carried as
+//! as llama.cpp reads it (`vocab.rs`), and the tokenizer carried as
 //! `tokenizer.huggingface.json`, which [`crate::tokenizer::Tokenizer`] encodes through Hugging
 //! Face's own `tokenizers` crate. [`Checkpoint`] is that set of named F32/F16/BF16 tensors plus
 //! metadata, read tensor by tensor from the memory-mapped shards: the quantizer takes it as it
