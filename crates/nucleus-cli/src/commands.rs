@@ -69,18 +69,20 @@ fn load(args: &ModelArgs, spec: Option<&str>) -> Result<Loaded> {
 /// `--quantize TYPE`: the model (a checkpoint directory or a GGUF) quantized to TYPE as
 /// `nucleus quantize` would write it, into an unlinked temporary file that is then mapped.
 fn load_quantized(path: &std::path::Path, ty: &str, threads: usize) -> Result<Loaded> {
-    use nucleus::quant::quantize::{quantize_gguf, Mix};
+    use nucleus::quant::quantize::{quantize_source, Mix, QuantizeSource};
     crate::limits::threads(threads)?;
     let mix = Mix::parse(ty).map_err(|e| anyhow::anyhow!("--quantize: {e}"))?;
-    let source = if path.is_dir() {
-        nucleus::hf::Checkpoint::open(path)
-            .and_then(|c| c.to_gguf())
-            .with_context(|| format!("cannot read {}", path.display()))?
+    // A checkpoint is read tensor by tensor from its shards, never assembled in memory.
+    let source: Box<dyn QuantizeSource> = if path.is_dir() {
+        Box::new(
+            nucleus::hf::Checkpoint::open(path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+        )
     } else {
-        GgufFile::open(path).with_context(|| format!("cannot read {}", path.display()))?
+        Box::new(GgufFile::open(path).with_context(|| format!("cannot read {}", path.display()))?)
     };
     let tmp = std::env::temp_dir().join(format!("nucleus-quantized-{}.gguf", std::process::id()));
-    quantize_gguf(&source, &tmp, &mix, threads, &mut |_| {})
+    quantize_source(source.as_ref(), &tmp, &mix, threads, &mut |_| {})
         .with_context(|| format!("cannot quantize {} to {ty}", path.display()))?;
     drop(source);
     let file = GgufFile::open(&tmp);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use nucleus::quant::quantize::{quantize_file, quantize_gguf, Mix};
+use nucleus::quant::quantize::{quantize_file, quantize_source, Mix};
 
 #[derive(Args, Clone, Debug)]
 pub struct QuantizeArgs {
@@ -28,14 +28,15 @@ pub fn quantize(args: QuantizeArgs) -> Result<()> {
     crate::limits::threads(args.threads)?;
     let mix = Mix::parse(&args.mix).map_err(anyhow::Error::msg)?;
     let input = crate::commands::resolve_existing(&args.input)?;
-    // A Hugging Face checkpoint directory is quantized from the GGUF it is presented as.
+    // A Hugging Face checkpoint directory is quantized from the GGUF it is presented as, read
+    // tensor by tensor from its shards.
     let checkpoint = if input.is_dir() {
         let c = nucleus::hf::Checkpoint::open(&input)
             .with_context(|| format!("cannot read {}", input.display()))?;
-        Some(
-            c.to_gguf()
-                .with_context(|| format!("cannot read {}", input.display()))?,
-        )
+        // A file llama.cpp would tokenize differently is not written.
+        c.check_llama_cpp_vocab()
+            .with_context(|| format!("cannot convert {}", input.display()))?;
+        Some(c)
     } else if !input.is_file() {
         bail!("no file {}", input.display());
     } else {
@@ -54,7 +55,7 @@ pub fn quantize(args: QuantizeArgs) -> Result<()> {
         bar.set_message(format!("{} {} -> {}", p.name, p.from, p.to));
     };
     let summary = match &checkpoint {
-        Some(file) => quantize_gguf(file, &args.output, &mix, args.threads, &mut show),
+        Some(c) => quantize_source(c, &args.output, &mix, args.threads, &mut show),
         None => quantize_file(&input, &args.output, &mix, args.threads, &mut show),
     }
     .with_context(|| format!("cannot quantize {}", input.display()))?;

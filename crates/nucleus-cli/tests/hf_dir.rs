@@ -106,6 +106,35 @@ fn bad_directories_are_one_line_errors() {
     std::fs::remove_dir_all(&empty).unwrap();
 }
 
+/// A checkpoint whose tokenizer.json llama.cpp could not follow (a pre-tokenizer it has no
+/// name for) runs, but is not written to a GGUF file: one line naming the pre-tokenizer, no
+/// file left behind.
+#[test]
+fn a_vocabulary_llama_cpp_cannot_read_is_not_written() {
+    let tmp = std::env::temp_dir().join(format!("nucleus-cli-hfpre-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let src = data().join("qwen2-f32");
+    for f in ["config.json", "model.safetensors", "tokenizer_config.json"] {
+        std::fs::copy(src.join(f), tmp.join(f)).unwrap();
+    }
+    let mut tj: Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("tokenizer.json")).unwrap())
+            .unwrap();
+    tj["pre_tokenizer"] = serde_json::json!({"type": "Whitespace"});
+    std::fs::write(tmp.join("tokenizer.json"), tj.to_string()).unwrap();
+    let out = tmp.join("out.gguf");
+    let dir = tmp.to_str().unwrap();
+    fails_with(
+        &["quantize", dir, out.to_str().unwrap(), "Q8_0"],
+        "llama.cpp could not tokenize it",
+    );
+    assert!(!out.exists(), "no output file is left behind");
+    let (code, _, err) = nucleus(&["run", dir, "hello", "-n", "2", "-t", "1"]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
 /// `--quantize TYPE` on load runs what `nucleus quantize DIR OUT TYPE` writes: the same greedy
 /// tokens from the quantized file as from the checkpoint quantized as it loads.
 #[test]

@@ -478,3 +478,26 @@ fn unknown_architectures_and_dtypes_are_named() {
         &["model.safetensors", "not a valid safetensors file"],
     );
 }
+
+/// `nucleus quantize DIR` reads the checkpoint tensor by tensor (`QuantizeSource`), never
+/// assembling it in memory; the file is byte for byte the one written from the checkpoint's
+/// in-memory GGUF (llama's permuted q/k, BF16 vectors widened to F32, each type kept or
+/// quantized).
+#[test]
+fn a_checkpoint_quantized_tensor_by_tensor_is_its_in_memory_gguf_quantized() {
+    use nucleus::quant::quantize::{quantize_gguf, quantize_source, Mix};
+    let t = Tiny::new("streamed");
+    for name in ["llama-f32", "qwen2-bf16"] {
+        let ckpt = nucleus::hf::Checkpoint::open(&data().join(name)).unwrap();
+        let in_memory = ckpt.to_gguf().unwrap();
+        for mix in ["F32", "BF16", "Q8_0", "Q4_K_M"] {
+            let mix = Mix::parse(mix).unwrap();
+            let (a, b) = (t.dir.join("streamed.gguf"), t.dir.join("in-memory.gguf"));
+            let streamed = quantize_source(&ckpt, &a, &mix, 1, &mut |_| {}).unwrap();
+            quantize_gguf(&in_memory, &b, &mix, 1, &mut |_| {}).unwrap();
+            let (a, b) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+            assert!(a == b, "{name} {}: the files differ", mix.name);
+            assert_eq!(streamed.output_bytes, a.len() as u64);
+        }
+    }
+}

@@ -1,6 +1,8 @@
 //! The checkpoint as GGUF: tensors renamed as `convert_hf_to_gguf.py` renames them, each
-//! checked against `config.json`, and assembled into a GGUF image in memory.
+//! checked against `config.json`, and either assembled into a GGUF image in memory (to run) or
+//! handed tensor by tensor to the quantizer (to write a file, never held whole in memory).
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
@@ -9,7 +11,8 @@ use super::config::{Config, Family};
 use super::safetensors::{DType, Shards, StoredTensor};
 use super::tokenizer::tokenizer_metadata;
 use super::HfError;
-use crate::gguf::{GgufFile, GgufWriter, Metadata};
+use crate::gguf::{gguf_header, GgufFile, HeaderTensor, MetaValue, Metadata, DEFAULT_ALIGNMENT};
+use crate::quant::quantize::{QuantizeSource, TensorShape};
 use crate::quant::GgmlType;
 
 /// Where a converted tensor's values come from.
@@ -37,6 +40,16 @@ pub struct CheckpointTensor {
     source: Source,
 }
 
+impl CheckpointTensor {
+    /// Bytes of the converted data (its shape matched stored data, so this cannot overflow).
+    pub fn byte_size(&self) -> usize {
+        let n: u64 = self.dims.iter().product();
+        self.ty
+            .row_bytes(n as usize)
+            .expect("F32, F16 and BF16 hold one value per block")
+    }
+}
+
 /// A checkpoint directory read as a GGUF-like set of named tensors plus metadata; each
 /// tensor's data is produced on demand ([`Checkpoint::tensor_data`]) from the mapped shards.
 pub struct Checkpoint {
@@ -45,6 +58,9 @@ pub struct Checkpoint {
     /// The model's and the tokenizer's GGUF metadata.
     pub metadata: Metadata,
     pub tensors: Vec<CheckpointTensor>,
+    /// Why llama.cpp could not tokenize with the vocabulary in [`Checkpoint::metadata`], if it
+    /// could not (nucleus reads it through `tokenizer.huggingface.json` either way).
+    pub llama_cpp_vocab_problem: Option<String>,
     shards: Shards,
 }
 
@@ -154,7 +170,7 @@ impl Checkpoint {
             .unwrap_or_else(|| "checkpoint".into());
         let mut metadata = Metadata::default();
         config.gguf_metadata(&name, &mut metadata);
-        tokenizer_metadata(dir, &config, &mut metadata)?;
+        let llama_cpp_vocab_problem = tokenizer_metadata(dir, &config, &mut metadata)?;
 
         let mut tensors = Vec::with_capacity(shards.tensors.len() + 1);
         for (hf_name, stored) in &shards.tensors {
@@ -230,14 +246,18 @@ impl Checkpoint {
             config,
             metadata,
             tensors,
+            llama_cpp_vocab_problem,
             shards,
         })
     }
 
-    /// The tensor's data in its [`CheckpointTensor::ty`], little-endian.
-    pub fn tensor_data(&self, t: &CheckpointTensor) -> Vec<u8> {
+    /// The tensor's data in its [`CheckpointTensor::ty`], little-endian: borrowed from the
+    /// map when stored so, else converted (permuted rows, vectors widened to F32).
+    pub fn tensor_data(&self, t: &CheckpointTensor) -> Cow<'_, [u8]> {
         match &t.source {
-            Source::Computed(values) => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            Source::Computed(values) => {
+                Cow::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+            }
             Source::Stored {
                 hf_name,
                 permute_heads,
@@ -245,11 +265,11 @@ impl Checkpoint {
                 let stored = &self.shards.tensors[hf_name];
                 let bytes = self.shards.data(stored);
                 let bytes = match permute_heads {
-                    Some(heads) => permute_rows(bytes, stored, *heads),
-                    None => bytes.to_vec(),
+                    Some(heads) => Cow::Owned(permute_rows(bytes, stored, *heads)),
+                    None => Cow::Borrowed(bytes),
                 };
                 if t.ty == GgmlType::F32 && stored.dtype != DType::F32 {
-                    to_f32(&bytes, stored.dtype)
+                    Cow::Owned(to_f32(&bytes, stored.dtype))
                 } else {
                     bytes
                 }
@@ -257,19 +277,100 @@ impl Checkpoint {
         }
     }
 
-    /// The model as a GGUF file held in memory.
+    /// Drops the mapped pages of `t`'s stored data once its converted copy is written.
+    fn release(&self, t: &CheckpointTensor) {
+        if let Source::Stored { hf_name, .. } = &t.source {
+            self.shards.release(&self.shards.tensors[hf_name]);
+        }
+    }
+
+    /// Refuses a vocabulary llama.cpp would tokenize differently from tokenizer.json, before
+    /// the checkpoint is written to a GGUF file (as convert_hf_to_gguf.py refuses one).
+    pub fn check_llama_cpp_vocab(&self) -> Result<(), HfError> {
+        match &self.llama_cpp_vocab_problem {
+            None => Ok(()),
+            Some(why) => Err(HfError::Tokenizer(format!(
+                "not written as GGUF, since llama.cpp could not tokenize it as tokenizer.json \
+                 does: {why}"
+            ))),
+        }
+    }
+
+    /// The model as a GGUF file held in memory: the header, then each tensor converted
+    /// straight into its place (one copy of the weights, no second buffer).
     pub fn to_gguf(&self) -> Result<GgufFile, HfError> {
-        let mut w = GgufWriter::new();
-        for (k, v) in self.metadata.iter() {
-            w.add_meta(k, v.clone());
+        let metadata: Vec<(String, MetaValue)> = self
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let sizes: Vec<usize> = self
+            .tensors
+            .iter()
+            .map(CheckpointTensor::byte_size)
+            .collect();
+        let entries: Vec<HeaderTensor> = self
+            .tensors
+            .iter()
+            .zip(&sizes)
+            .map(|(t, &size)| HeaderTensor {
+                name: &t.name,
+                dims: &t.dims,
+                ty: t.ty,
+                size,
+            })
+            .collect();
+        let (mut bytes, offsets) = gguf_header(&metadata, &entries, DEFAULT_ALIGNMENT);
+        let data_start = bytes.len();
+        let total = offsets.last().zip(sizes.last()).map_or(0, |(o, s)| o + s);
+        bytes.reserve_exact(total);
+        for ((t, &offset), &size) in self.tensors.iter().zip(&offsets).zip(&sizes) {
+            bytes.resize(data_start + offset, 0);
+            let data = self.tensor_data(t);
+            debug_assert_eq!(data.len(), size);
+            bytes.extend_from_slice(&data);
+            drop(data);
+            self.release(t);
         }
-        for t in &self.tensors {
-            w.add_tensor(&t.name, &t.dims, t.ty, self.tensor_data(t));
-        }
-        GgufFile::from_bytes(w.to_bytes()).map_err(|e| HfError::BadFile {
+        GgufFile::from_bytes(bytes).map_err(|e| HfError::BadFile {
             path: self.dir.display().to_string(),
             problem: format!("converted model is not valid GGUF: {e}"),
         })
+    }
+}
+
+/// The checkpoint as the quantizer's input, read tensor by tensor from the mapped shards.
+impl QuantizeSource for Checkpoint {
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    fn alignment(&self) -> usize {
+        DEFAULT_ALIGNMENT
+    }
+
+    fn tensor_shapes(&self) -> Vec<TensorShape<'_>> {
+        self.tensors
+            .iter()
+            .map(|t| TensorShape {
+                name: &t.name,
+                dims: &t.dims,
+                ty: t.ty,
+            })
+            .collect()
+    }
+
+    fn tensor_data(&self, index: usize) -> Cow<'_, [u8]> {
+        Checkpoint::tensor_data(self, &self.tensors[index])
+    }
+
+    fn release(&self, index: usize) {
+        Checkpoint::release(self, &self.tensors[index]);
+    }
+
+    /// The converted tensors' bytes (what the unquantized GGUF would hold).
+    fn input_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.byte_size() as u64).sum()
     }
 }
 

@@ -4,21 +4,24 @@
 //!
 //! The checkpoint is presented to the rest of nucleus as what llama.cpp's
 //! `convert_hf_to_gguf.py` would have written: GGUF metadata read from `config.json`, tensors
-//! renamed to GGUF's names (llama's q/k rows permuted for its rotary layout), and the
-//! tokenizer carried as `tokenizer.huggingface.json`, which [`crate::tokenizer::Tokenizer`]
-//! encodes through Hugging Face's own `tokenizers` crate. [`Checkpoint`] is that set of named
-//! F32/F16/BF16 tensors plus metadata, read tensor by tensor from the memory-mapped shards;
-//! [`Checkpoint::to_gguf`] assembles it into one GGUF image in memory, which the model then
-//! runs as it runs a file (the GGUF reader needs one contiguous buffer, and the shards are
-//! several maps, so the weights are copied once).
+//! renamed to GGUF's names (llama's q/k rows permuted for its rotary layout), the vocabulary
+//! as llama.cpp reads it (`vocab.rs`), and the tokenizer carried as
+//! `tokenizer.huggingface.json`, which [`crate::tokenizer::Tokenizer`] encodes through Hugging
+//! Face's own `tokenizers` crate. [`Checkpoint`] is that set of named F32/F16/BF16 tensors plus
+//! metadata, read tensor by tensor from the memory-mapped shards: the quantizer takes it as it
+//! is (a [`crate::quant::quantize::QuantizeSource`]), and [`Checkpoint::to_gguf`] assembles it
+//! into one GGUF image in memory to run (the GGUF reader needs one contiguous buffer; each
+//! tensor is copied into it once and its shard pages dropped).
 
 mod config;
 mod convert;
 mod safetensors;
 mod tokenizer;
+mod vocab;
 
 pub use config::{Config, Family};
 pub use convert::{Checkpoint, CheckpointTensor};
+pub use vocab::CHECK_TEXTS;
 
 use std::path::Path;
 

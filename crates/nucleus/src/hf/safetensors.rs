@@ -191,4 +191,26 @@ impl Shards {
     pub fn data(&self, t: &StoredTensor) -> &[u8] {
         &self.maps[t.shard][t.start..t.end]
     }
+
+    /// Tells the kernel that the pages lying wholly inside `t`'s data are no longer needed
+    /// (its converted copy is written), so that the checkpoint does not count twice in the
+    /// process's memory; a later read faults them back in from the file.
+    pub fn release(&self, t: &StoredTensor) {
+        const PAGE: usize = 4096;
+        let (a, b) = (t.start.div_ceil(PAGE) * PAGE, t.end / PAGE * PAGE);
+        if b > a {
+            // SAFETY: the map is private and read-only, so nothing was ever written to these
+            // pages: dropping them loses nothing, and a later read faults the file's bytes back
+            // in (tests/hf_checkpoint.rs reads every tensor again after to_gguf released it).
+            // An error (such as a page size above 4 KiB making the range unaligned) only means
+            // the pages stay.
+            let _ = unsafe {
+                self.maps[t.shard].unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    a,
+                    b - a,
+                )
+            };
+        }
+    }
 }

@@ -14,6 +14,7 @@ use crate::tokenizer::HF_JSON_KEY;
 
 /// llama.cpp's token types (`tokenizer.ggml.token_type`).
 const NORMAL: i32 = 1;
+const UNKNOWN: i32 = 2;
 const CONTROL: i32 = 3;
 const USER_DEFINED: i32 = 4;
 const UNUSED: i32 = 5;
@@ -37,8 +38,22 @@ fn is_byte_level(v: &Value) -> bool {
     mentions(v.get("decoder")) || mentions(v.get("pre_tokenizer"))
 }
 
-/// Adds the tokenizer metadata of the checkpoint in `dir` to `meta`.
-pub fn tokenizer_metadata(dir: &Path, cfg: &Config, meta: &mut Metadata) -> Result<(), HfError> {
+/// Added tokens convert_hf_to_gguf.py makes control tokens even when not marked special.
+fn looks_special(text: &str) -> bool {
+    matches!(text, "<pad>" | "<mask>" | "<2mass>" | "[@BOS@]")
+        || (text.starts_with("<|") && text.ends_with("|>"))
+        || (text.starts_with("<｜") && text.ends_with("｜>"))
+        || (text.starts_with("<unused") && text.ends_with('>'))
+}
+
+/// Adds the tokenizer metadata of the checkpoint in `dir` to `meta`. Returns why llama.cpp
+/// could not read the vocabulary, when it could not (see [`super::vocab`]); nucleus reads it
+/// through `tokenizer.huggingface.json` either way.
+pub fn tokenizer_metadata(
+    dir: &Path,
+    cfg: &Config,
+    meta: &mut Metadata,
+) -> Result<Option<String>, HfError> {
     let path = dir.join("tokenizer.json");
     if !path.is_file() {
         return Err(HfError::Missing {
@@ -71,6 +86,7 @@ pub fn tokenizer_metadata(dir: &Path, cfg: &Config, meta: &mut Metadata) -> Resu
         texts[id as usize] = Some(text.clone());
     }
     let added = tok.get_added_tokens_decoder();
+    let unk_text = v.pointer("/model/unk_token").and_then(Value::as_str);
     let mut tokens = Vec::with_capacity(cfg.n_vocab);
     let mut types = Vec::with_capacity(cfg.n_vocab);
     for (id, text) in texts.into_iter().enumerate() {
@@ -85,7 +101,8 @@ pub fn tokenizer_metadata(dir: &Path, cfg: &Config, meta: &mut Metadata) -> Resu
                     && u8::from_str_radix(&t[3..5], 16).is_ok();
                 let ty = match added.get(&(id as u32)) {
                     _ if byte => BYTE,
-                    Some(a) if a.special => CONTROL,
+                    _ if !byte_level && unk_text == Some(t.as_str()) => UNKNOWN,
+                    Some(a) if a.special || (byte_level && looks_special(&t)) => CONTROL,
                     Some(_) => USER_DEFINED,
                     None => NORMAL,
                 };
@@ -157,8 +174,9 @@ pub fn tokenizer_metadata(dir: &Path, cfg: &Config, meta: &mut Metadata) -> Resu
         }
     };
 
+    let mut keys = Metadata::default();
     let mut put = |k: &str, v: MetaValue| {
-        meta.insert(k.to_string(), v);
+        keys.insert(k.to_string(), v);
     };
     put(
         "tokenizer.ggml.model",
@@ -186,6 +204,25 @@ pub fn tokenizer_metadata(dir: &Path, cfg: &Config, meta: &mut Metadata) -> Resu
     if let Some(t) = template {
         put("tokenizer.chat_template", MetaValue::String(t));
     }
-    put(HF_JSON_KEY, MetaValue::String(json));
-    Ok(())
+    let texts: Vec<String> = match keys.get("tokenizer.ggml.tokens") {
+        Some(MetaValue::Array(_, items)) => items
+            .iter()
+            .map(|t| t.as_str().unwrap_or_default().to_string())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let problem = match super::vocab::llama_cpp_keys(&v, &tok, &texts, byte_level, &keys) {
+        Ok(more) => {
+            for (k, value) in more.iter() {
+                keys.insert(k.to_string(), value.clone());
+            }
+            None
+        }
+        Err(why) => Some(why),
+    };
+    for (k, value) in keys.iter() {
+        meta.insert(k.to_string(), value.clone());
+    }
+    meta.insert(HF_JSON_KEY.to_string(), MetaValue::String(json));
+    Ok(problem)
 }

@@ -3,13 +3,14 @@
 //! memory) and written to a temporary file beside the output that is renamed over it only
 //! when everything is written, so that a failure leaves no partial file.
 
+use std::borrow::Cow;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::mixes::Mix;
 use super::rules::{output_order, plan_types, ModelFacts, TensorShape};
 use super::{can_quantize, quantize_rows};
-use crate::gguf::{gguf_header, GgufError, GgufFile, HeaderTensor, MetaValue};
+use crate::gguf::{gguf_header, GgufError, GgufFile, HeaderTensor, MetaValue, Metadata};
 use crate::quant::{dequantize_row, GgmlType};
 
 /// ggml's `GGML_QNT_VERSION`, written to `general.quantization_version`.
@@ -86,7 +87,56 @@ pub fn quantize_file(
     quantize_gguf(&GgufFile::open(input)?, output, mix, threads, progress)
 }
 
-/// [`quantize_file`] for a GGUF already open (a file, or a checkpoint presented as one).
+/// What [`quantize_source`] reads: a GGUF file, or a Hugging Face checkpoint presented as one
+/// tensor by tensor (`crate::hf::Checkpoint`), so that it is never assembled in memory.
+pub trait QuantizeSource {
+    fn metadata(&self) -> &Metadata;
+    /// The data alignment the output keeps.
+    fn alignment(&self) -> usize;
+    /// Each tensor's name, ggml dimensions and type, in the input's order.
+    fn tensor_shapes(&self) -> Vec<TensorShape<'_>>;
+    /// Tensor `index`'s data in its type (borrowed from a map, or converted for the call).
+    fn tensor_data(&self, index: usize) -> Cow<'_, [u8]>;
+    /// Called once tensor `index` is written: its input pages may go.
+    fn release(&self, _index: usize) {}
+    /// Bytes read, for the summary.
+    fn input_bytes(&self) -> u64;
+}
+
+impl QuantizeSource for GgufFile {
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    fn alignment(&self) -> usize {
+        self.alignment
+    }
+
+    fn tensor_shapes(&self) -> Vec<TensorShape<'_>> {
+        self.tensors
+            .iter()
+            .map(|t| TensorShape {
+                name: &t.name,
+                dims: &t.dims,
+                ty: t.ty,
+            })
+            .collect()
+    }
+
+    fn tensor_data(&self, index: usize) -> Cow<'_, [u8]> {
+        Cow::Borrowed(GgufFile::tensor_data(self, &self.tensors[index]))
+    }
+
+    fn release(&self, index: usize) {
+        self.release_pages(&self.tensors[index]);
+    }
+
+    fn input_bytes(&self) -> u64 {
+        self.file_size() as u64
+    }
+}
+
+/// [`quantize_file`] for a GGUF already open.
 pub fn quantize_gguf(
     file: &GgufFile,
     output: &Path,
@@ -94,26 +144,34 @@ pub fn quantize_gguf(
     threads: usize,
     progress: &mut dyn FnMut(QuantizeProgress),
 ) -> Result<QuantizeSummary, QuantizeError> {
-    let names: Vec<&str> = file.tensors.iter().map(|t| t.name.as_str()).collect();
+    quantize_source(file, output, mix, threads, progress)
+}
+
+/// [`quantize_file`] for any [`QuantizeSource`].
+pub fn quantize_source(
+    file: &dyn QuantizeSource,
+    output: &Path,
+    mix: &Mix,
+    threads: usize,
+    progress: &mut dyn FnMut(QuantizeProgress),
+) -> Result<QuantizeSummary, QuantizeError> {
+    let all = file.tensor_shapes();
+    let names: Vec<&str> = all.iter().map(|t| t.name).collect();
     let order = output_order(&names);
     let shapes: Vec<TensorShape> = order
         .iter()
-        .map(|&i| {
-            let t = &file.tensors[i];
-            TensorShape {
-                name: &t.name,
-                dims: &t.dims,
-                ty: t.ty,
-            }
+        .map(|&i| TensorShape {
+            name: all[i].name,
+            dims: all[i].dims,
+            ty: all[i].ty,
         })
         .collect();
-    let facts = ModelFacts::from_metadata(&file.metadata);
+    let facts = ModelFacts::from_metadata(file.metadata());
     let (types, fallbacks) = plan_types(mix, &facts, &shapes).map_err(QuantizeError::Plan)?;
     let mut entries = Vec::with_capacity(order.len());
-    for (&i, &to) in order.iter().zip(&types) {
-        let t = &file.tensors[i];
+    for (t, &to) in shapes.iter().zip(&types) {
         let bad = |problem: String| QuantizeError::Tensor {
-            name: t.name.clone(),
+            name: t.name.to_string(),
             problem,
         };
         if to != t.ty && !t.ty.is_computable() {
@@ -125,17 +183,17 @@ pub fn quantize_gguf(
         if to != t.ty && !can_quantize(to) {
             return Err(bad(format!("nucleus cannot write {to}")));
         }
-        let size = tensor_bytes(&t.dims, to).map_err(bad)?;
+        let size = tensor_bytes(t.dims, to).map_err(bad)?;
         entries.push(HeaderTensor {
-            name: &t.name,
-            dims: &t.dims,
+            name: t.name,
+            dims: t.dims,
             ty: to,
             size,
         });
     }
 
     let mut metadata: Vec<(String, MetaValue)> = file
-        .metadata
+        .metadata()
         .iter()
         .filter(|(k, _)| !DROPPED_KEYS.contains(k))
         .map(|(k, v)| (k.to_string(), v.clone()))
@@ -146,7 +204,7 @@ pub fn quantize_gguf(
     ));
     metadata.push(("general.file_type".into(), MetaValue::U32(mix.ftype)));
     // The input's alignment (32 unless its metadata, copied, says otherwise).
-    let alignment = file.alignment;
+    let alignment = file.alignment();
     let (header, offsets) = gguf_header(&metadata, &entries, alignment);
 
     let partial = partial_path(output);
@@ -169,35 +227,35 @@ pub fn quantize_gguf(
     };
     let mut written = 0usize;
     let mut summary = Vec::with_capacity(order.len());
-    for (k, (&i, entry)) in order.iter().zip(&entries).enumerate() {
-        let t = &file.tensors[i];
+    for (k, ((&i, t), entry)) in order.iter().zip(&shapes).zip(&entries).enumerate() {
         progress(QuantizeProgress {
             index: k,
             total: order.len(),
-            name: &t.name,
+            name: t.name,
             from: t.ty,
             to: entry.ty,
         });
         // Zeros up to this tensor's aligned offset.
         out.write_all(&vec![0u8; offsets[k] - written])
             .map_err(write_err)?;
-        let data = file.tensor_data(t);
+        let data = file.tensor_data(i);
         if entry.ty == t.ty {
-            out.write_all(data).map_err(write_err)?;
+            out.write_all(&data).map_err(write_err)?;
         } else {
-            convert_tensor(t.ty, entry.ty, t.dims[0] as usize, data, threads, &mut out).map_err(
+            convert_tensor(t.ty, entry.ty, t.dims[0] as usize, &data, threads, &mut out).map_err(
                 |e| match e {
                     ConvertError::Write(source) => write_err(source),
                     ConvertError::Quantize(problem) => QuantizeError::Tensor {
-                        name: t.name.clone(),
+                        name: t.name.to_string(),
                         problem,
                     },
                 },
             )?;
         }
-        file.release_pages(t);
+        drop(data);
+        file.release(i);
         written = offsets[k] + entry.size;
-        summary.push((t.name.clone(), entry.ty));
+        summary.push((t.name.to_string(), entry.ty));
     }
     // llama-quantize pads the last tensor too.
     let end = written.div_ceil(alignment) * alignment;
@@ -215,7 +273,7 @@ pub fn quantize_gguf(
     Ok(QuantizeSummary {
         tensors: summary,
         fallbacks,
-        input_bytes: file.file_size() as u64,
+        input_bytes: file.input_bytes(),
         output_bytes: (header.len() + written) as u64,
     })
 }

@@ -11,7 +11,10 @@ mod mixes;
 mod rules;
 mod search;
 
-pub use file::{quantize_file, quantize_gguf, QuantizeError, QuantizeProgress, QuantizeSummary};
+pub use file::{
+    quantize_file, quantize_gguf, quantize_source, QuantizeError, QuantizeProgress, QuantizeSource,
+    QuantizeSummary,
+};
 pub use mixes::{Mix, MIXES};
 pub use rules::{allows_quantization, output_order, plan_types, ModelFacts, TensorShape};
 
