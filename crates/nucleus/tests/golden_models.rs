@@ -275,10 +275,12 @@ fn gemma3_270m_matches_llama_cpp() {
 /// (README, "Conformance"); its one-token kernels used for every row of the same prompts part
 /// from its batched ones by a mean top-8 logit difference of 0.067 and 0.136, at most 0.40 and
 /// 0.81, with 2 and 4 top-1 flips at margins of 0.1 or more (measured with this function on the
-/// fast arithmetic without its repacked products). nucleus's arithmetic measures 0.071 and 0.217
-/// mean, 0.53 and 1.55 at most, 2 and 7 flips (2026-11-23); the bounds sit a little above. The
-/// quality figures that matter, KL divergence and perplexity over a corpus, are in
-/// BENCHMARKS.md (`scripts/arithmetic_quality.sh`).
+/// fast arithmetic without its repacked products). nucleus's arithmetic measures 0.069 and 0.223
+/// mean, 0.49 and 1.50 at most, 0 and 9 flips (2026-11-23, Q6_K in llama.cpp's tiled
+/// arithmetic; with Q6_K in its one-row arithmetic it was 2 and 7 flips, at the same corpus
+/// top-1 agreement: 95.35 % then, 95.38 % now); the bounds sit a little above. The quality
+/// figures that matter, KL divergence and perplexity over a corpus, are in BENCHMARKS.md
+/// (`scripts/arithmetic_quality.sh`).
 fn check_fast(golden_name: &str) {
     let Some(opened) = open(golden_name, Arithmetic::Fast) else {
         return;
@@ -324,8 +326,8 @@ fn check_fast_opened(golden_name: &str, (model, tok, cases): (Model, Tokenizer, 
     assert!(mean <= 0.3, "{golden_name}: mean logit gap {mean}");
     assert!(worst <= 2.0, "{golden_name}: largest logit gap {worst}");
     assert!(
-        flips * 25 <= checked,
-        "{golden_name}: {flips} top-1 flips of {checked} (at most 4 %)"
+        flips * 20 <= checked,
+        "{golden_name}: {flips} top-1 flips of {checked} (at most 5 %)"
     );
 }
 
