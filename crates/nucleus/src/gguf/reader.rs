@@ -245,13 +245,17 @@ impl GgufFile {
     /// from counting twice in the process's memory. Should they be read again, they are read
     /// back from the file on demand. Files held in memory are left as they are.
     pub fn release_pages(&self, info: &TensorInfo) {
+        self.release_range(info, 0, info.size);
+    }
+
+    /// [`Self::release_pages`] for bytes `offset..offset + len` of the tensor only (the pages
+    /// wholly inside them).
+    pub fn release_range(&self, info: &TensorInfo, offset: usize, len: usize) {
         const PAGE: usize = 4096;
         if let Backing::Mmap(m) = &self.backing {
-            let start = self.data_offset + info.offset as usize;
-            let (a, b) = (
-                start.div_ceil(PAGE) * PAGE,
-                (start + info.size) / PAGE * PAGE,
-            );
+            let len = len.min(info.size.saturating_sub(offset));
+            let start = self.data_offset + info.offset as usize + offset;
+            let (a, b) = (start.div_ceil(PAGE) * PAGE, (start + len) / PAGE * PAGE);
             if b > a {
                 // SAFETY: the map is private and read-only, so nothing was ever written to
                 // these pages: dropping them loses nothing, and a later read faults the file's

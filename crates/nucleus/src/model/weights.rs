@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::kernels::interleaved::{pack, Arithmetic, PackedMatrix};
+use crate::kernels::interleaved::{pack, pack_releasing, Arithmetic, PackedMatrix};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{dequantize_row, GgmlType};
 
@@ -169,13 +169,7 @@ impl Weights {
                     &mut l.w_down,
                 ]
             })
-            .chain(std::iter::once(&mut self.output))
             .collect();
-        // The output projection too: its decode tiles read the groups as stored, as fast as
-        // llama.cpp's one-row kernel streams the matrix for one row and 1.7x as fast for four
-        // (`MATMUL_SHAPE=151936,896 matmul_bench 2 Q8_0`), which is what a verification pass of
-        // speculation and a batch of decoding sequences ask of it. A tied embedding keeps
-        // reading its rows from the file (`release_pages` only drops what is resident).
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = todo.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
@@ -190,6 +184,18 @@ impl Weights {
                 });
             }
         });
+        // The output projection too (`pack` spreads one matrix this large over the cores): its
+        // decode tiles read the groups as stored, as fast as llama.cpp's one-row kernel streams
+        // the matrix for one row and 1.7x as fast for four (`MATMUL_SHAPE=151936,896
+        // matmul_bench 2 Q8_0`), which is what a verification pass of speculation and a batch
+        // of decoding sequences ask of it. A tied embedding keeps reading its rows from the
+        // file (`release_pages` only drops what is resident).
+        // Its file pages are dropped as it is packed, so that memory never holds both copies
+        // of its 145–180 MB.
+        let out = &mut self.output;
+        let info = &out.info;
+        out.packed = pack_releasing(&out.q(file), &|at, len| file.release_range(info, at, len))
+            .map(Arc::new);
     }
 
     fn index(file: &GgufFile, hp: &HParams) -> Result<Weights, ModelError> {

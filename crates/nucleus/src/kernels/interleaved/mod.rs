@@ -32,7 +32,7 @@ mod x86;
 #[cfg(test)]
 mod tests;
 
-pub use pack::{pack, PackedMatrix};
+pub use pack::{pack, pack_releasing, PackedMatrix};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

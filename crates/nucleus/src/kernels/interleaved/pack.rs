@@ -100,6 +100,12 @@ fn block_values(ty: GgmlType, block: &[u8]) -> (u16, [u8; QK]) {
 
 /// Repacks `w`, or `None` when [`can_pack`] says no.
 pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
+    pack_releasing(w, &|_, _| {})
+}
+
+/// [`pack`], calling `done(offset, len)` as each stretch of `w.data` has been read (so that a
+/// caller may drop a large matrix's file pages as it goes, instead of holding both copies).
+pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Option<PackedMatrix> {
     if !can_pack(w.ty, w.rows, w.cols) {
         return None;
     }
@@ -107,8 +113,9 @@ pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
     let blocks = w.cols / block_len(w.ty);
     let bb = rb / blocks;
     let gbb = group_block_bytes(w.ty);
-    let mut data = vec![0u8; w.rows / GROUP_ROWS * blocks * gbb];
-    for (g, out) in data.chunks_exact_mut(blocks * gbb).enumerate() {
+    let group_bytes = blocks * gbb;
+    let mut data = vec![0u8; w.rows / GROUP_ROWS * group_bytes];
+    let pack_group = |g: usize, out: &mut [u8]| {
         for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
             if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K) {
                 let rows = std::array::from_fn(|j| {
@@ -118,6 +125,20 @@ pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
                 match w.ty {
                     GgmlType::Q4_K => q4_k::pack_group_block(rows, dst),
                     _ => q6_k::pack_group_block(rows, dst),
+                }
+                continue;
+            }
+            if w.ty == GgmlType::Q8_0 {
+                // Four bytes at a time: this is most of the load time of a large output
+                // projection.
+                for j in 0..GROUP_ROWS {
+                    let at = (g * GROUP_ROWS + j) * rb + b * bb;
+                    let src = &w.data[at..at + bb];
+                    dst[2 * j..2 * j + 2].copy_from_slice(&src[..2]);
+                    for k in 0..QK / 4 {
+                        let to = 16 + 32 * k + 4 * j;
+                        dst[to..to + 4].copy_from_slice(&src[2 + 4 * k..6 + 4 * k]);
+                    }
                 }
                 continue;
             }
@@ -139,7 +160,40 @@ pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
                 }
             }
         }
-    }
+    };
+    // A large matrix (an output projection: 145–180 MB) is spread over the cores; the layers'
+    // matrices are already packed several at a time (`Weights::pack`).
+    let threads = if data.len() >= 1 << 24 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        1
+    };
+    let groups = w.rows / GROUP_ROWS;
+    let per = groups.div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for (i, part) in data.chunks_mut(per * group_bytes).enumerate() {
+            let pack_group = &pack_group;
+            let mut run = move || {
+                // Source rows are released in stretches of 64 groups (512 rows).
+                let mut from = i * per;
+                let n = part.len() / group_bytes;
+                for (k, out) in part.chunks_exact_mut(group_bytes).enumerate() {
+                    let g = i * per + k;
+                    pack_group(g, out);
+                    if g + 1 - from == 64 || k + 1 == n {
+                        let row = from * GROUP_ROWS;
+                        done(row * rb, (g + 1 - from) * GROUP_ROWS * rb);
+                        from = g + 1;
+                    }
+                }
+            };
+            if threads == 1 {
+                run();
+            } else {
+                s.spawn(run);
+            }
+        }
+    });
     Some(PackedMatrix {
         ty: w.ty,
         rows: w.rows,
