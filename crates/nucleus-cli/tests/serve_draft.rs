@@ -11,7 +11,9 @@ use std::process::{Command, Stdio};
 fn catalog(name: &str) -> Option<String> {
     let dir = std::env::var_os("NUCLEUS_MODELS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/nucleus/models"));
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/nucleus/models")
+        });
     let p = dir.join(format!("{name}.gguf"));
     if p.exists() {
         return Some(p.to_string_lossy().into_owned());
@@ -42,13 +44,23 @@ fn a_bad_draft_model_is_a_clear_error() {
     };
     let serve = |draft: &str| {
         [
-            "serve", &qwen, "--port", "0", "--speculate", "draft", "--draft-model", draft,
+            "serve",
+            &qwen,
+            "--port",
+            "0",
+            "--speculate",
+            "draft",
+            "--draft-model",
+            draft,
         ]
         .map(String::from)
     };
     let missing = serve("/nonexistent/draft.gguf");
     let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
-    fails_with(&missing, "cannot use the draft model /nonexistent/draft.gguf: no model");
+    fails_with(
+        &missing,
+        "cannot use the draft model /nonexistent/draft.gguf: no model",
+    );
     let other = serve(&gemma);
     let other: Vec<&str> = other.iter().map(String::as_str).collect();
     fails_with(&other, "cannot use the draft model: the draft model's vocabulary has 262144 tokens, the model's 151936");
@@ -96,7 +108,9 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> String {
     .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
-    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(out)
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(out)
 }
 
 #[test]
@@ -114,7 +128,10 @@ fn a_draft_serves_the_same_answers_and_is_counted() {
     plain.kill().unwrap();
     plain.wait().unwrap();
     let (mut srv, port, line) = serve(&[&qwen, "--speculate", "draft", "--draft-model", &qwen]);
-    assert!(line.contains(&format!("draft speculation ({qwen}) up to 16")), "{line}");
+    assert!(
+        line.contains(&format!("draft speculation ({qwen}) up to 16")),
+        "{line}"
+    );
     assert_eq!(text(&http(port, "POST", "/v1/completions", body)), want);
     let metrics = http(port, "GET", "/metrics", "");
     srv.kill().unwrap();
@@ -131,5 +148,11 @@ fn a_draft_serves_the_same_answers_and_is_counted() {
     let drafts = metric("nucleus_spec_decode_num_drafts_total");
     let proposed = metric("nucleus_spec_decode_num_draft_tokens_total");
     let accepted = metric("nucleus_spec_decode_num_accepted_tokens_total");
-    assert!(drafts > 0 && proposed >= drafts && accepted <= proposed, "{metrics}");
+    assert!(
+        drafts > 0 && proposed >= drafts && accepted <= proposed,
+        "{metrics}"
+    );
+    // The request is over: its draft blocks are back in the draft's pool.
+    assert!(metric("nucleus_draft_kv_blocks_total") > 0, "{metrics}");
+    assert_eq!(metric("nucleus_draft_kv_blocks_used"), 0, "{metrics}");
 }

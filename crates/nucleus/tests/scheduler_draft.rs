@@ -85,12 +85,7 @@ type Output = (
     Finished,
 );
 
-fn start(
-    model: &Arc<Model>,
-    tok: &Arc<Tokenizer>,
-    cfg: EngineConfig,
-    draft: bool,
-) -> EngineHandle {
+fn start(model: &Arc<Model>, tok: &Arc<Tokenizer>, cfg: EngineConfig, draft: bool) -> EngineHandle {
     let draft = draft.then(|| {
         DraftModel::new(model.clone(), tok, tok)
             .unwrap()
@@ -172,7 +167,10 @@ fn draft_speculation_changes_no_output_in_a_batch() {
     // the sequence's context (its catch-up and rollback are right).
     for (i, s) in spec.iter().enumerate().step_by(2) {
         let sp = s.2.speculation;
-        assert!(sp.accepted == sp.proposed && sp.accepted > 0, "request {i}: {sp:?}");
+        assert!(
+            sp.accepted == sp.proposed && sp.accepted > 0,
+            "request {i}: {sp:?}"
+        );
     }
     // Sampled ones reject some proposals, and still give the same tokens.
     let sampled = spec.iter().skip(1).step_by(2).map(|s| s.2.speculation);

@@ -65,9 +65,11 @@ impl EngineConfig {
             .kv_tokens
             .max(bs)
             .saturating_add(seqs.saturating_mul(MAX_DRAFT + bs));
-        draft
-            .kv_config(tokens, bs, self.kv_type)
-            .fit_window_pool(seqs, self.step_token_budget + MAX_DRAFT, 0)
+        draft.kv_config(tokens, bs, self.kv_type).fit_window_pool(
+            seqs,
+            self.step_token_budget + MAX_DRAFT,
+            0,
+        )
     }
 
     /// [`check`](Self::check) for the model with `draft` beside it: the draft's KV type, and

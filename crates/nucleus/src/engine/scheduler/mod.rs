@@ -410,7 +410,11 @@ impl Engine {
         // The draft's pool, when it will propose.
         let draft = draft.filter(|_| cfg.speculation.is_some()).map(|d| {
             let dcfg = cfg.draft_kv_config(&d.model);
-            assert_eq!(dcfg.check(), Ok(()), "the caller checked the draft's KV type");
+            assert_eq!(
+                dcfg.check(),
+                Ok(()),
+                "the caller checked the draft's KV type"
+            );
             let mut dkv = KvCache::new(dcfg);
             // Its proposals are cut back by up to MAX_DRAFT tokens after their last forward.
             dkv.set_rollback_slack(MAX_DRAFT);
@@ -434,7 +438,10 @@ impl Engine {
             .store(kv.free_blocks(), Ordering::Relaxed);
         if let Some((_, _, dkv)) = &draft {
             let total = dkv.config().n_blocks;
-            shared.counters.draft_kv_total.store(total, Ordering::Relaxed);
+            shared
+                .counters
+                .draft_kv_total
+                .store(total, Ordering::Relaxed);
         }
         let s = shared.clone();
         let thread = std::thread::Builder::new()

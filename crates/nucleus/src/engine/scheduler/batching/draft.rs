@@ -208,23 +208,21 @@ impl<'a> DraftRunner<'a> {
         }
         let small = jobs.iter().all(|j| j.to - j.from <= 2);
         self.forward(small)?;
-        let mut row = 0;
-        for j in jobs.iter_mut().filter(|j| j.proposes) {
+        for (row, j) in jobs.iter_mut().filter(|j| j.proposes).enumerate() {
             j.drafts.push(self.argmax_row(row));
-            row += 1;
         }
         let longest = jobs.iter().map(|j| j.k).max().unwrap_or(0);
         for pass in 1..longest {
             self.batch.clear();
             for j in jobs.iter().filter(|j| j.proposes && j.k > pass) {
                 // Its previous proposal, after the context and the ones before.
-                self.batch.push(j.drafts[pass - 1], j.to + pass - 1, j.id, true);
+                self.batch
+                    .push(j.drafts[pass - 1], j.to + pass - 1, j.id, true);
             }
             self.forward(true)?;
-            let mut row = 0;
-            for j in jobs.iter_mut().filter(|j| j.proposes && j.k > pass) {
+            let going = jobs.iter_mut().filter(|j| j.proposes && j.k > pass);
+            for (row, j) in going.enumerate() {
                 j.drafts.push(self.argmax_row(row));
-                row += 1;
             }
         }
         Ok(())
