@@ -1,7 +1,7 @@
 //! `nucleus serve --speculate draft`: a draft model that is missing or whose vocabulary
 //! differs from the model's is a one-line error and exit code 1, before the server listens;
 //! a good one serves, says so at startup, answers as the server without speculation, and
-//! /metrics counts its drafts. On the catalog models.
+//! /metrics shows its counters and pool. On the catalog models.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -144,14 +144,11 @@ fn a_draft_serves_the_same_answers_and_is_counted() {
             .parse()
             .unwrap()
     };
-    // A draft as costly as the model rarely pays, but the first steps try it.
+    // A draft as costly as the model is not expected to pay: it never starts (its catch-up on
+    // the prompt would cost a prefill), and the counters say so.
     let drafts = metric("nucleus_spec_decode_num_drafts_total");
     let proposed = metric("nucleus_spec_decode_num_draft_tokens_total");
-    let accepted = metric("nucleus_spec_decode_num_accepted_tokens_total");
-    assert!(
-        drafts > 0 && proposed >= drafts && accepted <= proposed,
-        "{metrics}"
-    );
+    assert_eq!((drafts, proposed), (0, 0), "{metrics}");
     // The request is over: its draft blocks are back in the draft's pool.
     assert!(metric("nucleus_draft_kv_blocks_total") > 0, "{metrics}");
     assert_eq!(metric("nucleus_draft_kv_blocks_used"), 0, "{metrics}");

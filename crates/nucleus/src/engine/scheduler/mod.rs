@@ -41,7 +41,7 @@
 //! [`Event::Error`].
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -59,9 +59,12 @@ use crate::sampling::{Explain, FinishReason, Sampler, SamplingError, SamplingPar
 use crate::tokenizer::{TokenId, Tokenizer};
 use batching::{DraftRunner, Scheduler};
 pub use draft::DraftModel;
+use stats::Counters;
+pub use stats::EngineStats;
 
 mod batching;
 mod draft;
+mod stats;
 
 /// Sizes and limits of an [`Engine`].
 #[derive(Clone, Debug)]
@@ -264,65 +267,6 @@ pub enum SubmitError {
     BadToken { token: TokenId, vocab: usize },
     #[error(transparent)]
     Sampling(#[from] SamplingError),
-}
-
-/// A snapshot of the engine's counters (for `/metrics`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EngineStats {
-    pub running: usize,
-    pub waiting: usize,
-    pub kv_used_blocks: usize,
-    pub kv_free_blocks: usize,
-    pub kv_total_blocks: usize,
-    /// Blocks holding a cached prefix (in use or kept for reuse).
-    pub kv_cached_blocks: usize,
-    /// Prompt tokens looked up in the prefix cache (each admitted request's prompt, once).
-    pub prefix_cache_queries_tokens: u64,
-    /// Of those, tokens found in the cache.
-    pub prefix_cache_hits_tokens: u64,
-    /// Prompt tokens of admitted requests (counted once, not per recomputation).
-    pub prompt_tokens_total: u64,
-    pub generation_tokens_total: u64,
-    /// Tokens through the forward pass (prefill, decode and recomputation).
-    pub forward_tokens_total: u64,
-    pub steps_total: u64,
-    pub requests_finished: u64,
-    pub requests_cancelled: u64,
-    pub requests_failed: u64,
-    pub preemptions_total: u64,
-    /// Speculation: verifications of proposals, tokens proposed, of those accepted (vLLM's
-    /// `spec_decode_num_drafts`, `…_num_draft_tokens`, `…_num_accepted_tokens`).
-    pub spec_decode_num_drafts: u64,
-    pub spec_decode_num_draft_tokens: u64,
-    pub spec_decode_num_accepted_tokens: u64,
-    /// Blocks of the draft model's KV pool that sequences use, and its size (0 without one).
-    pub draft_kv_used_blocks: usize,
-    pub draft_kv_total_blocks: usize,
-}
-
-#[derive(Default)]
-struct Counters {
-    running: AtomicUsize,
-    waiting: AtomicUsize,
-    kv_used: AtomicUsize,
-    kv_free: AtomicUsize,
-    kv_total: AtomicUsize,
-    kv_cached: AtomicUsize,
-    prefix_queries: AtomicU64,
-    prefix_hits: AtomicU64,
-    prompt_tokens: AtomicU64,
-    generation_tokens: AtomicU64,
-    forward_tokens: AtomicU64,
-    steps: AtomicU64,
-    finished: AtomicU64,
-    cancelled: AtomicU64,
-    failed: AtomicU64,
-    preemptions: AtomicU64,
-    spec_drafts: AtomicU64,
-    spec_proposed: AtomicU64,
-    spec_accepted: AtomicU64,
-    draft_kv_used: AtomicUsize,
-    draft_kv_total: AtomicUsize,
 }
 
 struct Pending {
@@ -565,31 +509,8 @@ impl EngineHandle {
     }
 
     pub fn stats(&self) -> EngineStats {
-        let c = &self.shared.counters;
         let incoming = self.shared.inbox.lock().map_or(0, |i| i.incoming.len());
-        EngineStats {
-            running: c.running.load(Ordering::Relaxed),
-            waiting: c.waiting.load(Ordering::Relaxed) + incoming,
-            kv_used_blocks: c.kv_used.load(Ordering::Relaxed),
-            kv_free_blocks: c.kv_free.load(Ordering::Relaxed),
-            kv_total_blocks: c.kv_total.load(Ordering::Relaxed),
-            kv_cached_blocks: c.kv_cached.load(Ordering::Relaxed),
-            prefix_cache_queries_tokens: c.prefix_queries.load(Ordering::Relaxed),
-            prefix_cache_hits_tokens: c.prefix_hits.load(Ordering::Relaxed),
-            prompt_tokens_total: c.prompt_tokens.load(Ordering::Relaxed),
-            generation_tokens_total: c.generation_tokens.load(Ordering::Relaxed),
-            forward_tokens_total: c.forward_tokens.load(Ordering::Relaxed),
-            steps_total: c.steps.load(Ordering::Relaxed),
-            requests_finished: c.finished.load(Ordering::Relaxed),
-            requests_cancelled: c.cancelled.load(Ordering::Relaxed),
-            requests_failed: c.failed.load(Ordering::Relaxed),
-            preemptions_total: c.preemptions.load(Ordering::Relaxed),
-            spec_decode_num_drafts: c.spec_drafts.load(Ordering::Relaxed),
-            spec_decode_num_draft_tokens: c.spec_proposed.load(Ordering::Relaxed),
-            spec_decode_num_accepted_tokens: c.spec_accepted.load(Ordering::Relaxed),
-            draft_kv_used_blocks: c.draft_kv_used.load(Ordering::Relaxed),
-            draft_kv_total_blocks: c.draft_kv_total.load(Ordering::Relaxed),
-        }
+        self.shared.counters.snapshot(incoming)
     }
 
     /// Stops the engine: new requests are refused, every queued or running request ends with an

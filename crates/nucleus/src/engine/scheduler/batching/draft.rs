@@ -13,6 +13,11 @@
 //! [`DraftState`] counts the leading context tokens its draft cache holds (`valid`), and the
 //! proposals fed after them (`ahead`), of which the accepted ones become valid; the rest are
 //! truncated before the next catch-up.
+//!
+//! What a proposal costs is timed over all of a step's draft work, catch-ups included: a
+//! sequence whose speculation paused has a longer catch-up when it resumes, and a draft pass
+//! for one sequence's longer draft holds up the whole step. Only a catch-up on a prompt (once
+//! per admission) is left out.
 
 use std::time::Instant;
 
@@ -47,14 +52,17 @@ pub(in crate::engine::scheduler) struct DraftRunner<'a> {
     pub kv: KvCache,
     state: ForwardState,
     batch: Batch,
-    /// Pass time against rows, for the passes that take one or two tokens per sequence.
-    cost: StepCost,
+    /// Seconds of draft work per proposal (a running average).
+    secs_per_proposal: Option<f64>,
     /// A pass's cost in model steps: given, or until timed, the weights' ratio.
     pass_cost: Option<f64>,
     prior_cost: f64,
     /// Catch-up tokens per step at most.
     budget: usize,
 }
+
+/// Weight of the newest step in the running cost of a proposal.
+const COST_EMA: f64 = 0.25;
 
 /// One sequence's part of a step's draft passes.
 struct Job {
@@ -84,7 +92,7 @@ impl<'a> DraftRunner<'a> {
             kv,
             state: ForwardState::new(),
             batch: Batch::new(),
-            cost: StepCost::default(),
+            secs_per_proposal: None,
             pass_cost,
             prior_cost,
             budget: budget.max(1),
@@ -92,14 +100,15 @@ impl<'a> DraftRunner<'a> {
     }
 
     /// What proposing one token costs a sequence, in its share of a step of the model among
-    /// `decoding` sequences: a draft pass over a model step, as timed (each draft pass serves
-    /// all the speculating sequences, as each step serves all the decoding ones).
+    /// `decoding` sequences (t / decoding for a step of t seconds): the draft's seconds per
+    /// proposal over that share. (When every sequence proposes k tokens a step, that is a
+    /// draft pass over a model step.)
     pub fn token_cost(&self, decoding: usize, model_steps: &StepCost) -> f64 {
         if let Some(c) = self.pass_cost {
             return c;
         }
-        match (self.cost.predict(decoding), model_steps.predict(decoding)) {
-            (Some(d), Some(t)) if t > 0.0 => d / t,
+        match (self.secs_per_proposal, model_steps.predict(decoding)) {
+            (Some(p), Some(t)) if t > 0.0 => (p * decoding as f64 / t).clamp(0.0, 4.0),
             _ => self.prior_cost,
         }
     }
@@ -116,10 +125,14 @@ impl<'a> DraftRunner<'a> {
     /// most that many each, fewer or none when the step's catch-up budget or the draft's pool
     /// runs short (the model decodes without them).
     pub(super) fn propose(&mut self, running: &mut [Seq], wants: &[(usize, usize)]) {
+        let started = Instant::now();
         let mut jobs = self.plan(running, wants);
         if jobs.is_empty() {
             return;
         }
+        let prompts = jobs
+            .iter()
+            .any(|j| j.from < running[j.i].seq.prompt().len());
         if self.run_passes(running, &mut jobs).is_err() {
             // (Not expected: the plan fits the pool.) The model goes on without drafts; the
             // draft caches start afresh.
@@ -127,6 +140,14 @@ impl<'a> DraftRunner<'a> {
                 self.release(&mut running[j.i].draft);
             }
             return;
+        }
+        let proposed: usize = jobs.iter().map(|j| j.drafts.len()).sum();
+        if !prompts && proposed > 0 {
+            let secs = started.elapsed().as_secs_f64() / proposed as f64;
+            self.secs_per_proposal = Some(match self.secs_per_proposal {
+                Some(p) => (1.0 - COST_EMA) * p + COST_EMA * secs,
+                None => secs,
+            });
         }
         for j in jobs {
             let s = &mut running[j.i];
@@ -206,8 +227,7 @@ impl<'a> DraftRunner<'a> {
                 }
             }
         }
-        let small = jobs.iter().all(|j| j.to - j.from <= 2);
-        self.forward(small)?;
+        self.forward()?;
         for (row, j) in jobs.iter_mut().filter(|j| j.proposes).enumerate() {
             j.drafts.push(self.argmax_row(row));
         }
@@ -219,7 +239,7 @@ impl<'a> DraftRunner<'a> {
                 self.batch
                     .push(j.drafts[pass - 1], j.to + pass - 1, j.id, true);
             }
-            self.forward(true)?;
+            self.forward()?;
             let going = jobs.iter_mut().filter(|j| j.proposes && j.k > pass);
             for (row, j) in going.enumerate() {
                 j.drafts.push(self.argmax_row(row));
@@ -228,16 +248,10 @@ impl<'a> DraftRunner<'a> {
         Ok(())
     }
 
-    fn forward(&mut self, timed: bool) -> Result<(), ()> {
-        let started = Instant::now();
+    fn forward(&mut self) -> Result<(), ()> {
         self.model
             .forward(&self.batch, &mut self.kv, &mut self.state)
-            .map_err(|_| ())?;
-        if timed {
-            let rows = self.batch.n_outputs();
-            self.cost.observe(rows, started.elapsed().as_secs_f64());
-        }
-        Ok(())
+            .map_err(|_| ())
     }
 
     fn argmax_row(&self, row: usize) -> TokenId {

@@ -32,6 +32,7 @@ impl Scheduler<'_> {
                 continue;
             };
             length.set_costs(row_cost, propose_cost);
+            let pays = length.pays();
             let want = length.next_len();
             // The pending token and the drafts: within max_tokens (the pending token's sample
             // is one of them), and within the window.
@@ -49,8 +50,10 @@ impl Scheduler<'_> {
             }
             if self.draft.is_some() {
                 // The draft's cache follows the context's positions: not once a streamed
-                // window has slid, nor past the window's end.
-                if s.n_evicted == 0 && s.tokens().len() + k <= n_ctx {
+                // window has slid, nor past the window's end. A draft starts on a sequence
+                // (catching up on its prompt) only when it is expected to pay.
+                let starts = s.draft.kv_seq.is_some() || pays;
+                if starts && s.n_evicted == 0 && s.tokens().len() + k <= n_ctx {
                     wants.push((i, k));
                     *left -= k;
                 }
