@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use nucleus::engine::scheduler::{Engine, EngineConfig, SpecConfig};
+use nucleus::engine::scheduler::{DraftModel, Engine, EngineConfig, SpecConfig};
 use nucleus_server::AppState;
 
 use crate::catalog::{self, DEFAULT_MODEL};
@@ -93,15 +93,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if args.metrics_require_key && args.api_key.as_deref().is_none_or(str::is_empty) {
         anyhow::bail!("--metrics-require-key needs --api-key (or NUCLEUS_API_KEY)");
     }
-    let speculation = match args.speculate.method(1)? {
+    let method = args.speculate.method(1)?;
+    let speculation = match method {
         None | Some(Method::Off) => None,
-        Some(Method::Ngram) => Some(SpecConfig {
+        Some(Method::Ngram | Method::Draft) => Some(SpecConfig {
             max_draft: args.speculate.draft_max,
         }),
-        Some(Method::Draft) => anyhow::bail!(
-            "serve: --speculate draft is not supported yet (the engine batches prompt lookup \
-             only); use --speculate ngram, or `nucleus run --speculate draft`"
-        ),
     };
     use crate::limits::{self, in_range};
     in_range("max-running", args.max_running, 1, limits::MAX_RUNNING)?;
@@ -120,6 +117,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let crate::commands::Loaded { model, tokenizer } =
         crate::commands::load_path(&path, args.threads)?;
     let n_ctx = limits::context(args.ctx, args.allow_long_context, &model)?;
+    let draft = match args.speculate.load_draft(method, args.threads)? {
+        Some(d) => Some(
+            DraftModel::new(Arc::new(d.model), &d.tokenizer, &tokenizer)
+                .map_err(anyhow::Error::msg)
+                .context("cannot use the draft model")?,
+        ),
+        None => None,
+    };
     let kv_tokens = match args.kv_tokens {
         Some(k) if k < n_ctx => anyhow::bail!(
             "--kv-tokens {k} is less than the context window ({n_ctx}): a sequence could not \
@@ -149,13 +154,22 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         speculation,
         allow_long_context: args.allow_long_context,
     };
-    // The KV type against the model, and the KV cache and scratch against the memory
-    // available, before anything is allocated.
-    cfg.check(&model).map_err(anyhow::Error::msg)?;
+    // The KV type against the model (and the draft), and the KV caches and scratch against
+    // the memory available, before anything is allocated.
+    match &draft {
+        Some(d) => cfg.check_with_draft(&model, d.model()),
+        None => cfg.check(&model),
+    }
+    .map_err(anyhow::Error::msg)?;
+    let speculating = match (&cfg.speculation, &args.speculate.draft_model) {
+        (Some(s), Some(d)) => format!(", draft speculation ({d}) up to {}", s.max_draft),
+        (Some(s), None) => format!(", ngram speculation up to {}", s.max_draft),
+        (None, _) => String::new(),
+    };
     let threads = model.n_threads();
     let tokenizer = Arc::new(tokenizer);
     let model = Arc::new(model);
-    let engine = Engine::start(model.clone(), tokenizer.clone(), cfg.clone());
+    let engine = Engine::start_with_draft(model.clone(), tokenizer.clone(), cfg.clone(), draft);
     let n_ctx = engine.config().n_ctx;
     let mut state = AppState::new(engine, tokenizer, model_id.clone(), args.api_key.clone());
     state.context_policy = args.context_policy;
@@ -179,15 +193,13 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         eprintln!(
             "nucleus serve: {model_id} on http://{} ({threads} threads, ctx {n_ctx}, {} running \
-             at most, KV {kv_tokens} tokens{}, queue {}){}",
+             at most, KV {kv_tokens} tokens{}{speculating}, queue {}){}",
             listener.local_addr()?,
             cfg.max_running,
-            match (cfg.prefix_caching, cfg.speculation) {
-                (true, Some(s)) =>
-                    format!(", prefix cache on, ngram speculation up to {}", s.max_draft),
-                (false, Some(s)) => format!(", ngram speculation up to {}", s.max_draft),
-                (true, None) => ", prefix cache on".to_string(),
-                (false, None) => String::new(),
+            if cfg.prefix_caching {
+                ", prefix cache on"
+            } else {
+                ""
             },
             cfg.queue_capacity,
             if state.api_key.is_some() {

@@ -75,10 +75,9 @@ impl SpeculateArgs {
         let (Some(Method::Draft), Some(spec)) = (method, self.draft_model.as_deref()) else {
             return Ok(None);
         };
-        let path = resolve_model(Some(spec))?;
-        load_path(&path, threads)
-            .map(Some)
-            .with_context(|| format!("cannot use the draft model {spec}"))
+        let what = || format!("cannot use the draft model {spec}");
+        let path = resolve_model(Some(spec)).with_context(what)?;
+        load_path(&path, threads).map(Some).with_context(what)
     }
 
     /// The speculator of `method` (from [`method`](Self::method)), over `draft` (from

@@ -207,6 +207,18 @@ impl Metrics {
             "counter",
         );
         gauge(
+            "nucleus_draft_kv_blocks_used",
+            "Blocks of the draft model's KV pool in use (0 without a draft model).",
+            s.draft_kv_used_blocks as u64,
+            "gauge",
+        );
+        gauge(
+            "nucleus_draft_kv_blocks_total",
+            "Blocks in the draft model's KV pool (0 without a draft model).",
+            s.draft_kv_total_blocks as u64,
+            "gauge",
+        );
+        gauge(
             "nucleus_sequences_finished_total",
             "Sequences that ended normally.",
             s.requests_finished,

@@ -17,7 +17,11 @@ use crate::kv_cache::{BlockHash, KvCache, SeqId};
 use crate::model::{Batch, ForwardState, Model};
 use crate::tokenizer::{TokenId, Tokenizer};
 
+mod draft;
 mod speculation;
+
+pub(super) use draft::DraftRunner;
+use draft::DraftState;
 
 struct Seq<'t> {
     tx: UnboundedSender<Event>,
@@ -47,6 +51,8 @@ struct Seq<'t> {
     /// Tokens proposed for this step after the pending one.
     drafts: Vec<TokenId>,
     spec: SpecStats,
+    /// With a draft model: what its cache holds of this sequence.
+    draft: DraftState,
 }
 
 impl Seq<'_> {
@@ -96,6 +102,8 @@ pub(super) struct Scheduler<'a> {
     waiting: VecDeque<Seq<'a>>,
     next_order: u64,
     ngram: NgramProposer,
+    /// The draft model proposing instead of prompt lookup, with its own KV pool.
+    draft: Option<DraftRunner<'a>>,
     /// Step time against rows, for the cost of a verification row.
     step_cost: StepCost,
 }
@@ -121,6 +129,7 @@ impl<'a> Scheduler<'a> {
         model: &'a Model,
         tok: &'a Tokenizer,
         kv: KvCache,
+        draft: Option<DraftRunner<'a>>,
     ) -> Scheduler<'a> {
         Scheduler {
             shared,
@@ -133,6 +142,7 @@ impl<'a> Scheduler<'a> {
             waiting: VecDeque::new(),
             next_order: 0,
             ngram: NgramProposer::default(),
+            draft,
             step_cost: StepCost::default(),
         }
     }
@@ -196,6 +206,7 @@ impl<'a> Scheduler<'a> {
                 },
                 drafts: Vec::new(),
                 spec: SpecStats::default(),
+                draft: DraftState::default(),
             });
         }
         self.shared
@@ -208,6 +219,9 @@ impl<'a> Scheduler<'a> {
     fn release(&mut self, seq: &mut Seq) {
         if let Some(id) = seq.kv_seq.take() {
             let _ = self.kv.free_seq(id);
+        }
+        if let Some(d) = &mut self.draft {
+            d.release(&mut seq.draft);
         }
         seq.n_cached = 0;
         seq.drafts.clear();
@@ -427,6 +441,10 @@ impl<'a> Scheduler<'a> {
                     s.dropped_tokens += evicted;
                     // The blocks no longer hold the prompt's positions.
                     s.hashes.clear();
+                    // (A draft proposes for unslid windows only: see `propose_drafts`.)
+                    if let Some(d) = &mut self.draft {
+                        d.release(&mut s.draft);
+                    }
                 }
                 Err(e) => failed.push((i, e.to_string())),
             }
@@ -592,6 +610,11 @@ impl<'a> Scheduler<'a> {
         c.kv_free.store(self.kv.free_blocks(), Ordering::Relaxed);
         c.kv_cached
             .store(self.kv.cached_blocks(), Ordering::Relaxed);
+        if let Some(d) = &self.draft {
+            c.draft_kv_used.store(d.kv.used_blocks(), Ordering::Relaxed);
+            c.draft_kv_total
+                .store(d.kv.config().n_blocks, Ordering::Relaxed);
+        }
     }
 }
 

@@ -29,18 +29,19 @@
 //! cached: it is the output of the same request on a fresh engine.
 //!
 //! Speculation ([`EngineConfig::speculation`]): each decoding sequence may add a few tokens
-//! proposed by prompt lookup after its pending one; the step's forward computes them with the
-//! rest of the batch, each sequence's rows are sampled in order with its own sampler until one
+//! proposed by prompt lookup, or by a draft model ([`Engine::start_with_draft`]), after its
+//! pending one; the step's forward computes them with the rest of the batch, each sequence's rows are sampled in order with its own sampler until one
 //! differs from the proposal, and the rejected rows leave the cache. The sampled tokens are
 //! those of plain decoding (see [`crate::engine::speculate`]); how many tokens to propose
-//! follows each sequence's acceptance and what a row costs in the batch ([`StepCost`]).
+//! follows each sequence's acceptance, what a row costs in the batch ([`StepCost`]), and what
+//! a draft model's pass costs beside a step.
 //!
 //! Cancellation: a request whose event receiver is dropped is removed before the next step and
 //! its blocks return to the pool. Every admitted request ends with [`Event::Done`] or
 //! [`Event::Error`].
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -56,9 +57,14 @@ use crate::kv_cache::{extend_block_hashes, BlockHash, KvCache, KvConfig, KvType}
 use crate::model::{arithmetic_class, Model};
 use crate::sampling::{Explain, FinishReason, Sampler, SamplingError, SamplingParams};
 use crate::tokenizer::{TokenId, Tokenizer};
-use batching::Scheduler;
+use batching::{DraftRunner, Scheduler};
+pub use draft::DraftModel;
+use stats::Counters;
+pub use stats::EngineStats;
 
 mod batching;
+mod draft;
+mod stats;
 
 /// Sizes and limits of an [`Engine`].
 #[derive(Clone, Debug)]
@@ -84,14 +90,16 @@ pub struct EngineConfig {
     /// Keep the full blocks of prompts in the cache after their request ends and give them to
     /// later requests whose prompts start the same way (automatic prefix caching).
     pub prefix_caching: bool,
-    /// Speculative decoding by prompt lookup (`None`: off).
+    /// Speculative decoding (`None`: off): by prompt lookup, or by the draft model given to
+    /// [`Engine::start_with_draft`].
     pub speculation: Option<SpecConfig>,
     /// Keep an `n_ctx` above the model's training context (by default it is capped there):
     /// positions the model never saw in training, whose output degrades.
     pub allow_long_context: bool,
 }
 
-/// Speculative decoding in the engine: prompt lookup ([`NgramProposer`](crate::engine::speculate::ngram::NgramProposer)).
+/// Speculative decoding in the engine: prompt lookup ([`NgramProposer`](crate::engine::speculate::ngram::NgramProposer)),
+/// or a draft model ([`DraftModel`]) when the engine has one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpecConfig {
     /// Tokens proposed after a sequence's pending one at most (1..=[`MAX_DRAFT`]).
@@ -261,60 +269,6 @@ pub enum SubmitError {
     Sampling(#[from] SamplingError),
 }
 
-/// A snapshot of the engine's counters (for `/metrics`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EngineStats {
-    pub running: usize,
-    pub waiting: usize,
-    pub kv_used_blocks: usize,
-    pub kv_free_blocks: usize,
-    pub kv_total_blocks: usize,
-    /// Blocks holding a cached prefix (in use or kept for reuse).
-    pub kv_cached_blocks: usize,
-    /// Prompt tokens looked up in the prefix cache (each admitted request's prompt, once).
-    pub prefix_cache_queries_tokens: u64,
-    /// Of those, tokens found in the cache.
-    pub prefix_cache_hits_tokens: u64,
-    /// Prompt tokens of admitted requests (counted once, not per recomputation).
-    pub prompt_tokens_total: u64,
-    pub generation_tokens_total: u64,
-    /// Tokens through the forward pass (prefill, decode and recomputation).
-    pub forward_tokens_total: u64,
-    pub steps_total: u64,
-    pub requests_finished: u64,
-    pub requests_cancelled: u64,
-    pub requests_failed: u64,
-    pub preemptions_total: u64,
-    /// Speculation: verifications of proposals, tokens proposed, of those accepted (vLLM's
-    /// `spec_decode_num_drafts`, `…_num_draft_tokens`, `…_num_accepted_tokens`).
-    pub spec_decode_num_drafts: u64,
-    pub spec_decode_num_draft_tokens: u64,
-    pub spec_decode_num_accepted_tokens: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    running: AtomicUsize,
-    waiting: AtomicUsize,
-    kv_used: AtomicUsize,
-    kv_free: AtomicUsize,
-    kv_total: AtomicUsize,
-    kv_cached: AtomicUsize,
-    prefix_queries: AtomicU64,
-    prefix_hits: AtomicU64,
-    prompt_tokens: AtomicU64,
-    generation_tokens: AtomicU64,
-    forward_tokens: AtomicU64,
-    steps: AtomicU64,
-    finished: AtomicU64,
-    cancelled: AtomicU64,
-    failed: AtomicU64,
-    preemptions: AtomicU64,
-    spec_drafts: AtomicU64,
-    spec_proposed: AtomicU64,
-    spec_accepted: AtomicU64,
-}
-
 struct Pending {
     tx: UnboundedSender<Event>,
     prompt: Vec<TokenId>,
@@ -369,10 +323,18 @@ impl Engine {
     /// Starts the scheduler thread. `cfg.n_ctx` is capped at the model's training context
     /// unless `cfg.allow_long_context`. Check `cfg` with [`EngineConfig::check`] first.
     /// Panics when the model's head dimension does not fit `cfg.kv_type` (a caller's check).
-    pub fn start(
+    pub fn start(model: Arc<Model>, tokenizer: Arc<Tokenizer>, cfg: EngineConfig) -> EngineHandle {
+        Self::start_with_draft(model, tokenizer, cfg, None)
+    }
+
+    /// [`start`](Self::start) with a draft model: with `cfg.speculation`, it proposes the
+    /// sequences' drafts instead of prompt lookup (check `cfg` with
+    /// [`EngineConfig::check_with_draft`] first).
+    pub fn start_with_draft(
         model: Arc<Model>,
         tokenizer: Arc<Tokenizer>,
         mut cfg: EngineConfig,
+        draft: Option<DraftModel>,
     ) -> EngineHandle {
         cfg.max_running = cfg.max_running.max(1);
         cfg.block_size = cfg.block_size.max(1);
@@ -389,6 +351,19 @@ impl Engine {
         );
         let mut kv = KvCache::new(kv_cfg);
         kv.set_prefix_caching(cfg.prefix_caching);
+        // The draft's pool, when it will propose.
+        let draft = draft.filter(|_| cfg.speculation.is_some()).map(|d| {
+            let dcfg = cfg.draft_kv_config(&d.model);
+            assert_eq!(
+                dcfg.check(),
+                Ok(()),
+                "the caller checked the draft's KV type"
+            );
+            let mut dkv = KvCache::new(dcfg);
+            // Its proposals are cut back by up to MAX_DRAFT tokens after their last forward.
+            dkv.set_rollback_slack(MAX_DRAFT);
+            (d.prior_cost(&model), d, dkv)
+        });
         let shared = Arc::new(Shared {
             inbox: Mutex::new(Inbox::default()),
             wake: Condvar::new(),
@@ -405,11 +380,26 @@ impl Engine {
             .counters
             .kv_free
             .store(kv.free_blocks(), Ordering::Relaxed);
+        if let Some((_, _, dkv)) = &draft {
+            let total = dkv.config().n_blocks;
+            shared
+                .counters
+                .draft_kv_total
+                .store(total, Ordering::Relaxed);
+        }
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("nucleus-scheduler".into())
             .spawn(move || {
-                let mut sched = Scheduler::new(&s, &model, &tokenizer, kv);
+                let (draft, draft_kv) = match draft {
+                    Some((prior, d, dkv)) => (Some((prior, d)), Some(dkv)),
+                    None => (None, None),
+                };
+                let budget = s.cfg.step_token_budget;
+                let runner = draft.as_ref().zip(draft_kv).map(|((prior, d), dkv)| {
+                    DraftRunner::new(&d.model, dkv, d.pass_cost, *prior, budget)
+                });
+                let mut sched = Scheduler::new(&s, &model, &tokenizer, kv, runner);
                 sched.run();
             })
             .expect("spawn the scheduler thread");
@@ -519,29 +509,8 @@ impl EngineHandle {
     }
 
     pub fn stats(&self) -> EngineStats {
-        let c = &self.shared.counters;
         let incoming = self.shared.inbox.lock().map_or(0, |i| i.incoming.len());
-        EngineStats {
-            running: c.running.load(Ordering::Relaxed),
-            waiting: c.waiting.load(Ordering::Relaxed) + incoming,
-            kv_used_blocks: c.kv_used.load(Ordering::Relaxed),
-            kv_free_blocks: c.kv_free.load(Ordering::Relaxed),
-            kv_total_blocks: c.kv_total.load(Ordering::Relaxed),
-            kv_cached_blocks: c.kv_cached.load(Ordering::Relaxed),
-            prefix_cache_queries_tokens: c.prefix_queries.load(Ordering::Relaxed),
-            prefix_cache_hits_tokens: c.prefix_hits.load(Ordering::Relaxed),
-            prompt_tokens_total: c.prompt_tokens.load(Ordering::Relaxed),
-            generation_tokens_total: c.generation_tokens.load(Ordering::Relaxed),
-            forward_tokens_total: c.forward_tokens.load(Ordering::Relaxed),
-            steps_total: c.steps.load(Ordering::Relaxed),
-            requests_finished: c.finished.load(Ordering::Relaxed),
-            requests_cancelled: c.cancelled.load(Ordering::Relaxed),
-            requests_failed: c.failed.load(Ordering::Relaxed),
-            preemptions_total: c.preemptions.load(Ordering::Relaxed),
-            spec_decode_num_drafts: c.spec_drafts.load(Ordering::Relaxed),
-            spec_decode_num_draft_tokens: c.spec_proposed.load(Ordering::Relaxed),
-            spec_decode_num_accepted_tokens: c.spec_accepted.load(Ordering::Relaxed),
-        }
+        self.shared.counters.snapshot(incoming)
     }
 
     /// Stops the engine: new requests are refused, every queued or running request ends with an

@@ -21,14 +21,7 @@ impl<'d> DraftProposer<'d> {
         n_ctx: usize,
         kv_type: KvType,
     ) -> Result<DraftProposer<'d>, String> {
-        check_vocabularies(target, draft_tokenizer)?;
-        if draft.hp.n_vocab != draft_tokenizer.vocab_size() {
-            return Err(format!(
-                "the draft model's output has {} logits for a vocabulary of {} tokens",
-                draft.hp.n_vocab,
-                draft_tokenizer.vocab_size()
-            ));
-        }
+        check_draft(draft, draft_tokenizer, target)?;
         let mut session = Session::with_kv_type(draft, n_ctx, n_ctx, kv_type)
             .map_err(|e| format!("draft model: {e}"))?;
         // Its drafts are cut back by up to MAX_DRAFT tokens from its last forward: its window
@@ -37,6 +30,24 @@ impl<'d> DraftProposer<'d> {
         session.kv.set_rollback_slack(MAX_DRAFT);
         Ok(DraftProposer { session })
     }
+}
+
+/// Whether `draft` (with its tokenizer) can propose tokens for a model whose tokenizer is
+/// `target`: the same vocabulary, and one logit per token. The error names the difference.
+pub fn check_draft(
+    draft: &Model,
+    draft_tokenizer: &Tokenizer,
+    target: &Tokenizer,
+) -> Result<(), String> {
+    check_vocabularies(target, draft_tokenizer)?;
+    if draft.hp.n_vocab != draft_tokenizer.vocab_size() {
+        return Err(format!(
+            "the draft model's output has {} logits for a vocabulary of {} tokens",
+            draft.hp.n_vocab,
+            draft_tokenizer.vocab_size()
+        ));
+    }
+    Ok(())
 }
 
 /// Whether two tokenizers are one vocabulary: the same tokens with the same ids, and the same

@@ -121,6 +121,12 @@ impl DraftLength {
             .fold((1, 0.0), |b, x| if x.1 > b.1 { x } else { b })
     }
 
+    /// Whether some draft length is expected to gain more than a plain step, from the
+    /// acceptance and costs known so far.
+    pub fn pays(&self) -> bool {
+        self.best().1 > 1.0
+    }
+
     /// Tokens to propose at this step (0 while paused, and for the first step, whose time
     /// measures a plain step; each call counts a step).
     pub fn next_len(&mut self) -> usize {
@@ -321,6 +327,7 @@ mod tests {
         assert!((d.row_cost - 0.1).abs() < 0.01, "{}", d.row_cost);
         let long = d.next_len();
         assert_eq!(long, 6);
+        assert!(d.pays());
         // Expensive rows: shorter drafts for the same acceptance.
         for _ in 0..20 {
             d.time_verification(9, 0.020 * (1.0 + 0.6 * 8.0));
@@ -339,6 +346,12 @@ mod tests {
             ..DraftLength::new(4)
         };
         assert!((f.gain(2) - 0.875).abs() < 1e-12);
+        // The prior acceptance (0.7) pays for cheap rows and proposals, not for costly ones.
+        let mut g = DraftLength::new(8);
+        g.set_costs(0.1, 0.1);
+        assert!(g.pays());
+        g.set_costs(0.4, 1.0);
+        assert!(!g.pays());
         // Nothing accepted, again and again: speculation pauses for 8 steps, then 16.
         let mut misses = 0;
         while d.next_len() > 0 {

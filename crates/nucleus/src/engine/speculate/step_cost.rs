@@ -54,6 +54,18 @@ impl StepCost {
         Some((my - b * mx, b))
     }
 
+    /// The expected time of a forward of `rows` rows: the fit's, or while the steps seen all
+    /// had about one size, their mean time (`None`: nothing seen yet).
+    pub fn predict(&self, rows: usize) -> Option<f64> {
+        if let Some((a, b)) = self.fit() {
+            let t = a + b * rows as f64;
+            if t > 0.0 {
+                return Some(t);
+            }
+        }
+        (self.w > 0.0).then(|| self.sy / self.w)
+    }
+
     /// The cost of one more row for each of `decoding` sequences sharing steps of `rows`
     /// rows, in units of a sequence's share of the step (see the module docs).
     pub fn row_cost(&self, rows: usize, decoding: usize) -> f64 {
@@ -76,11 +88,13 @@ mod tests {
     fn the_fit_recovers_a_line_and_the_row_cost_follows_from_it() {
         let mut c = StepCost::default();
         assert_eq!(c.row_cost(1, 1), DEFAULT_ROW_COST, "nothing seen yet");
-        // Steps all of one size say nothing about the slope.
+        assert_eq!(c.predict(1), None);
+        // Steps all of one size say nothing about the slope: their mean is the prediction.
         for _ in 0..10 {
             c.observe(4, 0.030);
         }
         assert_eq!(c.fit(), None);
+        assert!((c.predict(9).unwrap() - 0.030).abs() < 1e-12);
         // t = 20 ms + 2.5 ms per row.
         for rows in (1..=16).cycle().take(200) {
             c.observe(rows, 0.020 + 0.0025 * rows as f64);
@@ -90,6 +104,7 @@ mod tests {
             (a - 0.020).abs() < 1e-9 && (b - 0.0025).abs() < 1e-9,
             "{a} {b}"
         );
+        assert!((c.predict(8).unwrap() - 0.040).abs() < 1e-9);
         // One sequence: b / (a + b) = 2.5 / 22.5.
         assert!((c.row_cost(1, 1) - 2.5 / 22.5).abs() < 1e-9);
         // Eight sequences in a step of eight rows: 8 b / (a + 8 b) = 20 / 40.

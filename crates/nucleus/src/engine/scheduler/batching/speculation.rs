@@ -1,5 +1,6 @@
-//! Speculation in the scheduler: proposals for the decoding sequences of a step, and the
-//! bookkeeping after their verification (see the [engine module](super::super)).
+//! Speculation in the scheduler: proposals for the decoding sequences of a step (by prompt
+//! lookup, or by the draft model: [`super::draft`]), and the bookkeeping after their
+//! verification (see the [engine module](super::super)).
 
 use std::sync::atomic::Ordering;
 
@@ -13,8 +14,15 @@ impl Scheduler<'_> {
     pub(super) fn propose_drafts(&mut self, plan: &[(usize, usize)], left: &mut usize) {
         let decoding = plan.len();
         let row_cost = self.step_cost.row_cost(decoding, decoding);
+        // Prompt lookup costs nothing beside a forward; a draft model, its passes.
+        let propose_cost = self
+            .draft
+            .as_ref()
+            .map_or(0.0, |d| d.token_cost(decoding, &self.step_cost));
         let bs = self.shared.cfg.block_size;
         let n_ctx = self.shared.cfg.n_ctx;
+        // With a draft model: the sequences that want proposals, and how many.
+        let mut wants = Vec::new();
         for &(i, _) in plan {
             if *left == 0 {
                 break;
@@ -23,8 +31,8 @@ impl Scheduler<'_> {
             let Some(length) = s.draft_len.as_mut() else {
                 continue;
             };
-            // Prompt lookup costs nothing beside a forward.
-            length.set_costs(row_cost, 0.0);
+            length.set_costs(row_cost, propose_cost);
+            let pays = length.pays();
             let want = length.next_len();
             // The pending token and the drafts: within max_tokens (the pending token's sample
             // is one of them), and within the window.
@@ -40,12 +48,32 @@ impl Scheduler<'_> {
             if k == 0 {
                 continue;
             }
+            if self.draft.is_some() {
+                // The draft's cache follows the context's positions: not once a streamed
+                // window has slid, nor past the window's end. A draft starts on a sequence
+                // (catching up on its prompt) only when it is expected to pay.
+                let starts = s.draft.kv_seq.is_some() || pays;
+                if starts && s.n_evicted == 0 && s.tokens().len() + k <= n_ctx {
+                    wants.push((i, k));
+                    *left -= k;
+                }
+                continue;
+            }
             let mut drafts = self.ngram.lookup(s.tokens(), k);
             // Proposals the grammar forbids would be rejected: do not compute them.
             let valid = s.seq.grammar_valid_prefix(&drafts);
             drafts.truncate(valid);
             s.drafts = drafts;
             *left -= s.drafts.len();
+        }
+        if let Some(d) = self.draft.as_mut() {
+            d.propose(&mut self.running, &wants);
+            for &(i, k) in &wants {
+                let s = &mut self.running[i];
+                let valid = s.seq.grammar_valid_prefix(&s.drafts);
+                s.drafts.truncate(valid);
+                *left += k - s.drafts.len();
+            }
         }
     }
 }
@@ -61,6 +89,7 @@ pub(super) fn verified(
     accepted: usize,
 ) -> Result<(), KvError> {
     s.n_cached += accepted;
+    s.draft.verified(accepted);
     if let Some(id) = s.kv_seq {
         // The cache holds the pending token and every draft: cut it back to the accepted.
         kv.truncate(id, s.n_cached)?;
