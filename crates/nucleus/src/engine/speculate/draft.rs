@@ -9,6 +9,8 @@ use crate::tokenizer::{TokenId, Tokenizer};
 
 pub struct DraftProposer<'d> {
     session: Session<'d>,
+    /// The end-of-generation tokens: nothing is proposed after one.
+    eog: Vec<TokenId>,
 }
 
 impl<'d> DraftProposer<'d> {
@@ -28,7 +30,10 @@ impl<'d> DraftProposer<'d> {
         // pool (sized for chunks of MAX_CHUNK) keeps that many more positions, and it feeds
         // at most MAX_CHUNK - MAX_DRAFT tokens at a time.
         session.kv.set_rollback_slack(MAX_DRAFT);
-        Ok(DraftProposer { session })
+        Ok(DraftProposer {
+            session,
+            eog: target.eog_tokens().to_vec(),
+        })
     }
 }
 
@@ -101,6 +106,10 @@ impl Proposer for DraftProposer<'_> {
         while out.len() < max {
             let t = argmax(&logits);
             out.push(t);
+            // What would follow the end of the generation is never verified.
+            if self.eog.contains(&t) {
+                break;
+            }
             if out.len() < max {
                 logits = s.feed(&[t], 1, false)?;
             }
