@@ -26,6 +26,7 @@ mod tests_low_bit;
 
 pub(crate) use blocks::scale_min_k4;
 pub use blocks::{dequantize_row, quantize_row, quantize_row_act};
+pub(crate) use blocks_low_bit::KVALUES_IQ4NL;
 pub use dispatch::{available_levels, simd_level, SimdLevel};
 pub use types::GgmlType;
 
