@@ -410,3 +410,37 @@ fn extreme_values_do_not_saturate() {
         }
     }
 }
+
+/// Packed Q4_0 and IQ4_NL compute what llama.cpp's kernels for its repacked Q4_0 and IQ4_NL
+/// matrices compute (the one-row kernels `--exact` uses for matrices of whole groups of 8 rows:
+/// one `fma(isum, dw·dx, acc)` per block, in block order), bit for bit, for every token count,
+/// with the SIMD kernels and the scalar ones.
+#[test]
+fn q4_0_and_iq4_nl_packed_have_llama_cpps_repacked_bits() {
+    let mut rng = Rng(17);
+    let pool = ThreadPool::new(2);
+    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL] {
+        for (rows, cols) in [(8, 32), (24, 896), (64, 4864)] {
+            let data = matrix(&mut rng, ty, rows, cols);
+            let qm = QMatrix {
+                ty,
+                data: &data,
+                rows,
+                cols,
+            };
+            let w = pack(&qm).unwrap();
+            for nt in [1, 2, 3, 4, 5, 9, 40] {
+                let (x, xa) = acts(&mut rng, nt, cols);
+                let mut want = vec![0f32; nt * rows];
+                crate::kernels::matmul::matmul(&pool, &qm, &x, &mut want);
+                let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
+                matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &xa, true);
+                matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &xa, false);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                let at = format!("{ty} {rows}x{cols}, {nt} tokens");
+                assert_eq!(bits(&scalar), bits(&want), "{at}: scalar");
+                assert_eq!(bits(&simd), bits(&want), "{at}: SIMD");
+            }
+        }
+    }
+}
