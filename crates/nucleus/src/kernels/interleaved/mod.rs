@@ -20,7 +20,9 @@
 //! promises holds by construction.
 //!
 //! Q4_K matrices are repacked the same way ([`q4_k`]) but keep the arithmetic of the one-row
-//! Q4_K kernel: there the layout buys speed and changes no bits.
+//! Q4_K kernel: there the layout buys speed and changes no bits. For Q4_0 and IQ4_NL the chain
+//! above is the one of llama.cpp's kernels for its repacked Q4_0 and IQ4_NL matrices, which
+//! `--exact` follows: they too get the same bits in both arithmetics.
 
 mod pack;
 mod q4_k;
