@@ -44,9 +44,9 @@ use crate::quant::GgmlType;
 /// Which arithmetic the matrix products use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Arithmetic {
-    /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL weights, one float chain per output, and every row of
-    /// every other type in the arithmetic of the one-row kernels (Q4_K repacked too), so that
-    /// a token's results never depend on its place in a prompt or a batch.
+    /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL weights, one float chain per output, and
+    /// every row of every other type in the arithmetic of the one-row kernels (Q4_K repacked
+    /// too), so that a token's results never depend on its place in a prompt or a batch.
     #[default]
     Fast,
     /// llama.cpp's, bit for bit (its batched kernels for a prompt's rows, chosen by the row's
@@ -169,7 +169,7 @@ impl<'a> GroupView<'a> {
     }
 }
 
-/// Unpacks a stored group: the f32 scales, and but for Q8_0 the values a byte each.
+/// Unpacks a stored group: the f32 scales and (all types but Q8_0) the values, a byte each.
 type UnpackFn = fn(ty: GgmlType, blocks: usize, src: &[u8], scales: &mut [f32], values: &mut [u8]);
 
 /// A kernel: the eight rows of a group against up to four token rows.
