@@ -21,8 +21,9 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Compute with llama.cpp's arithmetic, bit for bit (also `NUCLEUS_EXACT=1`). By default
-    /// nucleus uses its own, faster arithmetic for the 8- and 5-bit products, whose distance
-    /// from this one is measured in BENCHMARKS.md.
+    /// nucleus uses its own, faster arithmetic for the Q8_0 and Q5_0 products, whose distance
+    /// from this one is measured in BENCHMARKS.md (its repacked Q4_K, Q4_0 and IQ4_NL products
+    /// have this one's bits).
     #[arg(long, global = true)]
     exact: bool,
 }

@@ -1,7 +1,10 @@
 //! Micro benchmark of the quantized matmul: a 896-row × 4864-col weight matrix (the shape of a
 //! Qwen2-0.5B `ffn_down`) times 1, 4, 16, 64 and 512 activation rows, in llama.cpp's arithmetic
-//! (`exact`) and, for the types it repacks, nucleus's interleaved one (`fast`), beside the machine's
-//! peak rate of 8-bit multiply-adds (`vpmaddubsw` on every core, measured).
+//! (its one-row kernels, and its batched ones that `--exact` uses for a prompt's rows) and, for
+//! the types nucleus repacks (Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_K,
+//! Q6_K), in nucleus's interleaved one
+//! (`fast`), beside the machine's peak rate of 8-bit multiply-adds (`vpmaddubsw` on every core,
+//! measured).
 //!
 //! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`;
 //! `NUCLEUS_SIMD` caps the SIMD level.
@@ -11,7 +14,8 @@ use std::time::Instant;
 use nucleus::kernels::interleaved::{matmul_packed, pack, PackedActs};
 use nucleus::kernels::matmul::matmul_rows;
 use nucleus::kernels::{matmul, PromptSlot, QMatrix, QuantizedActs, ThreadPool};
-use nucleus::quant::{quantize_row, simd_level, vec_dot_type, GgmlType};
+use nucleus::quant::quantize::quantize_rows;
+use nucleus::quant::{simd_level, vec_dot_type, GgmlType};
 
 fn main() {
     let threads: usize = std::env::args()
@@ -52,6 +56,7 @@ fn main() {
         GgmlType::Q6_K,
         GgmlType::Q8_0,
         GgmlType::Q4_0,
+        GgmlType::IQ4_NL,
         GgmlType::F16,
     ] {
         if only
@@ -76,9 +81,7 @@ fn main() {
                 }
             }
         } else {
-            for (r, dst) in data.chunks_exact_mut(rb).enumerate() {
-                quantize_row(ty, &wf[r * cols..(r + 1) * cols], dst);
-            }
+            quantize_rows(ty, &wf, cols, &mut data).expect("a type nucleus quantizes");
         }
         let w = QMatrix {
             ty,
@@ -100,7 +103,7 @@ fn main() {
                 s * 1e6,
                 macs / s / 1e9
             );
-            if packed.is_none() {
+            if packed.is_none() || nt > 1 {
                 // llama.cpp's batched kernels for every row (a prompt's arithmetic).
                 let slots = vec![PromptSlot::BATCHED; nt];
                 let b = fastest(|| matmul_rows(&pool, &w, &acts, &mut y, &slots));

@@ -1,8 +1,9 @@
 //! Models with Q2_K, Q3_K, IQ4_NL and IQ4_XS tensors load and run, embedding lookups included:
 //! the golden tiny llama with every matrix (token embeddings too) replaced by random blocks of
 //! one of these types gives the logits of the same model with those blocks dequantized to F32,
-//! up to the rounding of the 8-bit activations. A type nucleus cannot compute still gives the
-//! clear error naming the tensor and its type.
+//! up to the rounding of the 8-bit activations; with Q4_0 and IQ4_NL blocks nucleus's own
+//! arithmetic gives `--exact`'s bits. A type nucleus cannot compute still gives the clear error
+//! naming the tensor and its type.
 
 mod common;
 
@@ -31,6 +32,7 @@ fn random_blocks(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
         GgmlType::Q2_K => (&[80, 82], 6), // 2^-9 · scale (0..15) · q (0..3)
         GgmlType::Q3_K => (&[108], 5),    // 2^-10 · (scale − 32) · q (−4..3)
         GgmlType::IQ4_NL => (&[0], 4),    // 2^-11 · value (−127..113)
+        GgmlType::Q4_0 => (&[0], 7),      // 2^-8 · (nibble − 8)
         _ => (&[0], 1),                   // 2^-14 · (scale − 32) · value
     };
     let mut data: Vec<u8> = (0..ty.row_bytes(n).unwrap()).map(|_| rng.byte()).collect();
@@ -84,7 +86,11 @@ fn next_file_number() -> usize {
 /// The logits of 9 positions: 8 prompt tokens in one batch (the batched kernels), then one
 /// generated token (the one-row kernels).
 fn logits(path: &std::path::Path) -> Vec<f32> {
-    let model = Model::load_with(path, 2, Arithmetic::Exact).unwrap();
+    logits_in(path, Arithmetic::Exact)
+}
+
+fn logits_in(path: &std::path::Path, arithmetic: Arithmetic) -> Vec<f32> {
+    let model = Model::load_with(path, 2, arithmetic).unwrap();
     let mut session = Session::new(&model, 32);
     let prompt = [1, 450, 4996, 17354, 1701, 432, 17204, 975];
     let mut out = session.feed(&prompt, 512, true).unwrap();
@@ -101,23 +107,7 @@ fn models_with_low_bit_tensors_match_their_dequantized_copies() {
         GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
     ] {
-        let mut rng = Rng(0x9E3779B97F4A7C15 ^ ty as u64);
-        let mut blocks = std::collections::HashMap::new();
-        let quantized = rewrite(&file, |info| {
-            let n = info.n_elements() as usize;
-            let data = random_blocks(&mut rng, ty, n);
-            blocks.insert(info.name.clone(), data.clone());
-            Some((ty, data))
-        });
-        let dequantized = rewrite(&file, |info| {
-            let data = blocks.get(&info.name)?;
-            let mut values = vec![0f32; info.n_elements() as usize];
-            dequantize_row(ty, data, &mut values);
-            Some((
-                GgmlType::F32,
-                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            ))
-        });
+        let (quantized, dequantized) = quantized_and_dequantized(&file, ty);
         let (ours, reference) = (logits(&quantized), logits(&dequantized));
         std::fs::remove_file(quantized).unwrap();
         std::fs::remove_file(dequantized).unwrap();
@@ -129,12 +119,85 @@ fn models_with_low_bit_tensors_match_their_dequantized_copies() {
         // random network. Measured 0.001 (Q2_K), 0.004-0.03 (IQ4_NL), 0.03-0.05 (Q3_K),
         // 0.03-0.07 (IQ4_XS); Q6_K, whose kernels the golden tests check, gives 0.03-0.07 here
         // too. A wrong value, scale or sign in a kernel moves it to the order of 1.
-        for (p, (a, b)) in ours.chunks(32000).zip(reference.chunks(32000)).enumerate() {
+        for (p, rel) in relative_distances(&ours, &reference)
+            .into_iter()
+            .enumerate()
+        {
+            assert!(rel < 0.12, "{ty} position {p}: relative distance {rel:.4}");
+        }
+    }
+}
+
+/// The tiny model with every matrix replaced by random blocks of `ty`, and its copy with those
+/// blocks dequantized to F32.
+fn quantized_and_dequantized(
+    file: &GgufFile,
+    ty: GgmlType,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let mut rng = Rng(0x9E3779B97F4A7C15 ^ ty as u64);
+    let mut blocks = std::collections::HashMap::new();
+    let quantized = rewrite(file, |info| {
+        let n = info.n_elements() as usize;
+        let data = random_blocks(&mut rng, ty, n);
+        blocks.insert(info.name.clone(), data.clone());
+        Some((ty, data))
+    });
+    let dequantized = rewrite(file, |info| {
+        let data = blocks.get(&info.name)?;
+        let mut values = vec![0f32; info.n_elements() as usize];
+        dequantize_row(ty, data, &mut values);
+        Some((
+            GgmlType::F32,
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ))
+    });
+    (quantized, dequantized)
+}
+
+/// The relative L2 distance of `ours` from `reference` at each position (32000 logits).
+fn relative_distances(ours: &[f32], reference: &[f32]) -> Vec<f64> {
+    ours.chunks(32000)
+        .zip(reference.chunks(32000))
+        .enumerate()
+        .map(|(p, (a, b))| {
+            assert!(
+                a.iter().all(|v| v.is_finite()),
+                "position {p}: logits not finite"
+            );
             let diff: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
             let norm: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-            let rel = (diff / norm).sqrt();
-            assert!(norm > 0.0, "{ty} position {p}: zero logits");
-            assert!(rel < 0.12, "{ty} position {p}: relative distance {rel:.4}");
+            assert!(norm > 0.0, "position {p}: zero logits");
+            (diff / norm).sqrt()
+        })
+        .collect()
+}
+
+/// nucleus's own arithmetic on the 4-bit types it repacks (every layer matrix of the tiny model
+/// has a multiple of 8 rows) gives `--exact`'s bits: llama.cpp repacks Q4_0 and IQ4_NL matrices
+/// of whole groups of 8 rows too, and its kernels for them (which `--exact` follows) make the
+/// same chain of one `fma(isum, dw·dx, acc)` per block. And both stay as close to the
+/// dequantized model as the other low-bit types: a wrong value, scale, sign or offset in a
+/// kernel moves that distance to the order of 1.
+#[test]
+fn fast_arithmetic_on_q4_0_and_iq4_nl_has_exacts_bits() {
+    let Some(file) = tiny_model() else { return };
+    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL] {
+        let (quantized, dequantized) = quantized_and_dequantized(&file, ty);
+        let fast = logits_in(&quantized, Arithmetic::Fast);
+        let exact = logits_in(&quantized, Arithmetic::Exact);
+        let reference = logits_in(&dequantized, Arithmetic::Exact);
+        std::fs::remove_file(quantized).unwrap();
+        std::fs::remove_file(dequantized).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&fast) == bits(&exact), "{ty}: fast and --exact differ");
+        for (p, rel) in relative_distances(&fast, &reference)
+            .into_iter()
+            .enumerate()
+        {
+            assert!(
+                rel < 0.12,
+                "{ty} position {p}: {rel:.4} from the dequantized model"
+            );
         }
     }
 }

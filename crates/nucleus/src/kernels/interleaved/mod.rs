@@ -1,4 +1,4 @@
-//! nucleus's own arithmetic for the 8-bit and 5-bit products (Q8_0 and Q5_0 weights), the
+//! nucleus's own arithmetic for the products of Q8_0, Q5_0, Q4_0 and IQ4_NL weights, the
 //! default; `--exact` keeps llama.cpp's (see [`super::matmul`]).
 //!
 //! The weights are repacked at load time, in memory only, eight rows interleaved: for each
@@ -12,14 +12,17 @@
 //! ```
 //!
 //! with `isum` the exact integer dot product of the block (weights times the activations
-//! quantized to 8 bits as llama.cpp quantizes them), `dw · dx` rounded to f32 and one fused
+//! quantized to 8 bits as llama.cpp quantizes them; for IQ4_NL the weights are the values of
+//! its table, `kvalues_iq4nl`, that the nibbles index), `dw · dx` rounded to f32 and one fused
 //! multiply-add per block. Integer sums are exact whatever the order, and the float chain is
 //! the same for every output, so an output has the same bits whether its token came alone or
 //! among many, on every SIMD level and on the scalar path: the batch invariance nucleus
 //! promises holds by construction.
 //!
 //! Q4_K matrices are repacked the same way ([`q4_k`]) but keep the arithmetic of the one-row
-//! Q4_K kernel: there the layout buys speed and changes no bits. Q6_K matrices ([`q6_k`]) take
+//! Q4_K kernel: there the layout buys speed and changes no bits. For Q4_0 and IQ4_NL the chain
+//! above is the one of llama.cpp's kernels for its repacked Q4_0 and IQ4_NL matrices, which
+//! `--exact` follows: they too get the same bits in both arithmetics. Q6_K matrices ([`q6_k`]) take
 //! the arithmetic of llama.cpp's tiled Q6_K kernel, one FMA per super-block, for every row.
 
 mod pack;
@@ -43,9 +46,9 @@ use crate::quant::GgmlType;
 /// Which arithmetic the matrix products use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Arithmetic {
-    /// nucleus's own: repacked Q8_0/Q5_0 weights, one float chain per output, and every row of
-    /// every other type in the arithmetic of the one-row kernels (Q4_K repacked too), so that
-    /// a token's results never depend on its place in a prompt or a batch.
+    /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL weights, one float chain per output, and
+    /// every row of every other type in the arithmetic of the one-row kernels (Q4_K repacked
+    /// too), so that a token's results never depend on its place in a prompt or a batch.
     #[default]
     Fast,
     /// llama.cpp's, bit for bit (its batched kernels for a prompt's rows, chosen by the row's
@@ -74,12 +77,12 @@ const ACT_BLOCK: usize = 34;
 const TILE_TOKENS: usize = 4;
 
 /// Activations quantized for [`matmul_packed`]: the Q8_0 rows of [`QuantizedActs`], plus each
-/// block's scale as f32 and 16 times the sum of its values (the offset of the 5-bit weights,
-/// which are stored without their sign).
+/// block's scale as f32 and the sum of its values (Q5_0 and Q4_0 weights are kept unsigned,
+/// weight + 16 or + 8: the kernels take 16 or 8 times this sum off their integer sums).
 #[derive(Debug, Default)]
 pub struct PackedActs {
     scales: Vec<f32>,
-    offsets: Vec<i32>,
+    sums: Vec<i32>,
 }
 
 impl PackedActs {
@@ -97,22 +100,22 @@ impl PackedActs {
         let nb = x.cols() / QK;
         let n = x.n_tokens() * nb;
         self.scales.clear();
-        self.offsets.clear();
+        self.sums.clear();
         self.scales.reserve(n);
-        self.offsets.reserve(n);
+        self.sums.reserve(n);
         for t in 0..x.n_tokens() {
             for block in x.row(t).chunks_exact(ACT_BLOCK) {
                 let d = half::f16::from_bits(u16::from_le_bytes([block[0], block[1]]));
                 self.scales.push(d.to_f32());
                 let sum: i32 = block[2..].iter().map(|&q| q as i8 as i32).sum();
-                self.offsets.push(16 * sum);
+                self.sums.push(sum);
             }
         }
     }
 }
 
 /// What a kernel call reads: `nx` token rows of quantized activations starting at `x` (stride
-/// `x_stride` bytes), their `blocks` scales and offsets each at `scales`/`offsets` (stride
+/// `x_stride` bytes), their `blocks` scales and value sums each at `scales`/`sums` (stride
 /// `blocks`), and writes eight floats per token at `out` (stride `out_stride` floats).
 #[derive(Clone, Copy)]
 pub(crate) struct Tile {
@@ -120,7 +123,7 @@ pub(crate) struct Tile {
     pub x: *const u8,
     pub x_stride: usize,
     pub scales: *const f32,
-    pub offsets: *const i32,
+    pub sums: *const i32,
     pub nx: usize,
     pub out: *mut f32,
     pub out_stride: usize,
@@ -128,8 +131,8 @@ pub(crate) struct Tile {
 
 /// One group's weights ready for the kernels: the eight rows' scales per block as f32
 /// (`8 * blocks`), and their values, 256 bytes per block `stride` bytes apart, interleaved as
-/// described above: unsigned 5-bit values (weight + 16) for Q5_0, unpacked; signed 8-bit values
-/// for Q8_0, read where they are stored.
+/// described above: unsigned values for Q5_0 (weight + 16) and Q4_0 (weight + 8) and signed
+/// table values for IQ4_NL, unpacked; signed 8-bit values for Q8_0, read where they are stored.
 pub(crate) struct GroupView<'a> {
     pub scales: &'a [f32],
     pub values: &'a [u8],
@@ -173,7 +176,7 @@ impl<'a> GroupView<'a> {
     }
 }
 
-/// Unpacks a stored group: the f32 scales, and for Q5_0 the five-bit values whole.
+/// Unpacks a stored group: the f32 scales and (all types but Q8_0) the values, a byte each.
 type UnpackFn = fn(ty: GgmlType, blocks: usize, src: &[u8], scales: &mut [f32], values: &mut [u8]);
 
 /// A kernel: the eight rows of a group against up to four token rows.
@@ -193,6 +196,7 @@ fn kernels(ty: GgmlType, avx2: bool) -> (TileFn, UnpackFn) {
                 q6_k::unpack_group(blocks, src, values)
             }),
             GgmlType::Q5_0 => (x86::tile_u5, x86::unpack_group),
+            GgmlType::Q4_0 => (x86::tile_u4, x86::unpack_group),
             _ => (x86::tile_i8, x86::unpack_group),
         };
     }
@@ -205,14 +209,15 @@ fn kernels(ty: GgmlType, avx2: bool) -> (TileFn, UnpackFn) {
     let tile: TileFn = match ty {
         GgmlType::Q4_K => q4_k::tile_scalar,
         GgmlType::Q5_0 => scalar::tile_u5,
+        GgmlType::Q4_0 => scalar::tile_u4,
         _ => scalar::tile_i8,
     };
     (tile, pack::unpack_group_scalar)
 }
 
 /// The scratch one group of `ty` needs in [`GroupView::new`] (f32 scales, unpacked value
-/// bytes): Q4_K is read as stored, Q8_0 needs its scales widened, Q5_0 and Q6_K their values
-/// whole.
+/// bytes): Q4_K is read as stored, Q8_0 needs its scales widened, the others (Q6_K too) their
+/// values.
 fn scratch_per_group(ty: GgmlType, blocks: usize) -> (usize, usize) {
     match ty {
         GgmlType::Q4_K => (0, 0),
@@ -266,8 +271,8 @@ struct Product<'a> {
     out: OutPtr,
     tile_fn: TileFn,
     unpack: UnpackFn,
-    /// Q5_0, Q8_0 or Q6_K with at most one tile of tokens on AVX2: read as stored, unpacked in
-    /// registers (decode).
+    /// Q5_0, Q8_0, Q4_0, IQ4_NL or Q6_K with at most one tile of tokens on AVX2: read as
+    /// stored, unpacked in registers (decode).
     stored: bool,
     /// The first work item of this matrix among all of the call's.
     first_chunk: usize,
@@ -309,7 +314,14 @@ fn matmul_packed_with(
         assert_eq!(y.len(), nt * w.rows(), "matmul_packed: output size");
         let stored = avx2
             && nt <= TILE_TOKENS
-            && matches!(w.ty(), GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q6_K);
+            && matches!(
+                w.ty(),
+                GgmlType::Q5_0
+                    | GgmlType::Q8_0
+                    | GgmlType::Q4_0
+                    | GgmlType::IQ4_NL
+                    | GgmlType::Q6_K
+            );
         let groups = w.rows() / GROUP_ROWS;
         // Many tokens: a few groups per item, unpacked once for every token block. One tile
         // (decode): items of about 1/32 of a thread's share, so that a large matrix with short
@@ -360,7 +372,7 @@ fn matmul_packed_with(
                 } else {
                     (
                         acts.scales[t * blocks..].as_ptr(),
-                        acts.offsets[t * blocks..].as_ptr(),
+                        acts.sums[t * blocks..].as_ptr(),
                     )
                 }
             };
@@ -375,12 +387,12 @@ fn matmul_packed_with(
                         x: x.row(0).as_ptr(),
                         x_stride: x.row_bytes(),
                         scales: prepared(0).0,
-                        offsets: prepared(0).1,
+                        sums: prepared(0).1,
                         nx: nt,
                         out: out.at(g * GROUP_ROWS),
                         out_stride: rows,
                     };
-                    // Q5_0, Q8_0 and Q6_K on AVX2: unpacked in registers, never stored.
+                    // Unpacked in registers, never stored.
                     #[cfg(target_arch = "x86_64")]
                     if p.stored {
                         // SAFETY: tokens 0..nt (nt <= 4) are rows of `x` and `acts`; the stored
@@ -390,6 +402,8 @@ fn matmul_packed_with(
                         let stored = w.group(g);
                         match w.ty() {
                             GgmlType::Q5_0 => unsafe { x86::tile_q5_stored(stored, &tile) },
+                            GgmlType::Q4_0 => unsafe { x86::tile_q4_stored(stored, &tile) },
+                            GgmlType::IQ4_NL => unsafe { x86::tile_iq4nl_stored(stored, &tile) },
                             GgmlType::Q6_K => unsafe { q6_k::tile_stored(stored, &tile) },
                             _ => unsafe { x86::tile_q8_stored(stored, &tile) },
                         }
@@ -422,7 +436,7 @@ fn matmul_packed_with(
                             x: x.row(t).as_ptr(),
                             x_stride: x.row_bytes(),
                             scales: prepared(t).0,
-                            offsets: prepared(t).1,
+                            sums: prepared(t).1,
                             nx,
                             // Row g·8 of token t.
                             out: out.at(t * rows + g * GROUP_ROWS),

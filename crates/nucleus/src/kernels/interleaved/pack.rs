@@ -1,6 +1,6 @@
-//! The interleaved layout: Q8_0 and Q5_0 matrices repacked eight rows at a time, the same
-//! bytes per block as in the file (the scales stay f16, Q5_0's values stay five bits); Q4_K
-//! and Q6_K matrices as [`super::q4_k`] and [`super::q6_k`] describe.
+//! The interleaved layout: Q8_0, Q5_0, Q4_0 and IQ4_NL matrices repacked eight rows at a
+//! time, the same bytes per block as in the file (the scales stay f16, the values keep their
+//! bits); Q4_K and Q6_K matrices as [`super::q4_k`] and [`super::q6_k`] describe.
 //!
 //! Per group of eight rows and block of 32 inputs (`q[j][i]`: value `i` of row `j`):
 //! - Q8_0 (272 bytes): the eight f16 scales, then eight chunks of 32 bytes, chunk `k` holding
@@ -8,11 +8,14 @@
 //! - Q5_0 (176 bytes): the eight f16 scales; 128 bytes of nibbles in four chunks, chunk `c`
 //!   holding the low four bits of `q[j][4c + m]` in the low nibble of byte `4j + m` and those of
 //!   `q[j][4(c + 4) + m]` in its high nibble; 32 bytes of fifth bits, bit `k` of byte `4j + m`
-//!   being bit 4 of `q[j][4k + m]`. Q5_0 values are kept unsigned (weight + 16, 0..=31).
+//!   being bit 4 of `q[j][4k + m]`. Q5_0 values are kept unsigned (weight + 16, 0..=31);
+//! - Q4_0 and IQ4_NL (144 bytes): the eight f16 scales and the 128 bytes of nibbles of Q5_0's
+//!   layout, without fifth bits: the file's nibbles, Q4_0's unsigned (weight + 8), IQ4_NL's
+//!   indices into `kvalues_iq4nl`.
 
 use super::{q4_k, q6_k, GROUP_ROWS, QK};
 use crate::kernels::matmul::QMatrix;
-use crate::quant::GgmlType;
+use crate::quant::{GgmlType, KVALUES_IQ4NL};
 
 /// A weight matrix in the interleaved layout.
 #[derive(Debug)]
@@ -28,9 +31,10 @@ fn group_block_bytes(ty: GgmlType) -> usize {
     match ty {
         GgmlType::Q8_0 => 16 + 256,
         GgmlType::Q5_0 => 16 + 128 + 32,
+        GgmlType::Q4_0 | GgmlType::IQ4_NL => 16 + 128,
         GgmlType::Q4_K => q4_k::GROUP_BLOCK,
         GgmlType::Q6_K => q6_k::GROUP_BLOCK,
-        _ => unreachable!("only Q8_0, Q5_0, Q4_K and Q6_K are packed"),
+        _ => unreachable!("only Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_K and Q6_K are packed"),
     }
 }
 
@@ -53,7 +57,7 @@ impl PackedMatrix {
     pub fn cols(&self) -> usize {
         self.cols
     }
-    /// Bytes held (the same as the file's tensor for Q8_0 and Q5_0; 2.8 % more for Q4_K, its
+    /// Bytes held (the same as the file's tensor for the 32-value blocks; 2.8 % more for Q4_K, its
     /// scales and mins unpacked).
     pub fn bytes(&self) -> usize {
         self.data.len()
@@ -66,24 +70,30 @@ impl PackedMatrix {
     }
 }
 
-/// Whether a matrix can be packed: Q8_0, Q5_0, Q4_K or Q6_K with a row count that is a
-/// multiple of eight.
+/// Whether a matrix can be packed: Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_K or Q6_K with a row count that
+/// is a multiple of eight.
 pub fn can_pack(ty: GgmlType, rows: usize, cols: usize) -> bool {
-    matches!(
-        ty,
-        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K
-    ) && rows.is_multiple_of(GROUP_ROWS)
+    use GgmlType::*;
+    matches!(ty, Q8_0 | Q5_0 | Q4_0 | IQ4_NL | Q4_K | Q6_K)
+        && rows.is_multiple_of(GROUP_ROWS)
         && cols.is_multiple_of(block_len(ty))
         && rows > 0
 }
 
 /// The 32 unsigned values of a file block (Q8_0: the signed bytes as they are; Q5_0: weight +
-/// 16) and its f16 scale bits.
+/// 16; Q4_0 and IQ4_NL: the nibbles) and its f16 scale bits.
 fn block_values(ty: GgmlType, block: &[u8]) -> (u16, [u8; QK]) {
     let d = u16::from_le_bytes([block[0], block[1]]);
     let mut q = [0u8; QK];
     match ty {
         GgmlType::Q8_0 => q.copy_from_slice(&block[2..2 + QK]),
+        GgmlType::Q4_0 | GgmlType::IQ4_NL => {
+            // qs: value i in the low nibble of byte i, value i + 16 in its high nibble.
+            for (i, &byte) in block[2..2 + QK / 2].iter().enumerate() {
+                q[i] = byte & 0x0F;
+                q[i + 16] = byte >> 4;
+            }
+        }
         _ => {
             // ggml's block_q5_0: d, qh (32 fifth bits), qs (value i in the low nibble of byte
             // i, value i + 16 in its high nibble).
@@ -154,7 +164,9 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
                         _ => {
                             let nib = 16 + 32 * (k % 4) + 4 * j + m;
                             dst[nib] |= (v & 0x0F) << (4 * (k / 4));
-                            dst[16 + 128 + 4 * j + m] |= ((v >> 4) & 1) << k;
+                            if w.ty == GgmlType::Q5_0 {
+                                dst[16 + 128 + 4 * j + m] |= ((v >> 4) & 1) << k;
+                            }
                         }
                     }
                 }
@@ -202,10 +214,10 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
     })
 }
 
-/// Unpacks one stored group into f32 scales (`8 * blocks`) and, for Q5_0, 256 value bytes per
-/// block in the kernels' order (chunk `k` at bytes `32k..32k+32` of the block), the five-bit
-/// values whole. Q8_0 values are read where they are stored. (`x86::unpack_group` computes the
-/// same with AVX2.)
+/// Unpacks one stored group into f32 scales (`8 * blocks`) and, but for Q8_0, 256 value bytes
+/// per block in the kernels' order (chunk `k` at bytes `32k..32k+32` of the block): Q5_0's
+/// five-bit values whole, Q4_0's nibbles, IQ4_NL's table values (signed bytes). Q8_0 values are
+/// read where they are stored. (`x86::unpack_group` computes the same with AVX2.)
 pub(crate) fn unpack_group_scalar(
     ty: GgmlType,
     blocks: usize,
@@ -232,8 +244,11 @@ pub(crate) fn unpack_group_scalar(
                 for k in 0..8 {
                     for l in 0..32 {
                         let nib = (s[16 + 32 * (k % 4) + l] >> (4 * (k / 4))) & 0x0F;
-                        let high = (s[16 + 128 + l] >> k) & 1;
-                        v[32 * k + l] = nib | high << 4;
+                        v[32 * k + l] = match ty {
+                            GgmlType::Q5_0 => nib | ((s[16 + 128 + l] >> k) & 1) << 4,
+                            GgmlType::IQ4_NL => KVALUES_IQ4NL[nib as usize] as u8,
+                            _ => nib,
+                        };
                     }
                 }
             }

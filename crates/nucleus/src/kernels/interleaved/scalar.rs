@@ -8,27 +8,37 @@ use super::{GroupView, Tile, GROUP_ROWS, QK};
 /// # Safety
 /// As [`super::TileFn`].
 pub(crate) unsafe fn tile_u5(group: &GroupView, tile: &Tile) {
-    unsafe { tile_scalar::<true>(group, tile) }
+    unsafe { tile_scalar::<16>(group, tile) }
 }
 
-/// Q8_0 groups (signed bytes).
+/// Q4_0 groups (unsigned four-bit values, offset 8).
+///
+/// # Safety
+/// As [`super::TileFn`].
+pub(crate) unsafe fn tile_u4(group: &GroupView, tile: &Tile) {
+    unsafe { tile_scalar::<8>(group, tile) }
+}
+
+/// Q8_0 and IQ4_NL groups (signed bytes).
 ///
 /// # Safety
 /// As [`super::TileFn`].
 pub(crate) unsafe fn tile_i8(group: &GroupView, tile: &Tile) {
-    unsafe { tile_scalar::<false>(group, tile) }
+    unsafe { tile_scalar::<0>(group, tile) }
 }
 
-unsafe fn tile_scalar<const U5: bool>(group: &GroupView, t: &Tile) {
+/// `BIAS` 0: signed values; otherwise unsigned ones, weight + `BIAS`, whose integer sum loses
+/// `BIAS` times the activations' sum.
+unsafe fn tile_scalar<const BIAS: i32>(group: &GroupView, t: &Tile) {
     let blocks = t.blocks;
     for n in 0..t.nx {
         // SAFETY: the caller guarantees token n's activation row (`blocks` Q8_0 blocks of 34
-        // bytes), its `blocks` scales and offsets, and 8 output floats.
-        let (x, scales, offsets, out) = unsafe {
+        // bytes), its `blocks` scales and sums, and 8 output floats.
+        let (x, scales, sums, out) = unsafe {
             (
                 std::slice::from_raw_parts(t.x.add(n * t.x_stride), blocks * 34),
                 std::slice::from_raw_parts(t.scales.add(n * blocks), blocks),
-                std::slice::from_raw_parts(t.offsets.add(n * blocks), blocks),
+                std::slice::from_raw_parts(t.sums.add(n * blocks), blocks),
                 std::slice::from_raw_parts_mut(t.out.add(n * t.out_stride), GROUP_ROWS),
             )
         };
@@ -40,12 +50,10 @@ unsafe fn tile_scalar<const U5: bool>(group: &GroupView, t: &Tile) {
                 let mut isum = 0i32;
                 for (i, &xi) in xq.iter().enumerate() {
                     let w = v[32 * (i / 4) + 4 * j + i % 4];
-                    let w = if U5 { w as i32 } else { w as i8 as i32 };
+                    let w = if BIAS > 0 { w as i32 } else { w as i8 as i32 };
                     isum += w * xi as i8 as i32;
                 }
-                if U5 {
-                    isum -= offsets[b];
-                }
+                isum -= BIAS * sums[b];
                 let d = group.scales[GROUP_ROWS * b + j] * scales[b];
                 *a = d.mul_add(isum as f32, *a);
             }

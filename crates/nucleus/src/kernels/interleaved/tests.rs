@@ -5,7 +5,8 @@
 use super::pack::{can_pack, pack, unpack_group_scalar};
 use super::*;
 use crate::kernels::matmul::QMatrix;
-use crate::quant::{dequantize_row, quantize_row};
+use crate::quant::dequantize_row;
+use crate::quant::quantize::quantize_rows;
 
 /// xorshift floats in [-1, 1).
 struct Rng(u64);
@@ -18,14 +19,14 @@ impl Rng {
     }
 }
 
-/// A random `rows × cols` matrix of `ty`, with rows of different magnitudes, and its floats.
+/// A random `rows × cols` matrix of `ty`, with rows of different magnitudes.
 fn matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let rb = ty.row_bytes(cols).unwrap();
     let mut data = vec![0u8; rows * rb];
     for r in 0..rows {
         let scale = 0.01 * (1 + r % 7) as f32;
         let f: Vec<f32> = (0..cols).map(|_| rng.f32() * scale).collect();
-        quantize_row(ty, &f, &mut data[r * rb..(r + 1) * rb]);
+        quantize_rows(ty, &f, cols, &mut data[r * rb..(r + 1) * rb]).unwrap();
     }
     data
 }
@@ -41,7 +42,13 @@ fn acts(rng: &mut Rng, n: usize, cols: usize) -> (QuantizedActs, PackedActs) {
     (q, p)
 }
 
-const TYPES: [GgmlType; 2] = [GgmlType::Q5_0, GgmlType::Q8_0];
+/// The types computed in the arithmetic of the module doc.
+const TYPES: [GgmlType; 4] = [
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::IQ4_NL,
+];
 
 #[test]
 fn packing_keeps_every_value_and_scale() {
@@ -84,6 +91,7 @@ fn packing_keeps_every_value_and_scale() {
                     let v = values[stride * b + 32 * (i % QK / 4) + 4 * j + i % 4];
                     let q = match ty {
                         GgmlType::Q5_0 => v as i32 - 16,
+                        GgmlType::Q4_0 => v as i32 - 8,
                         _ => v as i8 as i32,
                     };
                     assert_eq!(q as f32 * scales[8 * b + j], wv, "{ty} row {r} value {i}");
@@ -94,8 +102,16 @@ fn packing_keeps_every_value_and_scale() {
 }
 
 #[test]
-fn only_q8_0_q5_0_and_q4_k_with_whole_groups_are_packed() {
+fn only_q8_0_q5_0_q4_0_iq4_nl_and_q4_k_with_whole_groups_are_packed() {
     assert!(can_pack(GgmlType::Q5_0, 896, 4864));
+    assert!(can_pack(GgmlType::Q4_0, 896, 896));
+    assert!(can_pack(GgmlType::IQ4_NL, 4864, 896));
+    assert!(
+        !can_pack(GgmlType::IQ4_NL, 4, 896),
+        "rows not a multiple of 8"
+    );
+    assert!(!can_pack(GgmlType::Q4_1, 896, 896));
+    assert!(!can_pack(GgmlType::IQ4_XS, 256, 256));
     assert!(
         !can_pack(GgmlType::Q5_0, 12, 64),
         "rows not a multiple of 8"
@@ -110,7 +126,6 @@ fn only_q8_0_q5_0_and_q4_k_with_whole_groups_are_packed() {
         !can_pack(GgmlType::Q6_K, 8, 896),
         "rows of part of a super-block"
     );
-    assert!(!can_pack(GgmlType::Q4_0, 8, 256));
     assert!(!can_pack(GgmlType::Q8_0, 0, 32));
 }
 
@@ -289,6 +304,8 @@ fn products_in_one_pass_match_one_call_each() {
         (GgmlType::Q5_0, 896),
         (GgmlType::Q5_0, 128),
         (GgmlType::Q8_0, 136),
+        (GgmlType::Q4_0, 64),
+        (GgmlType::IQ4_NL, 72),
     ];
     let data: Vec<Vec<u8>> = shapes
         .iter()
@@ -323,6 +340,111 @@ fn products_in_one_pass_match_one_call_each() {
             matmul_packed(&pool, w, &x, &xa, &mut alone);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(got), bits(&alone), "{} rows, {nt} tokens", w.rows());
+        }
+    }
+}
+
+/// The largest integer sums the kernels meet: every weight of a row at one end of its range
+/// (Q4_0's nibble 15, IQ4_NL's −127, Q5_0's 31, Q8_0's ±127) against activations all at ±127,
+/// which bring the 16-bit sums of `vpmaddubsw` nearest to saturation (IQ4_NL's pairs to 32,258,
+/// Q4_0's eight chunks to 30,480). A saturated sum would be off by thousands.
+#[test]
+fn extreme_values_do_not_saturate() {
+    let pool = ThreadPool::new(1);
+    let (rows, cols) = (16, 256);
+    // Rows of blocks whose bytes after the f16 scale are all one pattern.
+    let patterns = [0x00u8, 0xFF, 0x81, 0x7F, 0x88, 0x11, 0xF0, 0x0F];
+    let mut rng = Rng(16);
+    for ty in TYPES {
+        let bb = ty.block_layout().1;
+        let mut data = vec![0u8; rows * ty.row_bytes(cols).unwrap()];
+        for (i, block) in data.chunks_exact_mut(bb).enumerate() {
+            let row = i / (cols / QK);
+            block[0..2].copy_from_slice(&half::f16::from_f32(1.0 / 64.0).to_le_bytes());
+            let p = patterns[row % patterns.len()];
+            for v in &mut block[2..] {
+                *v = if row < 8 {
+                    p
+                } else {
+                    (rng.f32() * 128.0) as i8 as u8
+                };
+            }
+        }
+        let w = pack(&QMatrix {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        })
+        .unwrap();
+        // All +1, all -1, alternating signs: every activation quantizes to ±127.
+        let tokens: [fn(usize) -> f32; 3] =
+            [|_| 1.0, |_| -1.0, |i| if i % 2 == 0 { 1.0 } else { -1.0 }];
+        let nt = tokens.len();
+        let xf: Vec<f32> = tokens.iter().flat_map(|f| (0..cols).map(f)).collect();
+        let mut x = QuantizedActs::new();
+        x.quantize(&xf, nt, cols, GgmlType::Q8_0);
+        let mut xa = PackedActs::new();
+        xa.prepare(&x);
+        let rb = ty.row_bytes(cols).unwrap();
+        for simd in [true, false] {
+            for n in [1, nt] {
+                let mut y = vec![0f32; n * rows];
+                let mut one = QuantizedActs::new();
+                one.quantize(&xf[..n * cols], n, cols, GgmlType::Q8_0);
+                let mut oa = PackedActs::new();
+                oa.prepare(&one);
+                matmul_packed_with(&pool, &mut [(&w, &mut y)], &one, &oa, simd);
+                for t in 0..n {
+                    let mut xd = vec![0f32; cols];
+                    dequantize_row(GgmlType::Q8_0, x.row(t), &mut xd);
+                    for r in 0..rows {
+                        let mut wd = vec![0f32; cols];
+                        dequantize_row(ty, &data[r * rb..(r + 1) * rb], &mut wd);
+                        let exact: f64 =
+                            wd.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64).sum();
+                        let got = y[t * rows + r] as f64;
+                        assert!(
+                            (got - exact).abs() <= 1e-5 * exact.abs().max(1.0),
+                            "{ty} simd={simd} {n} tokens, token {t} row {r}: {got} vs {exact}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Packed Q4_0 and IQ4_NL compute what llama.cpp's kernels for its repacked Q4_0 and IQ4_NL
+/// matrices compute (the one-row kernels `--exact` uses for matrices of whole groups of 8 rows:
+/// one `fma(isum, dw·dx, acc)` per block, in block order), bit for bit, for every token count,
+/// with the SIMD kernels and the scalar ones.
+#[test]
+fn q4_0_and_iq4_nl_packed_have_llama_cpps_repacked_bits() {
+    let mut rng = Rng(17);
+    let pool = ThreadPool::new(2);
+    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL] {
+        for (rows, cols) in [(8, 32), (24, 896), (64, 4864)] {
+            let data = matrix(&mut rng, ty, rows, cols);
+            let qm = QMatrix {
+                ty,
+                data: &data,
+                rows,
+                cols,
+            };
+            let w = pack(&qm).unwrap();
+            for nt in [1, 2, 3, 4, 5, 9, 40] {
+                let (x, xa) = acts(&mut rng, nt, cols);
+                let mut want = vec![0f32; nt * rows];
+                crate::kernels::matmul::matmul(&pool, &qm, &x, &mut want);
+                let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
+                matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &xa, true);
+                matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &xa, false);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                let at = format!("{ty} {rows}x{cols}, {nt} tokens");
+                assert_eq!(bits(&scalar), bits(&want), "{at}: scalar");
+                assert_eq!(bits(&simd), bits(&want), "{at}: SIMD");
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use super::{GroupView, Tile, GROUP_ROWS};
 
 /// How far ahead of the block being computed the weights are prefetched, in bytes.
 const PREFETCH: usize = 1024;
-use crate::quant::GgmlType;
+use crate::quant::{GgmlType, KVALUES_IQ4NL};
 
 /// Q5_0 groups: `vpmaddubsw` of the unsigned five-bit values by the signed activations (a pair
 /// sums to at most 2·31·127, four chunks at most 31,496: no 16-bit overflow), then the offset
@@ -16,36 +16,46 @@ use crate::quant::GgmlType;
 /// # Safety
 /// As [`super::TileFn`]; the CPU has AVX2 and FMA.
 pub(crate) unsafe fn tile_u5(group: &GroupView, tile: &Tile) {
-    // SAFETY: forwarded; `nx` picks the instantiation.
-    unsafe {
-        match tile.nx {
-            1 => tile_nx::<true, 1>(group, tile),
-            2 => tile_nx::<true, 2>(group, tile),
-            3 => tile_nx::<true, 3>(group, tile),
-            _ => tile_nx::<true, 4>(group, tile),
-        }
-    }
+    // SAFETY: forwarded.
+    unsafe { tile_any_nx::<16>(group, tile) }
 }
 
-/// Q8_0 groups: `vpmaddubsw` of |w| by x carrying w's sign (a pair sums to at most
+/// Q4_0 groups: [`tile_u5`]'s arithmetic on unsigned four-bit values, the offset 8·Σx.
+///
+/// # Safety
+/// As [`super::TileFn`]; the CPU has AVX2 and FMA.
+pub(crate) unsafe fn tile_u4(group: &GroupView, tile: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { tile_any_nx::<8>(group, tile) }
+}
+
+/// Q8_0 and IQ4_NL groups: `vpmaddubsw` of |w| by x carrying w's sign (a pair sums to at most
 /// 2·128·127), widened to 32 bits after every chunk.
 ///
 /// # Safety
 /// As [`super::TileFn`]; the CPU has AVX2 and FMA.
 pub(crate) unsafe fn tile_i8(group: &GroupView, tile: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { tile_any_nx::<0>(group, tile) }
+}
+
+/// # Safety
+/// As [`super::TileFn`]; the CPU has AVX2 and FMA.
+unsafe fn tile_any_nx<const BIAS: i32>(group: &GroupView, tile: &Tile) {
     // SAFETY: forwarded; `nx` picks the instantiation.
     unsafe {
         match tile.nx {
-            1 => tile_nx::<false, 1>(group, tile),
-            2 => tile_nx::<false, 2>(group, tile),
-            3 => tile_nx::<false, 3>(group, tile),
-            _ => tile_nx::<false, 4>(group, tile),
+            1 => tile_nx::<BIAS, 1>(group, tile),
+            2 => tile_nx::<BIAS, 2>(group, tile),
+            3 => tile_nx::<BIAS, 3>(group, tile),
+            _ => tile_nx::<BIAS, 4>(group, tile),
         }
     }
 }
 
+/// `BIAS` 0: signed values; otherwise unsigned ones, weight + `BIAS` (at most 31).
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_nx<const U5: bool, const NX: usize>(group: &GroupView, t: &Tile) {
+unsafe fn tile_nx<const BIAS: i32, const NX: usize>(group: &GroupView, t: &Tile) {
     debug_assert!(group.values.len() >= group.stride * (t.blocks - 1) + 256);
     debug_assert!(group.scales.len() >= GROUP_ROWS * t.blocks);
     let ones = _mm256_set1_epi16(1);
@@ -53,7 +63,7 @@ unsafe fn tile_nx<const U5: bool, const NX: usize>(group: &GroupView, t: &Tile) 
     let mut acc = [_mm256_setzero_ps(); NX];
     // SAFETY (all pointer reads below): block b < blocks of the group's values (256 bytes at stride·b) and
     // scales (8 floats), checked above; token n < nx's activation bytes 34b + 2 + 4k .. +4
-    // inside its row of 34·blocks bytes, and its scale and offset b (the caller's contract).
+    // inside its row of 34·blocks bytes, and its scale and sum b (the caller's contract).
     unsafe {
         for b in 0..t.blocks {
             let ws = _mm256_loadu_ps(sp.add(GROUP_ROWS * b));
@@ -69,7 +79,7 @@ unsafe fn tile_nx<const U5: bool, const NX: usize>(group: &GroupView, t: &Tile) 
                 _mm256_set1_epi32(p.read_unaligned())
             };
             let mut s32 = [_mm256_setzero_si256(); NX];
-            if U5 {
+            if BIAS > 0 {
                 for half in 0..2 {
                     let mut s16 = [_mm256_setzero_si256(); NX];
                     for c in 0..4 {
@@ -94,8 +104,8 @@ unsafe fn tile_nx<const U5: bool, const NX: usize>(group: &GroupView, t: &Tile) 
                 }
             }
             for (n, (a, s)) in acc.iter_mut().zip(s32).enumerate() {
-                let isum = if U5 {
-                    _mm256_sub_epi32(s, _mm256_set1_epi32(*t.offsets.add(n * t.blocks + b)))
+                let isum = if BIAS > 0 {
+                    _mm256_sub_epi32(s, _mm256_set1_epi32(BIAS * *t.sums.add(n * t.blocks + b)))
                 } else {
                     s
                 };
@@ -172,7 +182,7 @@ unsafe fn q5_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
                     _mm256_madd_epi16(s16[1][n], ones),
                 );
                 let isum =
-                    _mm256_sub_epi32(s32, _mm256_set1_epi32(*t.offsets.add(n * t.blocks + b)));
+                    _mm256_sub_epi32(s32, _mm256_set1_epi32(16 * *t.sums.add(n * t.blocks + b)));
                 let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
                 acc[n] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[n]);
             }
@@ -241,6 +251,117 @@ unsafe fn q8_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
     }
 }
 
+/// Q4_0 groups read as stored (for one tile of tokens: decode), the nibbles split in
+/// registers: the same integer sums and float chain as [`tile_u4`], so the same bits. The
+/// eight chunks of a block sum in 16 bits (a pair at most 2·15·127, eight chunks 30,480).
+///
+/// # Safety
+/// As [`super::TileFn`] with `stored` the group's stored bytes (144 per block); the CPU has
+/// AVX2, FMA and F16C.
+pub(crate) unsafe fn tile_q4_stored(stored: &[u8], tile: &Tile) {
+    assert!(stored.len() >= 144 * tile.blocks);
+    // SAFETY: forwarded; `nx` picks the instantiation.
+    unsafe {
+        match tile.nx {
+            1 => nibbles_stored_nx::<false, 1>(stored, tile),
+            2 => nibbles_stored_nx::<false, 2>(stored, tile),
+            3 => nibbles_stored_nx::<false, 3>(stored, tile),
+            _ => nibbles_stored_nx::<false, 4>(stored, tile),
+        }
+    }
+}
+
+/// IQ4_NL groups read as stored (decode): the nibbles index `kvalues_iq4nl` with `vpshufb`,
+/// then [`tile_i8`]'s signed arithmetic, so its bits. `vpmaddubsw` of |w| (at most 127) by x
+/// carrying w's sign (Q8_0 activations lie in −127..=127) sums a pair to at most 2·127·127 =
+/// 32,258: no 16-bit saturation. Two chunks could overflow, so each widens to 32 bits alone.
+///
+/// # Safety
+/// As [`tile_q4_stored`].
+pub(crate) unsafe fn tile_iq4nl_stored(stored: &[u8], tile: &Tile) {
+    assert!(stored.len() >= 144 * tile.blocks);
+    // SAFETY: forwarded; `nx` picks the instantiation.
+    unsafe {
+        match tile.nx {
+            1 => nibbles_stored_nx::<true, 1>(stored, tile),
+            2 => nibbles_stored_nx::<true, 2>(stored, tile),
+            3 => nibbles_stored_nx::<true, 3>(stored, tile),
+            _ => nibbles_stored_nx::<true, 4>(stored, tile),
+        }
+    }
+}
+
+/// `IQ4`: IQ4_NL's table values, signed; otherwise Q4_0's unsigned nibbles, offset 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles_stored_nx<const IQ4: bool, const NX: usize>(stored: &[u8], t: &Tile) {
+    let ones = _mm256_set1_epi16(1);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut acc = [_mm256_setzero_ps(); NX];
+    // SAFETY: block b < blocks: 144 stored bytes (checked by the caller); the table is 16
+    // bytes; activation reads as in `tile_nx`.
+    unsafe {
+        let table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+        for b in 0..t.blocks {
+            let s = stored.as_ptr().add(144 * b);
+            for l in 0..3 {
+                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
+            }
+            let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
+            let x_at = |n: usize, k: usize| {
+                let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
+                _mm256_set1_epi32(p.read_unaligned())
+            };
+            let mut s16 = [_mm256_setzero_si256(); NX];
+            let mut s32 = [_mm256_setzero_si256(); NX];
+            for c in 0..4 {
+                let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
+                let lo = _mm256_and_si256(qs, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+                if IQ4 {
+                    let (lo, hi) = (
+                        _mm256_shuffle_epi8(table, lo),
+                        _mm256_shuffle_epi8(table, hi),
+                    );
+                    let (a_lo, a_hi) = (_mm256_abs_epi8(lo), _mm256_abs_epi8(hi));
+                    for (n, s) in s32.iter_mut().enumerate() {
+                        let p_lo = _mm256_maddubs_epi16(a_lo, _mm256_sign_epi8(x_at(n, c), lo));
+                        let p_hi = _mm256_maddubs_epi16(a_hi, _mm256_sign_epi8(x_at(n, c + 4), hi));
+                        *s = _mm256_add_epi32(
+                            *s,
+                            _mm256_add_epi32(
+                                _mm256_madd_epi16(p_lo, ones),
+                                _mm256_madd_epi16(p_hi, ones),
+                            ),
+                        );
+                    }
+                } else {
+                    for (n, s) in s16.iter_mut().enumerate() {
+                        let p = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(lo, x_at(n, c)),
+                            _mm256_maddubs_epi16(hi, x_at(n, c + 4)),
+                        );
+                        *s = _mm256_add_epi16(*s, p);
+                    }
+                }
+            }
+            for n in 0..NX {
+                let isum = if IQ4 {
+                    s32[n]
+                } else {
+                    let sum = *t.sums.add(n * t.blocks + b);
+                    _mm256_sub_epi32(_mm256_madd_epi16(s16[n], ones), _mm256_set1_epi32(8 * sum))
+                };
+                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
+                acc[n] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[n]);
+            }
+        }
+        for (n, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
+        }
+    }
+}
+
 /// [`super::pack::unpack_group_scalar`] with AVX2.
 pub(crate) fn unpack_group(
     ty: GgmlType,
@@ -249,41 +370,72 @@ pub(crate) fn unpack_group(
     scales: &mut [f32],
     values: &mut [u8],
 ) {
-    let gbb = if ty == GgmlType::Q8_0 { 272 } else { 176 };
+    let gbb = stored_block_bytes(ty);
     assert!(src.len() >= blocks * gbb && scales.len() >= 8 * blocks);
     assert!(ty == GgmlType::Q8_0 || values.len() >= 256 * blocks);
     // SAFETY: the CPU has AVX2 and F16C (the caller checked the level); the sizes are checked.
-    unsafe { unpack_avx2(ty == GgmlType::Q5_0, blocks, src, scales, values) }
+    unsafe { unpack_avx2(ty, blocks, src, scales, values) }
+}
+
+/// Bytes of a stored group-block of the types [`unpack_group`] takes.
+fn stored_block_bytes(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q8_0 => 272,
+        GgmlType::Q5_0 => 176,
+        _ => 144,
+    }
 }
 
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn unpack_avx2(q5: bool, blocks: usize, src: &[u8], scales: &mut [f32], values: &mut [u8]) {
-    let gbb = if q5 { 176 } else { 272 };
+unsafe fn unpack_avx2(
+    ty: GgmlType,
+    blocks: usize,
+    src: &[u8],
+    scales: &mut [f32],
+    values: &mut [u8],
+) {
+    let gbb = stored_block_bytes(ty);
     let (m4, m16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
     // SAFETY: block b < blocks: `gbb` source bytes, 8 scales and 256 value bytes (sizes checked
-    // by the caller).
+    // by the caller); the table is 16 bytes.
     unsafe {
+        let table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
         for b in 0..blocks {
             let s = src.as_ptr().add(b * gbb);
             let d = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
             _mm256_storeu_ps(scales.as_mut_ptr().add(8 * b), d);
-            if !q5 {
+            if ty == GgmlType::Q8_0 {
                 continue;
             }
             let v = values.as_mut_ptr().add(256 * b) as *mut __m256i;
-            let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
+            // Q5_0's fifth bits (the 4-bit types' blocks end before them).
+            let qh = if ty == GgmlType::Q5_0 {
+                _mm256_loadu_si256(s.add(144) as *const __m256i)
+            } else {
+                _mm256_setzero_si256()
+            };
             for c in 0..4 {
                 let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
-                let lo = _mm256_and_si256(qs, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
-                // Bit k of each byte of qh to bit 4 of the same byte: 16-bit shifts, which
-                // never carry another byte's bit onto bit 4 (a shift of at most 4).
-                let up = _mm_cvtsi32_si128(4 - c as i32);
-                let down = _mm_cvtsi32_si128(c as i32);
-                let h_lo = _mm256_and_si256(_mm256_sll_epi16(qh, up), m16);
-                let h_hi = _mm256_and_si256(_mm256_srl_epi16(qh, down), m16);
-                _mm256_storeu_si256(v.add(c), _mm256_or_si256(lo, h_lo));
-                _mm256_storeu_si256(v.add(c + 4), _mm256_or_si256(hi, h_hi));
+                let mut lo = _mm256_and_si256(qs, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+                match ty {
+                    GgmlType::Q5_0 => {
+                        // Bit k of each byte of qh to bit 4 of the same byte: 16-bit shifts,
+                        // which never carry another byte's bit onto bit 4 (a shift of at most 4).
+                        let up = _mm_cvtsi32_si128(4 - c as i32);
+                        let down = _mm_cvtsi32_si128(c as i32);
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_sll_epi16(qh, up), m16));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srl_epi16(qh, down), m16));
+                    }
+                    GgmlType::IQ4_NL => {
+                        lo = _mm256_shuffle_epi8(table, lo);
+                        hi = _mm256_shuffle_epi8(table, hi);
+                    }
+                    _ => {}
+                }
+                _mm256_storeu_si256(v.add(c), lo);
+                _mm256_storeu_si256(v.add(c + 4), hi);
             }
         }
     }
