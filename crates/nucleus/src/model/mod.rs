@@ -10,6 +10,7 @@ mod memory;
 mod project;
 mod weights;
 
+pub use attention::TILED_MIN_BATCH;
 pub use embed::EMBED_CHUNK;
 pub use forward::{arithmetic_class, Batch, ForwardState};
 pub use hparams::{Activation, Arch, HParams, RopeStyle};

@@ -4,13 +4,15 @@
 use super::{Proposer, MAX_DRAFT};
 use crate::engine::session::{argmax, Session, MAX_CHUNK};
 use crate::kv_cache::KvType;
-use crate::model::{Model, ModelError};
+use crate::model::{Model, ModelError, TILED_MIN_BATCH};
 use crate::tokenizer::{TokenId, Tokenizer};
 
 pub struct DraftProposer<'d> {
     session: Session<'d>,
     /// The end-of-generation tokens: nothing is proposed after one.
     eog: Vec<TokenId>,
+    /// The current sequence's prompt length ([`Proposer::start`]).
+    prompt_len: usize,
 }
 
 impl<'d> DraftProposer<'d> {
@@ -33,6 +35,7 @@ impl<'d> DraftProposer<'d> {
         Ok(DraftProposer {
             session,
             eog: target.eog_tokens().to_vec(),
+            prompt_len: 0,
         })
     }
 }
@@ -81,6 +84,10 @@ pub fn check_vocabularies(target: &Tokenizer, draft: &Tokenizer) -> Result<(), S
 }
 
 impl Proposer for DraftProposer<'_> {
+    fn start(&mut self, prompt_len: usize) {
+        self.prompt_len = prompt_len;
+    }
+
     fn propose(&mut self, context: &[TokenId], max: usize) -> Result<Vec<TokenId>, ModelError> {
         let s = &mut self.session;
         if context.is_empty() || context.len() + max > s.n_ctx() {
@@ -101,7 +108,19 @@ impl Proposer for DraftProposer<'_> {
             s.rollback(s.len() - common)?;
         }
         let have = s.len();
-        let mut logits = s.feed(&context[have..], MAX_CHUNK - MAX_DRAFT, false)?;
+        // The prompt as the model computed it (its rows, 64 or more in a micro-batch, take the
+        // tiled attention); then generated tokens (those of a pause, the model's own token) in
+        // micro-batches too short for it, one query at a time as the model computed them.
+        // Otherwise the draft's cache would end a rounding away from the model's, and a
+        // proposal could part from the model's choice where both are the same network.
+        let split = self.prompt_len.clamp(have, context.len());
+        let mut logits = Vec::new();
+        if split > have {
+            logits = s.feed(&context[have..split], MAX_CHUNK - MAX_DRAFT, false)?;
+        }
+        if context.len() > split {
+            logits = s.feed(&context[split..], TILED_MIN_BATCH - 1, false)?;
+        }
         let mut out = Vec::with_capacity(max);
         while out.len() < max {
             let t = argmax(&logits);

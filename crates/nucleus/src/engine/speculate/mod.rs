@@ -46,6 +46,10 @@ pub trait Proposer {
     /// its last token sampled but not yet evaluated). Empty when there is nothing worth
     /// proposing.
     fn propose(&mut self, context: &[TokenId], max: usize) -> Result<Vec<TokenId>, ModelError>;
+
+    /// A new sequence starts, its first `prompt_len` tokens its prompt (a draft model computes
+    /// them as the model did: a prompt's rows and generated rows take different attention).
+    fn start(&mut self, _prompt_len: usize) {}
 }
 
 /// What speculation did for a sequence.
@@ -233,6 +237,7 @@ impl<'p> Speculator<'p> {
         on_event: &mut impl FnMut(&SequenceStep),
     ) -> Result<(), EngineError> {
         let n_vocab = session.model.hp.n_vocab;
+        self.proposer.start(seq.prompt().len());
         let mut step = seq.step(&mut logits)?;
         on_event(&step);
         while step.finish.is_none() {
