@@ -21,26 +21,10 @@ pub use rules::{allows_quantization, output_order, plan_types, ModelFacts, Tenso
 use super::blocks::quantize_row;
 use super::GgmlType;
 
-/// Whether [`quantize_rows`] can write this type.
+/// Whether [`quantize_rows`] can write this type: every type nucleus computes has its
+/// quantizer.
 pub fn can_quantize(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        ty,
-        F32 | F16
-            | BF16
-            | Q4_0
-            | Q4_1
-            | Q5_0
-            | Q5_1
-            | Q8_0
-            | Q2_K
-            | Q3_K
-            | Q4_K
-            | Q5_K
-            | Q6_K
-            | IQ4_NL
-            | IQ4_XS
-    )
+    ty.is_computable()
 }
 
 /// Quantizes `src` (whole rows of `n_per_row` elements) into `dst` as llama-quantize does
