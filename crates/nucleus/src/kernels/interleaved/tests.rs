@@ -129,6 +129,16 @@ fn only_q8_0_q5_0_q4_0_iq4_nl_and_q4_k_with_whole_groups_are_packed() {
     assert!(!can_pack(GgmlType::Q8_0, 0, 32));
 }
 
+/// `nt` rows of Q8_K activations with a wide range, so that some quantize to the extremes.
+fn wide_q8_k_acts(rng: &mut Rng, nt: usize, cols: usize) -> QuantizedActs {
+    let xf: Vec<f32> = (0..nt * cols)
+        .map(|i| rng.f32() * (1 + i % 7) as f32 * if i % 97 == 0 { 50.0 } else { 1.0 })
+        .collect();
+    let mut x = QuantizedActs::new();
+    x.quantize(&xf, nt, cols, GgmlType::Q8_K);
+    x
+}
+
 /// Random Q4_K rows: scales of different sizes, any six-bit scales and mins, any nibbles.
 fn random_q4_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
     let mut byte = || ((rng.f32() + 1.0) * 128.0) as u8;
@@ -163,12 +173,7 @@ fn q4_k_packed_has_the_one_row_kernels_bits() {
         let w = pack(&qm).unwrap();
         assert_eq!(w.bytes(), rows / 8 * cols / 256 * 1184);
         for nt in [1, 2, 3, 4, 5, 9, 40] {
-            // Activations with a wide range, so that some quantize to -128.
-            let xf: Vec<f32> = (0..nt * cols)
-                .map(|i| rng.f32() * (1 + i % 7) as f32 * if i % 97 == 0 { 50.0 } else { 1.0 })
-                .collect();
-            let mut x = QuantizedActs::new();
-            x.quantize(&xf, nt, cols, GgmlType::Q8_K);
+            let x = wide_q8_k_acts(&mut rng, nt, cols);
             let none = PackedActs::new();
             let mut want = vec![0f32; nt * rows];
             crate::kernels::matmul::matmul(&pool, &qm, &x, &mut want);
@@ -485,12 +490,7 @@ fn q6_k_packed_has_the_tiled_kernels_bits() {
         .unwrap();
         assert_eq!(w.bytes(), data.len(), "the file's bytes, rearranged");
         for nt in [1, 2, 3, 4, 5, 9, 40] {
-            // Activations with a wide range, so that some quantize to the extremes.
-            let xf: Vec<f32> = (0..nt * cols)
-                .map(|i| rng.f32() * (1 + i % 7) as f32 * if i % 97 == 0 { 50.0 } else { 1.0 })
-                .collect();
-            let mut x = QuantizedActs::new();
-            x.quantize(&xf, nt, cols, GgmlType::Q8_K);
+            let x = wide_q8_k_acts(&mut rng, nt, cols);
             let rb = cols / 256 * 210;
             let want: Vec<f32> = (0..nt)
                 .flat_map(|t| {
