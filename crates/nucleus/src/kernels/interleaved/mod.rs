@@ -77,12 +77,15 @@ const ACT_BLOCK: usize = 34;
 const TILE_TOKENS: usize = 4;
 
 /// Activations quantized for [`matmul_packed`]: the Q8_0 rows of [`QuantizedActs`], plus each
-/// block's scale as f32 and the sum of its values (Q5_0 and Q4_0 weights are kept unsigned,
-/// weight + 16 or + 8: the kernels take 16 or 8 times this sum off their integer sums).
+/// block's scale as f32 and 16 and 8 times the sum of its values (Q5_0 and Q4_0 weights are
+/// kept unsigned, weight + 16 or + 8: the kernels take these offsets off their integer sums,
+/// ready to subtract, which saves a multiply and a broadcast from a register per block and
+/// token).
 #[derive(Debug, Default)]
 pub struct PackedActs {
     scales: Vec<f32>,
-    sums: Vec<i32>,
+    offsets16: Vec<i32>,
+    offsets8: Vec<i32>,
 }
 
 impl PackedActs {
@@ -100,30 +103,34 @@ impl PackedActs {
         let nb = x.cols() / QK;
         let n = x.n_tokens() * nb;
         self.scales.clear();
-        self.sums.clear();
+        self.offsets16.clear();
+        self.offsets8.clear();
         self.scales.reserve(n);
-        self.sums.reserve(n);
+        self.offsets16.reserve(n);
+        self.offsets8.reserve(n);
         for t in 0..x.n_tokens() {
             for block in x.row(t).chunks_exact(ACT_BLOCK) {
                 let d = half::f16::from_bits(u16::from_le_bytes([block[0], block[1]]));
                 self.scales.push(d.to_f32());
                 let sum: i32 = block[2..].iter().map(|&q| q as i8 as i32).sum();
-                self.sums.push(sum);
+                self.offsets16.push(16 * sum);
+                self.offsets8.push(8 * sum);
             }
         }
     }
 }
 
 /// What a kernel call reads: `nx` token rows of quantized activations starting at `x` (stride
-/// `x_stride` bytes), their `blocks` scales and value sums each at `scales`/`sums` (stride
-/// `blocks`), and writes eight floats per token at `out` (stride `out_stride` floats).
+/// `x_stride` bytes), their `blocks` scales and offsets each at `scales`/`offsets` (stride
+/// `blocks`; the offset of an unsigned type's block: its bias times the sum of the block's
+/// activations), and writes eight floats per token at `out` (stride `out_stride` floats).
 #[derive(Clone, Copy)]
 pub(crate) struct Tile {
     pub blocks: usize,
     pub x: *const u8,
     pub x_stride: usize,
     pub scales: *const f32,
-    pub sums: *const i32,
+    pub offsets: *const i32,
     pub nx: usize,
     pub out: *mut f32,
     pub out_stride: usize,
@@ -368,6 +375,12 @@ fn matmul_packed_with(
             let p = &list[list.partition_point(|p| p.first_chunk <= c) - 1];
             let (w, out, rows, blocks) = (p.w, p.out, p.w.rows(), p.blocks);
             let (sl, ul) = scratch_per_group(w.ty(), blocks);
+            // Q4_0's weights carry a bias of 8, Q5_0's of 16 (the signed types ignore it).
+            let offsets = if w.ty() == GgmlType::Q4_0 {
+                &acts.offsets8
+            } else {
+                &acts.offsets16
+            };
             // Q8_K activations carry their scales in their blocks: no prepared ones.
             let prepared = |t: usize| {
                 if acts.scales.is_empty() {
@@ -375,7 +388,7 @@ fn matmul_packed_with(
                 } else {
                     (
                         acts.scales[t * blocks..].as_ptr(),
-                        acts.sums[t * blocks..].as_ptr(),
+                        offsets[t * blocks..].as_ptr(),
                     )
                 }
             };
@@ -390,7 +403,7 @@ fn matmul_packed_with(
                         x: x.row(0).as_ptr(),
                         x_stride: x.row_bytes(),
                         scales: prepared(0).0,
-                        sums: prepared(0).1,
+                        offsets: prepared(0).1,
                         nx: nt,
                         out: out.at(g * GROUP_ROWS),
                         out_stride: rows,
@@ -443,7 +456,7 @@ fn matmul_packed_with(
                             x: x.row(t).as_ptr(),
                             x_stride: x.row_bytes(),
                             scales: prepared(t).0,
-                            sums: prepared(t).1,
+                            offsets: prepared(t).1,
                             nx,
                             // Row g·8 of token t.
                             out: out.at(t * rows + g * GROUP_ROWS),

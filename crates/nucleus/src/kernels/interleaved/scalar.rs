@@ -28,17 +28,17 @@ pub(crate) unsafe fn tile_i8(group: &GroupView, tile: &Tile) {
 }
 
 /// `BIAS` 0: signed values; otherwise unsigned ones, weight + `BIAS`, whose integer sum loses
-/// `BIAS` times the activations' sum.
+/// the block's offset (`BIAS` times the activations' sum).
 unsafe fn tile_scalar<const BIAS: i32>(group: &GroupView, t: &Tile) {
     let blocks = t.blocks;
     for n in 0..t.nx {
         // SAFETY: the caller guarantees token n's activation row (`blocks` Q8_0 blocks of 34
-        // bytes), its `blocks` scales and sums, and 8 output floats.
-        let (x, scales, sums, out) = unsafe {
+        // bytes), its `blocks` scales and offsets, and 8 output floats.
+        let (x, scales, offsets, out) = unsafe {
             (
                 std::slice::from_raw_parts(t.x.add(n * t.x_stride), blocks * 34),
                 std::slice::from_raw_parts(t.scales.add(n * blocks), blocks),
-                std::slice::from_raw_parts(t.sums.add(n * blocks), blocks),
+                std::slice::from_raw_parts(t.offsets.add(n * blocks), blocks),
                 std::slice::from_raw_parts_mut(t.out.add(n * t.out_stride), GROUP_ROWS),
             )
         };
@@ -53,7 +53,9 @@ unsafe fn tile_scalar<const BIAS: i32>(group: &GroupView, t: &Tile) {
                     let w = if BIAS > 0 { w as i32 } else { w as i8 as i32 };
                     isum += w * xi as i8 as i32;
                 }
-                isum -= BIAS * sums[b];
+                if BIAS > 0 {
+                    isum -= offsets[b];
+                }
                 let d = group.scales[GROUP_ROWS * b + j] * scales[b];
                 *a = d.mul_add(isum as f32, *a);
             }

@@ -45,10 +45,61 @@ unsafe fn tile_any_nx<const BIAS: i32>(group: &GroupView, tile: &Tile) {
     // SAFETY: forwarded; `nx` picks the instantiation.
     unsafe {
         match tile.nx {
+            1 if BIAS > 0 => tile_unsigned::<BIAS, 1>(group, tile),
+            2 if BIAS > 0 => tile_unsigned::<BIAS, 2>(group, tile),
+            3 if BIAS > 0 => tile_unsigned::<BIAS, 3>(group, tile),
+            _ if BIAS > 0 => tile_unsigned::<BIAS, 4>(group, tile),
             1 => tile_nx::<BIAS, 1>(group, tile),
             2 => tile_nx::<BIAS, 2>(group, tile),
             3 => tile_nx::<BIAS, 3>(group, tile),
             _ => tile_nx::<BIAS, 4>(group, tile),
+        }
+    }
+}
+
+/// Unsigned values, weight + `BIAS`: a block's eight chunks are loaded once into registers,
+/// then each token's sum is formed alone (two 16-bit sums of four chunks, as in [`tile_nx`]),
+/// so that nothing spills and the tokens' chains overlap. The same integer sums and float
+/// chain as [`tile_nx`], so the same bits.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_unsigned<const BIAS: i32, const NX: usize>(group: &GroupView, t: &Tile) {
+    debug_assert!(group.values.len() >= group.stride * (t.blocks - 1) + 256);
+    debug_assert!(group.scales.len() >= GROUP_ROWS * t.blocks);
+    let ones = _mm256_set1_epi16(1);
+    let (vp, sp) = (group.values.as_ptr(), group.scales.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); NX];
+    // SAFETY: as in `tile_nx`.
+    unsafe {
+        for b in 0..t.blocks {
+            let qb = vp.add(group.stride * b);
+            for l in 0..4 {
+                _mm_prefetch::<_MM_HINT_T0>(qb.add(PREFETCH + 64 * l) as *const i8);
+            }
+            let w: [__m256i; 8] =
+                std::array::from_fn(|k| _mm256_loadu_si256(qb.add(32 * k) as *const __m256i));
+            let ws = _mm256_loadu_ps(sp.add(GROUP_ROWS * b));
+            for (n, a) in acc.iter_mut().enumerate() {
+                let xp = t.x.add(n * t.x_stride + 34 * b + 2) as *const i32;
+                let m = |k: usize| {
+                    _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(xp.add(k).read_unaligned()))
+                };
+                let lo =
+                    _mm256_add_epi16(_mm256_add_epi16(m(0), m(1)), _mm256_add_epi16(m(2), m(3)));
+                let hi =
+                    _mm256_add_epi16(_mm256_add_epi16(m(4), m(5)), _mm256_add_epi16(m(6), m(7)));
+                let s32 =
+                    _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+                // A broadcast from memory, not a load, negation and broadcast in registers.
+                let offset = _mm256_broadcastd_epi32(_mm_loadu_si32(
+                    t.offsets.add(n * t.blocks + b) as *const u8,
+                ));
+                let isum = _mm256_sub_epi32(s32, offset);
+                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
+                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), *a);
+            }
+        }
+        for (n, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
         }
     }
 }
@@ -105,7 +156,7 @@ unsafe fn tile_nx<const BIAS: i32, const NX: usize>(group: &GroupView, t: &Tile)
             }
             for (n, (a, s)) in acc.iter_mut().zip(s32).enumerate() {
                 let isum = if BIAS > 0 {
-                    _mm256_sub_epi32(s, _mm256_set1_epi32(BIAS * *t.sums.add(n * t.blocks + b)))
+                    _mm256_sub_epi32(s, _mm256_set1_epi32(*t.offsets.add(n * t.blocks + b)))
                 } else {
                     s
                 };
@@ -182,7 +233,7 @@ unsafe fn q5_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
                     _mm256_madd_epi16(s16[1][n], ones),
                 );
                 let isum =
-                    _mm256_sub_epi32(s32, _mm256_set1_epi32(16 * *t.sums.add(n * t.blocks + b)));
+                    _mm256_sub_epi32(s32, _mm256_set1_epi32(*t.offsets.add(n * t.blocks + b)));
                 let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
                 acc[n] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[n]);
             }
@@ -349,8 +400,8 @@ unsafe fn nibbles_stored_nx<const IQ4: bool, const NX: usize>(stored: &[u8], t: 
                 let isum = if IQ4 {
                     s32[n]
                 } else {
-                    let sum = *t.sums.add(n * t.blocks + b);
-                    _mm256_sub_epi32(_mm256_madd_epi16(s16[n], ones), _mm256_set1_epi32(8 * sum))
+                    let offset = *t.offsets.add(n * t.blocks + b);
+                    _mm256_sub_epi32(_mm256_madd_epi16(s16[n], ones), _mm256_set1_epi32(offset))
                 };
                 let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
                 acc[n] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[n]);
