@@ -58,6 +58,27 @@ pub fn mad_rows(acc: &mut [f32], rows: &[f32], w: &[f32]) {
     mad_rows_scalar(acc, rows, w);
 }
 
+/// Queries per [`mad_rows_many`] pass.
+pub const MAD_QUERIES: usize = 4;
+
+/// [`mad_rows`] for up to [`MAD_QUERIES`] accumulators over the same rows, each with its
+/// weights: the same chains, so the same bits, with every row read once for all of them.
+pub fn mad_rows_many(accs: &mut [&mut [f32]], rows: &[f32], ws: &[&[f32]]) {
+    assert!((1..=MAD_QUERIES).contains(&accs.len()) && ws.len() == accs.len());
+    let dv = accs[0].len();
+    let n = ws[0].len();
+    assert!(accs.iter().all(|a| a.len() == dv) && ws.iter().all(|w| w.len() == n));
+    assert_eq!(rows.len(), n * dv);
+    #[cfg(target_arch = "x86_64")]
+    if simd() && accs.len() > 1 {
+        // SAFETY: as in `widen_f16`; the sizes are checked above.
+        return unsafe { x86::mad_rows_many(accs, rows, ws) };
+    }
+    for (acc, w) in accs.iter_mut().zip(ws) {
+        mad_rows(acc, rows, w);
+    }
+}
+
 fn mad_rows_scalar(acc: &mut [f32], rows: &[f32], w: &[f32]) {
     let dv = acc.len();
     for (row, &wj) in rows.chunks_exact(dv).zip(w) {
@@ -157,6 +178,64 @@ mod x86 {
             }
         }
     }
+
+    /// # Safety
+    /// Requires AVX2 and FMA; 2 to 4 accumulators of one length `dv`, as many weight slices of
+    /// one length `n`, `rows.len() == n * dv` (checked by the caller).
+    pub unsafe fn mad_rows_many(accs: &mut [&mut [f32]], rows: &[f32], ws: &[&[f32]]) {
+        // SAFETY: forwarded; the count picks the instantiation.
+        unsafe {
+            match accs.len() {
+                2 => mad_rows_nq::<2>(accs, rows, ws),
+                3 => mad_rows_nq::<3>(accs, rows, ws),
+                _ => mad_rows_nq::<4>(accs, rows, ws),
+            }
+        }
+    }
+
+    /// Sixteen outputs of `NQ` accumulators at a time: 2·NQ independent chains over the
+    /// rows, each row's sixteen values loaded once for all of them.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn mad_rows_nq<const NQ: usize>(accs: &mut [&mut [f32]], rows: &[f32], ws: &[&[f32]]) {
+        let dv = accs[0].len();
+        let n16 = dv / 16 * 16;
+        let rp = rows.as_ptr();
+        let ap: [*mut f32; NQ] = std::array::from_fn(|q| accs[q].as_mut_ptr());
+        let wp: [*const f32; NQ] = std::array::from_fn(|q| ws[q].as_ptr());
+        for d in (0..n16).step_by(16) {
+            // SAFETY: d + 16 <= dv: in bounds of every accumulator and row; j < n weights.
+            unsafe {
+                let mut a: [[__m256; 2]; NQ] = std::array::from_fn(|q| {
+                    [
+                        _mm256_loadu_ps(ap[q].add(d)),
+                        _mm256_loadu_ps(ap[q].add(d + 8)),
+                    ]
+                });
+                for j in 0..ws[0].len() {
+                    let v0 = _mm256_loadu_ps(rp.add(j * dv + d));
+                    let v1 = _mm256_loadu_ps(rp.add(j * dv + d + 8));
+                    for (q, aq) in a.iter_mut().enumerate() {
+                        let wv = _mm256_broadcast_ss(&*wp[q].add(j));
+                        aq[0] = _mm256_fmadd_ps(v0, wv, aq[0]);
+                        aq[1] = _mm256_fmadd_ps(v1, wv, aq[1]);
+                    }
+                }
+                for (q, aq) in a.iter().enumerate() {
+                    _mm256_storeu_ps(ap[q].add(d), aq[0]);
+                    _mm256_storeu_ps(ap[q].add(d + 8), aq[1]);
+                }
+            }
+        }
+        if n16 < dv {
+            for (acc, w) in accs.iter_mut().zip(ws) {
+                for (j, &wj) in w.iter().enumerate() {
+                    for d in n16..dv {
+                        acc[d] = rows[j * dv + d].mul_add(wj, acc[d]);
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -198,6 +277,22 @@ mod tests {
             mad_rows_scalar(&mut want, &rows, &w);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&acc), bits(&want), "dv {dv}");
+            // Two to four accumulators at once: each gets its own chains' bits.
+            for nq in 1..=MAD_QUERIES {
+                let ws: Vec<Vec<f32>> = (0..nq).map(|q| vals(nk, 10 + q as u32)).collect();
+                let mut accs: Vec<Vec<f32>> = (0..nq).map(|q| vals(dv, 20 + q as u32)).collect();
+                let mut wants = accs.clone();
+                for (want, w) in wants.iter_mut().zip(&ws) {
+                    mad_rows_scalar(want, &rows, w);
+                }
+                let mut acc_refs: Vec<&mut [f32]> =
+                    accs.iter_mut().map(|a| a.as_mut_slice()).collect();
+                let w_refs: Vec<&[f32]> = ws.iter().map(|w| w.as_slice()).collect();
+                mad_rows_many(&mut acc_refs, &rows, &w_refs);
+                for (got, want) in accs.iter().zip(&wants) {
+                    assert_eq!(bits(got), bits(want), "dv {dv}, {nq} accumulators");
+                }
+            }
         }
         let h: Vec<f16> = vals(37, 6).iter().map(|&x| f16::from_f32(x)).collect();
         let mut w = vec![0f32; 37];

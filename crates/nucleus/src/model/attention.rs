@@ -195,13 +195,17 @@ pub const TILED_MIN_BATCH: usize = 64;
 /// Keys per tile of llama.cpp's tiled flash attention; tiles start at multiples of it.
 const KEY_TILE: usize = 64;
 
-/// Attention of up to [`tile::QUERY_LANES`] queries of one sequence and KV head with the
-/// arithmetic of llama.cpp's tiled flash attention, which it uses for batches of
-/// [`TILED_MIN_BATCH`] or more queries: f32 queries and accumulators, keys in tiles of 64
-/// positions (from position 0), per tile the scores as chains of FMAs, the tile's maximum, a
-/// rescale when it grows, ggml's SIMD `expf` and a sum per 16 scores, and the values folded in
-/// by chains of FMAs. `ranges[l]` are the positions query `l` sees; `out[l]` receives its
-/// output.
+/// Attention of queries of one sequence and KV head (up to [`tile::QUERY_LANES`] positions of
+/// each of the heads that share the KV head) with the arithmetic of llama.cpp's tiled flash
+/// attention, which it uses for batches of [`TILED_MIN_BATCH`] or more queries: f32 queries and
+/// accumulators, keys in tiles of 64 positions (from position 0), per tile the scores as chains
+/// of FMAs, the tile's maximum, a rescale when it grows, ggml's SIMD `expf` and a sum per 16
+/// scores, and the values folded in by chains of FMAs. `ranges[l]` are the positions query `l`
+/// sees; `out[l]` receives its output.
+///
+/// Every query's arithmetic is its own, whatever else is in the call: the queries only share
+/// the work of reading the tile (its keys and values widened to f32 once for all the heads of
+/// the KV head, its values read once per [`tile::MAD_QUERIES`] queries).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_tiled(
     kv: &KvCache,
@@ -213,23 +217,31 @@ pub fn attend_tiled(
     scale: ScoreScale,
     out: &mut [&mut [f32]],
 ) {
+    const LANES: usize = tile::QUERY_LANES;
     let cfg = kv.config();
     let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
     let nq = queries.len();
-    assert!((1..=tile::QUERY_LANES).contains(&nq) && ranges.len() == nq && out.len() == nq);
-    let mut qt = vec![0f32; dk * tile::QUERY_LANES];
-    for (l, q) in queries.iter().enumerate() {
+    assert!(nq >= 1 && ranges.len() == nq && out.len() == nq);
+    // Queries transposed, eight to a lane chunk: element d of query c·8 + l at
+    // qt[c][d · 8 + l].
+    let chunks = nq.div_ceil(LANES);
+    let mut qt = vec![0f32; chunks * dk * LANES];
+    for (i, q) in queries.iter().enumerate() {
+        let (c, l) = (i / LANES, i % LANES);
         for d in 0..dk {
-            qt[d * tile::QUERY_LANES + l] = q[d];
+            qt[c * dk * LANES + d * LANES + l] = q[d];
         }
     }
     let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
     let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
-    let (mut max, mut sum) = ([f32::NEG_INFINITY; 8], [0f32; 8]);
+    let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nq], vec![0f32; nq]);
     let mut acc = vec![0f32; nq * dv];
     let mut keys = vec![0f32; KEY_TILE * dk];
     let mut values = vec![0f32; KEY_TILE * dv];
-    let mut scores = [[0f32; tile::QUERY_LANES]; KEY_TILE];
+    let mut scores = vec![[0f32; LANES]; KEY_TILE * chunks];
+    // Each query's weights for the tile, and the queries that see some key of it.
+    let mut weights = vec![[0f32; KEY_TILE]; nq];
+    let mut seeing: Vec<usize> = Vec::with_capacity(nq);
     let mut tile_start = lo / KEY_TILE * KEY_TILE;
     while tile_start < hi {
         // The keys of this tile that some query sees.
@@ -247,13 +259,23 @@ pub fn attend_tiled(
                 &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv],
             );
         }
-        tile::dot_keys(&qt, &keys[..nk * dk], dk, &mut scores[..nk]);
+        for c in 0..chunks {
+            tile::dot_keys(
+                &qt[c * dk * LANES..(c + 1) * dk * LANES],
+                &keys[..nk * dk],
+                dk,
+                &mut scores[c * KEY_TILE..c * KEY_TILE + nk],
+            );
+        }
+        seeing.clear();
         for l in 0..nq {
             let (start, end) = ranges[l];
+            let scores = &scores[l / LANES * KEY_TILE..];
             // The query's row of the tile: scaled scores, −∞ where masked.
-            let mut row = [f32::NEG_INFINITY; KEY_TILE];
+            let row = &mut weights[l];
+            row.fill(f32::NEG_INFINITY);
             for p in k0.max(start)..k1.min(end) {
-                row[p - tile_start] = scale.score(scores[p - k0][l]);
+                row[p - tile_start] = scale.score(scores[p - k0][l % LANES]);
             }
             let tile_max = row
                 .iter()
@@ -270,14 +292,30 @@ pub fn attend_tiled(
             }
             max[l] = new_max;
             row.iter_mut().for_each(|x| *x -= new_max);
-            ops::expf_ggml_in_place(&mut row);
+            ops::expf_ggml_in_place(row);
             let tile_sum: f64 = row
                 .chunks_exact(16)
                 .map(|g| reduce_add_16(g.try_into().expect("16 lanes")) as f64)
                 .sum();
             sum[l] = (sum[l] as f64 + tile_sum) as f32;
-            let w = &row[k0 - tile_start..k1 - tile_start];
-            tile::mad_rows(acc_l, &values[..nk * dv], w);
+            seeing.push(l);
+        }
+        // The values folded into the accumulators of the queries that see the tile.
+        let (w0, w1) = (k0 - tile_start, k1 - tile_start);
+        for group in seeing.chunks(tile::MAD_QUERIES) {
+            let ws: Vec<&[f32]> = group.iter().map(|&l| &weights[l][w0..w1]).collect();
+            let mut accs: Vec<&mut [f32]> = Vec::with_capacity(group.len());
+            let mut rest = &mut acc[..];
+            let mut at = 0;
+            for &l in group {
+                // `group` is increasing: split off up to query l's accumulator.
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut((l - at) * dv);
+                let (acc_l, tail) = tail.split_at_mut(dv);
+                accs.push(acc_l);
+                rest = tail;
+                at = l + 1;
+            }
+            tile::mad_rows_many(&mut accs, &values[..nk * dv], &ws);
         }
         tile_start += KEY_TILE;
     }
@@ -444,6 +482,48 @@ mod tests {
             &mut [&mut alone],
         );
         assert_eq!(alone, outs[3]);
+    }
+
+    /// Many queries in one call (the heads sharing a KV head: more than one chunk of lanes,
+    /// values folded in for several queries at once) get the bits each gets alone.
+    #[test]
+    fn tiled_queries_get_their_own_bits_in_any_company() {
+        let (kv, seq) = filled_cache(300);
+        let blocks = kv.seq_blocks(seq).unwrap();
+        let n = 21;
+        let qs: Vec<Vec<f32>> = (0..n).map(query).collect();
+        let queries: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+        let ranges: Vec<(usize, usize)> = (0..n)
+            .map(|i| {
+                let (p, w) = CASES[i % CASES.len()];
+                visible_range(p, w)
+            })
+            .collect();
+        let mut outs = vec![vec![0f32; DV]; n];
+        let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        attend_tiled(
+            &kv,
+            0,
+            blocks,
+            0,
+            &queries,
+            &ranges,
+            0.3.into(),
+            &mut out_refs,
+        );
+        for i in 0..n {
+            let mut alone = vec![0f32; DV];
+            let (q, r) = (&queries[i..i + 1], &ranges[i..i + 1]);
+            attend_tiled(&kv, 0, blocks, 0, q, r, 0.3.into(), &mut [&mut alone]);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&alone), bits(&outs[i]), "query {i}");
+            for (got, want) in alone.iter().zip(direct_attention(&qs[i], ranges[i], 0.3)) {
+                assert!(
+                    (*got as f64 - want).abs() < 1e-5,
+                    "query {i}: {got} vs {want}"
+                );
+            }
+        }
     }
 
     /// Soft-capped scores (Gemma 2) in both paths: the softmax of cap · tanh(scale · q·k / cap),

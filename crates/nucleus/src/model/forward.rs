@@ -484,7 +484,16 @@ impl Model {
             units.push((t, m));
             t += m;
         }
-        let n_tasks = units.len() * hp.n_head;
+        // A tiled unit is one task per KV head (its heads share the widened keys and values),
+        // a one-query unit one task per head.
+        let tasks_per_unit = |m_tiled: bool| if m_tiled { hp.n_head_kv } else { hp.n_head };
+        let mut task_start = Vec::with_capacity(units.len() + 1);
+        task_start.push(0);
+        for &(t0, _) in &units {
+            let last = *task_start.last().expect("pushed");
+            task_start.push(last + tasks_per_unit(tiled(t0)));
+        }
+        let n_tasks = *task_start.last().expect("pushed");
         let out = SharedOut::new(att);
         let kv_ref = kv;
         let scale = ScoreScale::new(
@@ -501,38 +510,39 @@ impl Model {
                 break;
             }
             for task in g0..(g0 + group_of).min(n_tasks) {
-                let ((t0, m), h) = (units[task / hp.n_head], task % hp.n_head);
+                let unit = task_start.partition_point(|&s| s <= task) - 1;
+                let ((t0, m), i) = (units[unit], task - task_start[unit]);
                 let blocks = kv_ref
                     .layer_blocks(il, batch.seqs[t0])
                     .expect("checked in check_batch");
-                let q_of = |t: usize| &q[(t * hp.n_head + h) * hd..(t * hp.n_head + h + 1) * hd];
-                // SAFETY: task (unit, h) is the only one writing head h of the unit's rows.
-                let out_of = |t: usize| unsafe { out.rows((t * hp.n_head + h) * hdv, hdv) };
+                let q_of =
+                    |t: usize, h: usize| &q[(t * hp.n_head + h) * hd..(t * hp.n_head + h + 1) * hd];
+                // SAFETY: a task is the only one writing its heads of its unit's rows.
+                let out_of =
+                    |t: usize, h: usize| unsafe { out.rows((t * hp.n_head + h) * hdv, hdv) };
                 let range_of = |t: usize| visible_range(batch.positions[t], window);
                 if tiled(t0) {
-                    let queries: Vec<&[f32]> = (t0..t0 + m).map(q_of).collect();
-                    let ranges: Vec<(usize, usize)> = (t0..t0 + m).map(range_of).collect();
-                    let mut outs: Vec<&mut [f32]> = (t0..t0 + m).map(out_of).collect();
-                    attend_tiled(
-                        kv_ref,
-                        il,
-                        blocks,
-                        h / group,
-                        &queries,
-                        &ranges,
-                        scale,
-                        &mut outs,
-                    );
+                    // KV head i: its heads' queries, head by head.
+                    let heads = i * group..(i + 1) * group;
+                    let pairs = || {
+                        heads
+                            .clone()
+                            .flat_map(|h| (t0..t0 + m).map(move |t| (t, h)))
+                    };
+                    let queries: Vec<&[f32]> = pairs().map(|(t, h)| q_of(t, h)).collect();
+                    let ranges: Vec<(usize, usize)> = pairs().map(|(t, _)| range_of(t)).collect();
+                    let mut outs: Vec<&mut [f32]> = pairs().map(|(t, h)| out_of(t, h)).collect();
+                    attend_tiled(kv_ref, il, blocks, i, &queries, &ranges, scale, &mut outs);
                 } else {
                     attend_head(
                         kv_ref,
                         il,
                         blocks,
-                        h / group,
-                        q_of(t0),
+                        i / group,
+                        q_of(t0, i),
                         range_of(t0),
                         scale,
-                        out_of(t0),
+                        out_of(t0, i),
                     );
                 }
             }
