@@ -45,6 +45,30 @@ pub fn dot_keys(qt: &[f32], keys: &[f32], dk: usize, out: &mut [[f32; QUERY_LANE
     }
 }
 
+/// [`dot_keys`] for two chunks of queries at once (`qt0`, `qt1`, each as `qt` there) against
+/// the same keys: the same chains, so the same bits, with every key element broadcast once for
+/// sixteen queries.
+pub fn dot_keys_pair(
+    qt0: &[f32],
+    qt1: &[f32],
+    keys: &[f32],
+    dk: usize,
+    out0: &mut [[f32; QUERY_LANES]],
+    out1: &mut [[f32; QUERY_LANES]],
+) {
+    assert_eq!(qt0.len(), dk * QUERY_LANES);
+    assert_eq!(qt1.len(), dk * QUERY_LANES);
+    assert_eq!(keys.len(), out0.len() * dk);
+    assert_eq!(out0.len(), out1.len());
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: as in `widen_f16`; the sizes are checked above.
+        return unsafe { x86::dot_keys_pair(qt0, qt1, keys, dk, out0, out1) };
+    }
+    dot_keys(qt0, keys, dk, out0);
+    dot_keys(qt1, keys, dk, out1);
+}
+
 /// `acc[d] = fma(rows[n-1][d], w[n-1], … fma(rows[0][d], w[0], acc[d]))` for rows of
 /// `acc.len()` floats.
 pub fn mad_rows(acc: &mut [f32], rows: &[f32], w: &[f32]) {
@@ -143,6 +167,59 @@ mod x86 {
                 unsafe { _mm256_storeu_ps(out[j + k].as_mut_ptr(), *a) };
             }
             j += nk;
+        }
+    }
+
+    /// # Safety
+    /// Requires AVX2 and FMA; `qt0.len() == qt1.len() == dk * 8`,
+    /// `keys.len() == out0.len() * dk`, `out0.len() == out1.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_keys_pair(
+        qt0: &[f32],
+        qt1: &[f32],
+        keys: &[f32],
+        dk: usize,
+        out0: &mut [[f32; QUERY_LANES]],
+        out1: &mut [[f32; QUERY_LANES]],
+    ) {
+        // Four keys at a time against both chunks: eight independent chains, and four
+        // broadcasts and two loads per eight FMAs (one chunk alone: nine loads).
+        const KEYS: usize = 4;
+        let n4 = out0.len() / KEYS * KEYS;
+        let (q0, q1, kp) = (qt0.as_ptr(), qt1.as_ptr(), keys.as_ptr());
+        for j in (0..n4).step_by(KEYS) {
+            let mut a0 = [_mm256_setzero_ps(); KEYS];
+            let mut a1 = [_mm256_setzero_ps(); KEYS];
+            for d in 0..dk {
+                // SAFETY: d < dk: row d of both chunks and element d of keys j..j+4 are in
+                // bounds.
+                unsafe {
+                    let (x0, x1) = (
+                        _mm256_loadu_ps(q0.add(d * QUERY_LANES)),
+                        _mm256_loadu_ps(q1.add(d * QUERY_LANES)),
+                    );
+                    for k in 0..KEYS {
+                        let kv = _mm256_broadcast_ss(&*kp.add((j + k) * dk + d));
+                        a0[k] = _mm256_fmadd_ps(kv, x0, a0[k]);
+                        a1[k] = _mm256_fmadd_ps(kv, x1, a1[k]);
+                    }
+                }
+            }
+            for k in 0..KEYS {
+                // SAFETY: out0[j + k] and out1[j + k] hold 8 floats each.
+                unsafe {
+                    _mm256_storeu_ps(out0[j + k].as_mut_ptr(), a0[k]);
+                    _mm256_storeu_ps(out1[j + k].as_mut_ptr(), a1[k]);
+                }
+            }
+        }
+        if n4 < out0.len() {
+            let rest = &keys[n4 * dk..];
+            // SAFETY: the sizes of the rest follow from the caller's.
+            unsafe {
+                dot_keys(qt0, rest, dk, &mut out0[n4..]);
+                dot_keys(qt1, rest, dk, &mut out1[n4..]);
+            }
         }
     }
 
@@ -259,6 +336,26 @@ mod tests {
             let keys = vals(nk * dk, 2);
             let mut got = vec![[0f32; QUERY_LANES]; nk];
             dot_keys(&qt, &keys, dk, &mut got);
+            // Two chunks at once: each its own bits.
+            let qt1 = vals(dk * QUERY_LANES, 7);
+            let (mut pair0, mut pair1) =
+                (vec![[0f32; QUERY_LANES]; nk], vec![[0f32; QUERY_LANES]; nk]);
+            dot_keys_pair(&qt, &qt1, &keys, dk, &mut pair0, &mut pair1);
+            let mut alone1 = vec![[0f32; QUERY_LANES]; nk];
+            dot_keys(&qt1, &keys, dk, &mut alone1);
+            let lane_bits = |v: &[[f32; QUERY_LANES]]| {
+                v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>()
+            };
+            assert_eq!(
+                lane_bits(&pair0),
+                lane_bits(&got),
+                "dk {dk}: first chunk of a pair"
+            );
+            assert_eq!(
+                lane_bits(&pair1),
+                lane_bits(&alone1),
+                "dk {dk}: second chunk"
+            );
             for j in 0..nk {
                 for l in 0..QUERY_LANES {
                     let mut s = 0f32;

@@ -259,13 +259,17 @@ pub fn attend_tiled(
                 &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv],
             );
         }
-        for c in 0..chunks {
-            tile::dot_keys(
-                &qt[c * dk * LANES..(c + 1) * dk * LANES],
-                &keys[..nk * dk],
-                dk,
-                &mut scores[c * KEY_TILE..c * KEY_TILE + nk],
-            );
+        // Chunks of queries two at a time (each key element broadcast once for both).
+        let chunk_q = |c: usize| &qt[c * dk * LANES..(c + 1) * dk * LANES];
+        for (pair, out) in scores.chunks_mut(2 * KEY_TILE).enumerate() {
+            let c = 2 * pair;
+            if out.len() == 2 * KEY_TILE {
+                let (out0, out1) = out.split_at_mut(KEY_TILE);
+                let (k, o0, o1) = (&keys[..nk * dk], &mut out0[..nk], &mut out1[..nk]);
+                tile::dot_keys_pair(chunk_q(c), chunk_q(c + 1), k, dk, o0, o1);
+            } else {
+                tile::dot_keys(chunk_q(c), &keys[..nk * dk], dk, &mut out[..nk]);
+            }
         }
         seeing.clear();
         for l in 0..nq {
