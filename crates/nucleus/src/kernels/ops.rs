@@ -192,7 +192,7 @@ mod x86 {
     /// entries.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn geglu(gate: &mut [f32], up: &[f32], table: &[half::f16]) {
-        debug_assert!(gate.len() % 8 == 0 && up.len() == gate.len() && table.len() == 1 << 16);
+        debug_assert!(gate.len().is_multiple_of(8) && up.len() == gate.len() && table.len() == 1 << 16);
         let (lo, hi) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
         for (g, u) in gate.chunks_exact_mut(8).zip(up.chunks_exact(8)) {
             // SAFETY: 8 floats each; every u16 index is inside the table.
