@@ -57,6 +57,20 @@ pub fn rope(
     freq_factors: Option<&[f32]>,
     cos_sin: &mut Vec<(f32, f32)>,
 ) {
+    rope_angles(rope_dim, pos, base, freq_scale, freq_factors, cos_sin);
+    rope_apply(x, n_heads, head_dim, rope_dim, style, cos_sin);
+}
+
+/// The cosines and sines of [`rope`]'s angles for one position, `rope_dim / 2` of them: what
+/// the query's and the key's rotations share.
+pub fn rope_angles(
+    rope_dim: usize,
+    pos: i64,
+    base: f32,
+    freq_scale: f32,
+    freq_factors: Option<&[f32]>,
+    cos_sin: &mut Vec<(f32, f32)>,
+) {
     let half = rope_dim / 2;
     cos_sin.clear();
     let theta_scale = base.powf(-2.0 / rope_dim as f32);
@@ -69,6 +83,39 @@ pub fn rope(
         cos_sin.push((t.cos(), t.sin()));
         theta *= theta_scale;
     }
+}
+
+/// [`rope`]'s rotation of `n_heads` heads by the angles of [`rope_angles`].
+pub fn rope_apply(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rope_dim: usize,
+    style: RopeStyle,
+    cos_sin: &[(f32, f32)],
+) {
+    assert_eq!(cos_sin.len(), rope_dim / 2);
+    assert!(x.len() >= n_heads * head_dim && rope_dim <= head_dim);
+    #[cfg(target_arch = "x86_64")]
+    if crate::quant::simd_level() != crate::quant::SimdLevel::Scalar {
+        // SAFETY: every non-scalar dispatch level has FMA; the sizes are checked above.
+        return unsafe { x86::rope_apply(x, n_heads, head_dim, rope_dim, style, cos_sin) };
+    }
+    rope_apply_scalar(x, n_heads, head_dim, rope_dim, style, cos_sin);
+}
+
+/// The rotation as written; `mul_add` is one fused multiply-add (correctly rounded) whether
+/// the compiler emits the instruction or calls `fmaf`, so every path has these bits.
+#[inline(always)]
+fn rope_apply_scalar(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rope_dim: usize,
+    style: RopeStyle,
+    cos_sin: &[(f32, f32)],
+) {
+    let half = rope_dim / 2;
     for h in 0..n_heads {
         let head = &mut x[h * head_dim..h * head_dim + rope_dim];
         for (i, &(c, s)) in cos_sin.iter().enumerate() {
@@ -183,6 +230,25 @@ fn scalef(j: f32, n: f32) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
+    use super::RopeStyle;
+
+    /// [`super::rope_apply_scalar`] compiled with FMA, so that `mul_add` is the instruction
+    /// rather than a call to `fmaf` (the same bits).
+    ///
+    /// # Safety
+    /// FMA.
+    #[target_feature(enable = "fma")]
+    pub unsafe fn rope_apply(
+        x: &mut [f32],
+        n_heads: usize,
+        head_dim: usize,
+        rope_dim: usize,
+        style: RopeStyle,
+        cos_sin: &[(f32, f32)],
+    ) {
+        super::rope_apply_scalar(x, n_heads, head_dim, rope_dim, style, cos_sin)
+    }
+
     /// [`super::geglu_scalar`]'s bits, eight at a time: the inputs rounded to f16 by F16C (to
     /// nearest, ties to even, as `half` rounds), the table read lane by lane, its f16 results
     /// widened and multiplied by `up`; x·up at and above 10, 0 at and below −10.
@@ -192,7 +258,9 @@ mod x86 {
     /// entries.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn geglu(gate: &mut [f32], up: &[f32], table: &[half::f16]) {
-        debug_assert!(gate.len().is_multiple_of(8) && up.len() == gate.len() && table.len() == 1 << 16);
+        debug_assert!(
+            gate.len().is_multiple_of(8) && up.len() == gate.len() && table.len() == 1 << 16
+        );
         let (lo, hi) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
         for (g, u) in gate.chunks_exact_mut(8).zip(up.chunks_exact(8)) {
             // SAFETY: 8 floats each; every u16 index is inside the table.

@@ -296,32 +296,14 @@ impl Model {
             for t in 0..n {
                 let pos = batch.positions[t];
                 let ff = w.rope_freqs.as_deref();
+                // One position's angles for its query and its key.
+                let (dim, style) = (hp.rope_dim, hp.rope_style);
+                let scale = hp.rope_freq_scale;
+                ops::rope_angles(dim, pos as i64, base, scale, ff, &mut st.cos_sin);
                 let q = &mut st.q[t * q_dim..(t + 1) * q_dim];
-                ops::rope(
-                    q,
-                    hp.n_head,
-                    hd,
-                    hp.rope_dim,
-                    pos as i64,
-                    base,
-                    hp.rope_freq_scale,
-                    hp.rope_style,
-                    ff,
-                    &mut st.cos_sin,
-                );
+                ops::rope_apply(q, hp.n_head, hd, dim, style, &st.cos_sin);
                 let k = &mut st.k[t * k_dim..(t + 1) * k_dim];
-                ops::rope(
-                    k,
-                    hp.n_head_kv,
-                    hd,
-                    hp.rope_dim,
-                    pos as i64,
-                    base,
-                    hp.rope_freq_scale,
-                    hp.rope_style,
-                    ff,
-                    &mut st.cos_sin,
-                );
+                ops::rope_apply(k, hp.n_head_kv, hd, dim, style, &st.cos_sin);
             }
             for t in 0..n {
                 kv.write_at(
