@@ -34,6 +34,26 @@ pub fn dot_f16(x: &[f16], y: &[f16]) -> f32 {
     dot_f16_scalar(x, y)
 }
 
+/// [`dot_f16`] of `x` against `y`, both given widened to f32 (every value an f16's): the same
+/// bits, for a key widened once and dotted with several queries.
+pub fn dot_f16_widened(x: &[f32], y: &[f32]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: as in `dot_f16`.
+        return unsafe { x86::dot_f16_widened(x, y) };
+    }
+    dot_widened_scalar(x, y)
+}
+
+/// `out[i] = f32(x[i])`.
+pub fn widen(out: &mut [f32], x: &[f16]) {
+    assert_eq!(out.len(), x.len());
+    for (o, v) in out.iter_mut().zip(x) {
+        *o = v.to_f32();
+    }
+}
+
 /// y[i] = f16(y[i] + x[i]·v): ggml's `ggml_vec_mad_f16`, the accumulator kept in f16.
 pub fn mad_f16(y: &mut [f16], x: &[f16], v: f32) {
     assert_eq!(x.len(), y.len());
@@ -83,6 +103,30 @@ pub fn acc_steps_f16(acc: &mut [f16], values: &[&[f16]], steps: &[AccStep]) {
     acc_steps_f16_scalar(acc, values, steps)
 }
 
+/// Value rows per [`acc_steps_f16_many`] call, at most.
+pub const MANY_ROWS: usize = 4;
+
+/// [`acc_steps_f16`] for several accumulators (the heads that share a KV head, `accs` cut in
+/// rows of `n`) over the same value rows, each with its own steps (`steps[h][..values.len()]`):
+/// the same bits, each value row widened once for all.
+pub fn acc_steps_f16_many(
+    accs: &mut [f16],
+    n: usize,
+    values: &[&[f16]],
+    steps: &[[AccStep; MANY_ROWS]],
+) {
+    assert!(n > 0 && accs.len() == n * steps.len());
+    assert!(values.len() <= MANY_ROWS && values.iter().all(|v| v.len() == n));
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: as in `dot_f16`; the lengths are checked above.
+        return unsafe { x86::acc_steps_f16_many(accs, n, values, steps) };
+    }
+    for (acc, st) in accs.chunks_exact_mut(n).zip(steps) {
+        acc_steps_f16_scalar(acc, values, &st[..values.len()]);
+    }
+}
+
 /// Scalar [`acc_steps_f16`].
 fn acc_steps_f16_scalar(acc: &mut [f16], values: &[&[f16]], steps: &[AccStep]) {
     for (d, a) in acc.iter_mut().enumerate() {
@@ -104,19 +148,26 @@ const STEP: usize = LANES * ACCS;
 
 /// Scalar `dot_f16` with ggml's AVX-512 accumulation order.
 pub fn dot_f16_scalar(x: &[f16], y: &[f16]) -> f32 {
+    let x: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+    let y: Vec<f32> = y.iter().map(|v| v.to_f32()).collect();
+    dot_widened_scalar(&x, &y)
+}
+
+/// [`dot_f16_scalar`] on widened values.
+fn dot_widened_scalar(x: &[f32], y: &[f32]) -> f32 {
     let n_steps = x.len() / STEP * STEP;
     let mut acc = [[0f32; LANES]; ACCS];
     for i in (0..n_steps).step_by(STEP) {
         for (j, lanes) in acc.iter_mut().enumerate() {
             for (l, lane) in lanes.iter_mut().enumerate() {
                 let k = i + j * LANES + l;
-                *lane = x[k].to_f32().mul_add(y[k].to_f32(), *lane);
+                *lane = x[k].mul_add(y[k], *lane);
             }
         }
     }
     let mut sum = reduce(&acc) as f64;
     for k in n_steps..x.len() {
-        sum += (x[k].to_f32() * y[k].to_f32()) as f64;
+        sum += (x[k] * y[k]) as f64;
     }
     sum as f32
 }
@@ -196,6 +247,92 @@ mod x86 {
             sum += (x[k].to_f32() * y[k].to_f32()) as f64;
         }
         sum as f32
+    }
+
+    /// [`dot_f16`]'s arithmetic on widened values.
+    ///
+    /// # Safety
+    /// Requires AVX2 and FMA; `x.len() == y.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_f16_widened(x: &[f32], y: &[f32]) -> f32 {
+        use super::{ACCS, LANES, STEP};
+        let n_steps = x.len() / STEP * STEP;
+        let (px, py) = (x.as_ptr(), y.as_ptr());
+        // acc[2j] and acc[2j + 1] are the lower and upper halves of ggml's 16-lane accumulator j.
+        let mut acc = [_mm256_setzero_ps(); 2 * ACCS];
+        let mut i = 0;
+        while i < n_steps {
+            for (h, a) in acc.iter_mut().enumerate() {
+                // SAFETY: i + 8h + 8 <= n_steps <= len: both loads are in bounds.
+                let (vx, vy) = unsafe {
+                    (
+                        _mm256_loadu_ps(px.add(i + h * 8)),
+                        _mm256_loadu_ps(py.add(i + h * 8)),
+                    )
+                };
+                *a = _mm256_fmadd_ps(vx, vy, *a);
+            }
+            i += STEP;
+        }
+        debug_assert_eq!(LANES, 16);
+        let half = |h: usize| {
+            _mm256_add_ps(
+                _mm256_add_ps(acc[h], acc[4 + h]),
+                _mm256_add_ps(acc[2 + h], acc[6 + h]),
+            )
+        };
+        let t8 = _mm256_add_ps(half(1), half(0));
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), t8) };
+        let mut sum = super::reduce8(&lanes) as f64;
+        for k in n_steps..x.len() {
+            sum += (x[k] * y[k]) as f64;
+        }
+        sum as f32
+    }
+
+    /// # Safety
+    /// Requires F16C, AVX2 and FMA; accumulators and value rows of one length, at most four
+    /// rows, one step per row for each accumulator (checked by the caller).
+    #[target_feature(enable = "f16c,avx2,fma")]
+    pub unsafe fn acc_steps_f16_many(
+        accs: &mut [f16],
+        n: usize,
+        values: &[&[f16]],
+        steps: &[[super::AccStep; super::MANY_ROWS]],
+    ) {
+        let n8 = n / 8 * 8;
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= n8 <= the length of every accumulator and value row.
+            unsafe {
+                let mut vx = [_mm256_setzero_ps(); 4];
+                for (x, v) in vx.iter_mut().zip(values) {
+                    *x = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(i) as *const __m128i));
+                }
+                for (acc, st) in accs.chunks_exact_mut(n).zip(steps) {
+                    let pa = acc.as_mut_ptr().add(i) as *mut __m128i;
+                    let mut a = _mm256_cvtph_ps(_mm_loadu_si128(pa));
+                    for (x, st) in vx.iter().zip(st.iter()).take(values.len()) {
+                        if let Some(ms) = st.rescale {
+                            let r = _mm256_mul_ps(a, _mm256_set1_ps(ms));
+                            a = _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+                        }
+                        let r = _mm256_fmadd_ps(*x, _mm256_set1_ps(st.weight), a);
+                        a = _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+                    }
+                    _mm_storeu_si128(pa, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+                }
+            }
+            i += 8;
+        }
+        if n8 < n {
+            let tails: Vec<&[f16]> = values.iter().map(|v| &v[n8..]).collect();
+            for (acc, st) in accs.chunks_exact_mut(n).zip(steps) {
+                super::acc_steps_f16_scalar(&mut acc[n8..], &tails, &st[..values.len()]);
+            }
+        }
     }
 
     /// # Safety
@@ -355,6 +492,47 @@ mod tests {
             acc_steps_f16(&mut got, &vals, &steps);
             acc_steps_f16_scalar(&mut want, &vals, &steps);
             assert_eq!(bits(&got), bits(&want), "acc_steps_f16 n={n}");
+        }
+    }
+
+    /// The widened dot and the many-accumulator steps give the bits of the f16 ones.
+    #[test]
+    fn widened_dot_and_many_accumulators_have_the_f16_bits() {
+        let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for n in [1, 7, 8, 40, 64, 67, 128, 256, 259] {
+            let (x, y) = vecs(n, 5 + n as u32);
+            let (mut xw, mut yw) = (vec![0f32; n], vec![0f32; n]);
+            widen(&mut xw, &x);
+            widen(&mut yw, &y);
+            assert_eq!(
+                dot_f16_widened(&xw, &yw).to_bits(),
+                dot_f16(&x, &y).to_bits(),
+                "n={n}"
+            );
+            assert_eq!(
+                dot_widened_scalar(&xw, &yw).to_bits(),
+                dot_f16(&x, &y).to_bits()
+            );
+            let rows: Vec<Vec<f16>> = (0..4).map(|k| vecs(n, 60 + k).0).collect();
+            for g in 1..=4 {
+                let vals: Vec<&[f16]> = rows[..g].iter().map(|r| r.as_slice()).collect();
+                let steps: Vec<[AccStep; MANY_ROWS]> = (0..3)
+                    .map(|h| {
+                        std::array::from_fn(|k| AccStep {
+                            rescale: ((h + k) % 3 == 1).then_some(0.3 + 0.1 * k as f32),
+                            weight: 0.9 - 0.2 * (h * g + k) as f32,
+                        })
+                    })
+                    .collect();
+                let accs: Vec<Vec<f16>> = (0..3).map(|h| vecs(n, 90 + h).1).collect();
+                let mut want = accs.clone();
+                for (w, st) in want.iter_mut().zip(&steps) {
+                    acc_steps_f16(w, &vals, &st[..g]);
+                }
+                let mut flat: Vec<f16> = accs.concat();
+                acc_steps_f16_many(&mut flat, n, &vals, &steps);
+                assert_eq!(bits(&flat), bits(&want.concat()), "n={n} g={g}");
+            }
         }
     }
 

@@ -133,6 +133,81 @@ pub fn attend_head(
     }
 }
 
+/// [`attend_head`] for several heads that share KV head `kv_head` (`qs[h]` into `outs[h]`),
+/// each with [`attend_head`]'s arithmetic and so its bits: every key and value row is read and
+/// widened once for all of them. Over a quantized cache, one head at a time.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_heads(
+    kv: &KvCache,
+    layer: usize,
+    blocks: &[BlockId],
+    kv_head: usize,
+    qs: &[&[f32]],
+    range: (usize, usize),
+    scale: ScoreScale,
+    outs: &mut [&mut [f32]],
+) {
+    assert_eq!(qs.len(), outs.len());
+    let cfg = kv.config();
+    if cfg.ty != KvType::F16 || qs.len() == 1 {
+        for (q, out) in qs.iter().zip(outs.iter_mut()) {
+            attend_head(kv, layer, blocks, kv_head, q, range, scale, out);
+        }
+        return;
+    }
+    let (start, end) = range;
+    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
+    let nh = qs.len();
+    // Each query rounded to f16 as `attend_head` rounds it, then widened for the dots.
+    let qw: Vec<Vec<f32>> = qs
+        .iter()
+        .map(|q| q[..dk].iter().map(|&x| f16::from_f32(x).to_f32()).collect())
+        .collect();
+    let mut accs = vec![f16::ZERO; nh * dv];
+    let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nh], vec![0f32; nh]);
+    let mut key = vec![0f32; dk];
+    const GROUP: usize = f16k::MANY_ROWS;
+    let none = f16k::AccStep {
+        rescale: None,
+        weight: 0.0,
+    };
+    let mut steps = vec![[none; GROUP]; nh];
+    let mut pos = start;
+    while pos < end {
+        let g = GROUP.min(end - pos);
+        let mut values: [&[f16]; GROUP] = [&[]; GROUP];
+        for i in 0..g {
+            let (block, slot) = (blocks[(pos + i) / bs], (pos + i) % bs);
+            let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
+            tile::widen_f16(&mut key, k);
+            for h in 0..nh {
+                let s = scale.score(f16k::dot_f16_widened(&qw[h], &key));
+                // As in `attend_head`, head by head.
+                let (ms, vs) = if s > max[h] {
+                    let ms = (max[h] - s).exp();
+                    max[h] = s;
+                    steps[h][i].rescale = Some(ms);
+                    (ms, 1.0)
+                } else {
+                    steps[h][i].rescale = None;
+                    (1.0, (s - max[h]).exp())
+                };
+                steps[h][i].weight = vs;
+                sum[h] = sum[h].mul_add(ms, vs);
+            }
+            values[i] = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
+        }
+        f16k::acc_steps_f16_many(&mut accs, dv, &values[..g], &steps);
+        pos += g;
+    }
+    for h in 0..nh {
+        let inv = 1.0 / sum[h];
+        for (o, a) in outs[h][..dv].iter_mut().zip(&accs[h * dv..(h + 1) * dv]) {
+            *o = a.to_f32() * inv;
+        }
+    }
+}
+
 /// [`attend_head`] over a quantized cache (Q8_0/Q4_0 keys and values), with the arithmetic of
 /// llama.cpp's flash-attention decode path for such a cache: the query quantized to Q8_0 once
 /// and each key scored with the type's integer dot product, each value row converted to f32
@@ -526,6 +601,30 @@ mod tests {
                     (*got as f64 - want).abs() < 1e-5,
                     "query {i}: {got} vs {want}"
                 );
+            }
+        }
+    }
+
+    /// Heads attended together get the bits each gets alone, capped or not.
+    #[test]
+    fn heads_attended_together_get_their_own_bits() {
+        let (kv, seq) = filled_cache(300);
+        let blocks = kv.seq_blocks(seq).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for scale in [ScoreScale::from(0.3), ScoreScale::new(3.0, Some(0.5))] {
+            for &(pos, window) in &CASES {
+                let range = visible_range(pos, window);
+                let qs: Vec<Vec<f32>> = (0..7).map(|i| query(i + pos % 5)).collect();
+                let q_refs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+                let mut outs = vec![vec![0f32; DV]; qs.len()];
+                let mut out_refs: Vec<&mut [f32]> =
+                    outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                attend_heads(&kv, 0, blocks, 0, &q_refs, range, scale, &mut out_refs);
+                for (q, got) in qs.iter().zip(&outs) {
+                    let mut alone = vec![0f32; DV];
+                    attend_head(&kv, 0, blocks, 0, q, range, scale, &mut alone);
+                    assert_eq!(bits(got), bits(&alone), "pos {pos} window {window:?}");
+                }
             }
         }
     }

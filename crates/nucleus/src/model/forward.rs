@@ -11,7 +11,7 @@ use crate::kv_cache::{KvCache, KvSlot, SeqId};
 use crate::quant::dequantize_row;
 use crate::tokenizer::TokenId;
 
-use super::attention::{attend_head, attend_tiled, visible_range, ScoreScale, TILED_MIN_BATCH};
+use super::attention::{attend_heads, attend_tiled, visible_range, ScoreScale, TILED_MIN_BATCH};
 use super::project::ActsCache;
 use super::{Activation, Model, ModelError};
 use crate::kernels::tile;
@@ -466,9 +466,26 @@ impl Model {
             units.push((t, m));
             t += m;
         }
-        // A tiled unit is one task per KV head (its heads share the widened keys and values),
-        // a one-query unit one task per head.
-        let tasks_per_unit = |m_tiled: bool| if m_tiled { hp.n_head_kv } else { hp.n_head };
+        // A tiled unit is one task per KV head (its heads share the widened keys and values).
+        // A one-query unit takes the heads of a KV head together too (`attend_heads`), in as
+        // many parts as keep every thread busy when the units are few (one decode step).
+        let one_query_units = units.iter().filter(|&&(t0, _)| !tiled(t0)).count();
+        let parts = if f16_cache {
+            (4 * self.pool.n_threads())
+                .div_ceil((one_query_units * hp.n_head_kv).max(1))
+                .clamp(1, group)
+        } else {
+            group
+        };
+        let heads_per_part = group.div_ceil(parts);
+        let parts = group.div_ceil(heads_per_part);
+        let tasks_per_unit = |m_tiled: bool| {
+            if m_tiled {
+                hp.n_head_kv
+            } else {
+                hp.n_head_kv * parts
+            }
+        };
         let mut task_start = Vec::with_capacity(units.len() + 1);
         task_start.push(0);
         for &(t0, _) in &units {
@@ -516,15 +533,21 @@ impl Model {
                     let mut outs: Vec<&mut [f32]> = pairs().map(|(t, h)| out_of(t, h)).collect();
                     attend_tiled(kv_ref, il, blocks, i, &queries, &ranges, scale, &mut outs);
                 } else {
-                    attend_head(
+                    // Part i % parts of KV head i / parts.
+                    let (kvh, part) = (i / parts, i % parts);
+                    let h0 = kvh * group + part * heads_per_part;
+                    let heads = h0..(h0 + heads_per_part).min((kvh + 1) * group);
+                    let queries: Vec<&[f32]> = heads.clone().map(|h| q_of(t0, h)).collect();
+                    let mut outs: Vec<&mut [f32]> = heads.map(|h| out_of(t0, h)).collect();
+                    attend_heads(
                         kv_ref,
                         il,
                         blocks,
-                        i / group,
-                        q_of(t0, i),
+                        kvh,
+                        &queries,
                         range_of(t0),
                         scale,
-                        out_of(t0, i),
+                        &mut outs,
                     );
                 }
             }
