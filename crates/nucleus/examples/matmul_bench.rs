@@ -49,6 +49,11 @@ fn main() {
         (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     };
     let wf: Vec<f32> = (0..rows * cols).map(|_| rnd() * 0.1).collect();
+    // MATMUL_ROWS=1,8,12 overrides the activation row counts.
+    let row_counts: Vec<usize> = std::env::var("MATMUL_ROWS")
+        .ok()
+        .and_then(|v| v.split(',').map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 4, 16, 64, 512]);
     let only: Option<String> = std::env::args().nth(2);
     for ty in [
         GgmlType::Q4_K,
@@ -90,7 +95,7 @@ fn main() {
             cols,
         };
         let packed = pack(&w);
-        for nt in [1usize, 4, 16, 64, 512] {
+        for &nt in &row_counts {
             let x: Vec<f32> = (0..nt * cols).map(|_| rnd()).collect();
             let mut acts = QuantizedActs::new();
             acts.quantize(&x, nt, cols, vec_dot_type(ty));
