@@ -1,6 +1,7 @@
 //! Compute kernels: a persistent thread pool, matrix products over quantized weights, and the
 //! element-wise operations of the forward pass.
 
+pub mod expf_libm;
 pub mod f16;
 pub mod interleaved;
 pub mod matmul;

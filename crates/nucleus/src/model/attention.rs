@@ -4,6 +4,7 @@
 
 use half::f16;
 
+use crate::kernels::expf_libm::expf_libm_in_place;
 use crate::kernels::f16 as f16k;
 use crate::kernels::{ops, tile};
 use crate::kv_cache::{BlockId, KvCache, KvType};
@@ -167,6 +168,12 @@ pub fn attend_heads(
     let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nh], vec![0f32; nh]);
     let mut key = vec![0f32; dk];
     const GROUP: usize = f16k::MANY_ROWS;
+    // Per key of a group and head (key-major): the score, whether it raises the head's
+    // maximum, and the exponent (in lanes of four: the padding computes e^0).
+    let mut scores = vec![0f32; GROUP * nh];
+    let mut grows = vec![false; GROUP * nh];
+    let mut exps = vec![0f32; (GROUP * nh).div_ceil(4) * 4];
+    let mut run_max = vec![0f32; nh];
     let none = f16k::AccStep {
         rescale: None,
         weight: 0.0,
@@ -181,21 +188,41 @@ pub fn attend_heads(
             let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
             tile::widen_f16(&mut key, k);
             for h in 0..nh {
-                let s = scale.score(f16k::dot_f16_widened(&qw[h], &key));
-                // As in `attend_head`, head by head.
-                let (ms, vs) = if s > max[h] {
-                    let ms = (max[h] - s).exp();
-                    max[h] = s;
-                    steps[h][i].rescale = Some(ms);
-                    (ms, 1.0)
+                scores[i * nh + h] = scale.score(f16k::dot_f16_widened(&qw[h], &key));
+            }
+            values[i] = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
+        }
+        // As in `attend_head`, key by key for each head: the exponent is of the old maximum
+        // less the score where the score is the new maximum, else of the score less the
+        // maximum (which depends on the scores alone); then every exponent of the group through
+        // the library's expf at once, and the updates in order.
+        run_max.copy_from_slice(&max);
+        for i in 0..g {
+            for h in 0..nh {
+                let (s, m) = (scores[i * nh + h], &mut run_max[h]);
+                grows[i * nh + h] = s > *m;
+                exps[i * nh + h] = if s > *m { *m - s } else { s - *m };
+                if s > *m {
+                    *m = s;
+                }
+            }
+        }
+        exps[g * nh..].fill(0.0);
+        expf_libm_in_place(&mut exps);
+        for i in 0..g {
+            for h in 0..nh {
+                let e = exps[i * nh + h];
+                let (ms, vs) = if grows[i * nh + h] {
+                    max[h] = scores[i * nh + h];
+                    steps[h][i].rescale = Some(e);
+                    (e, 1.0)
                 } else {
                     steps[h][i].rescale = None;
-                    (1.0, (s - max[h]).exp())
+                    (1.0, e)
                 };
                 steps[h][i].weight = vs;
                 sum[h] = sum[h].mul_add(ms, vs);
             }
-            values[i] = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
         }
         f16k::acc_steps_f16_many(&mut accs, dv, &values[..g], &steps);
         pos += g;
