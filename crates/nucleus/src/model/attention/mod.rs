@@ -1,0 +1,71 @@
+//! Attention of query heads over a sequence's paged KV cache, with an online softmax: the
+//! scores of one block at a time, rescaling the running sum and output when the maximum grows,
+//! so no n×n score matrix is ever built. Two arithmetics, both llama.cpp's:
+//!
+//! - [`one_query`]: its flash-attention decode path (f16 query and accumulator, keys one at a
+//!   time), for every generated token, for a prompt's tokens in micro-batches under
+//!   [`TILED_MIN_BATCH`], and for every token over a quantized cache;
+//! - [`tiled`]: its tiled flash attention (f32, keys in tiles of 64), for a prompt's tokens in
+//!   micro-batches of [`TILED_MIN_BATCH`] or more.
+//!
+//! Here: which keys a query sees, and how a score is scaled (and soft-capped).
+
+mod one_query;
+mod tiled;
+
+#[cfg(test)]
+mod tests;
+
+pub use one_query::attend_heads;
+pub use tiled::{attend_tiled, TILED_MIN_BATCH};
+
+/// The keys a query at position `pos` may see: `[start, pos]`, causal, limited to the last
+/// `window` positions when the layer has a sliding window.
+pub fn visible_range(pos: usize, window: Option<usize>) -> (usize, usize) {
+    let start = match window {
+        Some(w) => (pos + 1).saturating_sub(w),
+        None => 0,
+    };
+    (start, pos + 1)
+}
+
+/// How a raw q·k becomes an attention score: times the scale, then, with a soft cap (Gemma 2),
+/// `cap · tanh(·)`, as llama.cpp's flash attention does it (it divides the scale by the cap
+/// first, so the tanh sees `q·k · (scale / cap)`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoreScale {
+    scale: f32,
+    /// 0 for none.
+    softcap: f32,
+}
+
+impl ScoreScale {
+    pub fn new(scale: f32, softcap: Option<f32>) -> ScoreScale {
+        match softcap {
+            Some(cap) => ScoreScale {
+                scale: scale / cap,
+                softcap: cap,
+            },
+            None => ScoreScale {
+                scale,
+                softcap: 0.0,
+            },
+        }
+    }
+
+    #[inline]
+    pub fn score(self, dot: f32) -> f32 {
+        let s = dot * self.scale;
+        if self.softcap != 0.0 {
+            self.softcap * s.tanh()
+        } else {
+            s
+        }
+    }
+}
+
+impl From<f32> for ScoreScale {
+    fn from(scale: f32) -> ScoreScale {
+        ScoreScale::new(scale, None)
+    }
+}

@@ -1,0 +1,242 @@
+//! llama.cpp's flash-attention decode path: one query per head, rounded to f16, keys visited
+//! one at a time with an online softmax, the output accumulated in f16 (or, over a quantized
+//! cache, the query quantized and an f32 accumulator).
+
+use half::f16;
+
+use super::ScoreScale;
+use crate::kernels::expf_libm::expf_libm_in_place;
+use crate::kernels::f16 as f16k;
+use crate::kernels::tile;
+use crate::kv_cache::{BlockId, KvCache, KvType};
+use crate::quant::{quantize_row_act, vec_dot, vec_dot_type};
+
+/// out = softmax(scale · q·Kᵀ) · V over positions `[start, end)` of the sequence whose blocks
+/// are `blocks`, for KV head `kv_head`, without ever holding more than one score.
+///
+/// The arithmetic is llama.cpp's CPU flash-attention decode path, so that our logits agree with
+/// the reference to the last bit where they can: the query is rounded to f16, keys are visited
+/// one at a time, and the output accumulates in f16. Every token uses it, whatever else is in
+/// its batch, so a sequence's results do not depend on how it was batched or chunked (llama.cpp
+/// itself switches to an f32 tiled path at 64 queries per batch, which makes its own outputs
+/// batch-dependent).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_head(
+    kv: &KvCache,
+    layer: usize,
+    blocks: &[BlockId],
+    kv_head: usize,
+    q: &[f32],
+    (start, end): (usize, usize),
+    scale: ScoreScale,
+    out: &mut [f32],
+) {
+    let cfg = kv.config();
+    if cfg.ty != KvType::F16 {
+        return attend_head_blocks(kv, layer, blocks, kv_head, q, (start, end), scale, out);
+    }
+    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
+    debug_assert!(dk <= 512 && dv <= 512);
+    let mut q16 = [f16::ZERO; 512];
+    for (d, &s) in q16.iter_mut().zip(q) {
+        *d = f16::from_f32(s);
+    }
+    let q16 = &q16[..dk];
+    let mut acc = [f16::ZERO; 512];
+    let acc = &mut acc[..dv];
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    // Keys go four at a time: their scores, then the running maximum and sum key by key, then
+    // one pass over the accumulator applying the four keys' updates in order (bit-identical to
+    // updating it key by key, see `acc_steps_f16`).
+    const GROUP: usize = 4;
+    let mut pos = start;
+    while pos < end {
+        let g = GROUP.min(end - pos);
+        let mut steps = [f16k::AccStep {
+            rescale: None,
+            weight: 0.0,
+        }; GROUP];
+        let mut values: [&[f16]; GROUP] = [&[]; GROUP];
+        for i in 0..g {
+            let (block, slot) = (blocks[(pos + i) / bs], (pos + i) % bs);
+            let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
+            let s = scale.score(f16k::dot_f16(q16, k));
+            // Per key: either the maximum grows (rescale what we have, weight 1 for this key)
+            // or this key gets weight exp(s - max).
+            let (ms, vs) = if s > max {
+                let ms = (max - s).exp();
+                max = s;
+                steps[i].rescale = Some(ms);
+                (ms, 1.0)
+            } else {
+                (1.0, (s - max).exp())
+            };
+            steps[i].weight = vs;
+            sum = sum.mul_add(ms, vs);
+            values[i] = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
+        }
+        f16k::acc_steps_f16(acc, &values[..g], &steps[..g]);
+        pos += g;
+    }
+    let inv = 1.0 / sum;
+    for (o, a) in out[..dv].iter_mut().zip(acc.iter()) {
+        *o = a.to_f32() * inv;
+    }
+}
+
+/// [`attend_head`] for several heads that share KV head `kv_head` (`qs[h]` into `outs[h]`),
+/// each with [`attend_head`]'s arithmetic and so its bits: every key and value row is read and
+/// widened once for all of them. Over a quantized cache, one head at a time.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_heads(
+    kv: &KvCache,
+    layer: usize,
+    blocks: &[BlockId],
+    kv_head: usize,
+    qs: &[&[f32]],
+    range: (usize, usize),
+    scale: ScoreScale,
+    outs: &mut [&mut [f32]],
+) {
+    assert_eq!(qs.len(), outs.len());
+    let cfg = kv.config();
+    if cfg.ty != KvType::F16 || qs.len() == 1 {
+        for (q, out) in qs.iter().zip(outs.iter_mut()) {
+            attend_head(kv, layer, blocks, kv_head, q, range, scale, out);
+        }
+        return;
+    }
+    let (start, end) = range;
+    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
+    let nh = qs.len();
+    // Each query rounded to f16 as `attend_head` rounds it, then widened for the dots.
+    let qw: Vec<Vec<f32>> = qs
+        .iter()
+        .map(|q| q[..dk].iter().map(|&x| f16::from_f32(x).to_f32()).collect())
+        .collect();
+    let mut accs = vec![f16::ZERO; nh * dv];
+    let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nh], vec![0f32; nh]);
+    let mut key = vec![0f32; dk];
+    const GROUP: usize = f16k::MANY_ROWS;
+    // Per key of a group and head (key-major): the score, whether it raises the head's
+    // maximum, and the exponent (in lanes of four: the padding computes e^0).
+    let mut scores = vec![0f32; GROUP * nh];
+    let mut grows = vec![false; GROUP * nh];
+    let mut exps = vec![0f32; (GROUP * nh).div_ceil(4) * 4];
+    let mut run_max = vec![0f32; nh];
+    let none = f16k::AccStep {
+        rescale: None,
+        weight: 0.0,
+    };
+    let mut steps = vec![[none; GROUP]; nh];
+    let mut pos = start;
+    while pos < end {
+        let g = GROUP.min(end - pos);
+        let mut values: [&[f16]; GROUP] = [&[]; GROUP];
+        for i in 0..g {
+            let (block, slot) = (blocks[(pos + i) / bs], (pos + i) % bs);
+            let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
+            tile::widen_f16(&mut key, k);
+            for h in 0..nh {
+                scores[i * nh + h] = scale.score(f16k::dot_f16_widened(&qw[h], &key));
+            }
+            values[i] = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
+        }
+        // As in `attend_head`, key by key for each head: the exponent is of the old maximum
+        // less the score where the score is the new maximum, else of the score less the
+        // maximum (which depends on the scores alone); then every exponent of the group through
+        // the library's expf at once, and the updates in order.
+        run_max.copy_from_slice(&max);
+        for i in 0..g {
+            for h in 0..nh {
+                let (s, m) = (scores[i * nh + h], &mut run_max[h]);
+                grows[i * nh + h] = s > *m;
+                exps[i * nh + h] = if s > *m { *m - s } else { s - *m };
+                if s > *m {
+                    *m = s;
+                }
+            }
+        }
+        exps[g * nh..].fill(0.0);
+        expf_libm_in_place(&mut exps);
+        for i in 0..g {
+            for h in 0..nh {
+                let e = exps[i * nh + h];
+                let (ms, vs) = if grows[i * nh + h] {
+                    max[h] = scores[i * nh + h];
+                    steps[h][i].rescale = Some(e);
+                    (e, 1.0)
+                } else {
+                    steps[h][i].rescale = None;
+                    (1.0, e)
+                };
+                steps[h][i].weight = vs;
+                sum[h] = sum[h].mul_add(ms, vs);
+            }
+        }
+        f16k::acc_steps_f16_many(&mut accs, dv, &values[..g], &steps);
+        pos += g;
+    }
+    for h in 0..nh {
+        let inv = 1.0 / sum[h];
+        for (o, a) in outs[h][..dv].iter_mut().zip(&accs[h * dv..(h + 1) * dv]) {
+            *o = a.to_f32() * inv;
+        }
+    }
+}
+
+/// [`attend_head`] over a quantized cache (Q8_0/Q4_0 keys and values), with the arithmetic of
+/// llama.cpp's flash-attention decode path for such a cache: the query quantized to Q8_0 once
+/// and each key scored with the type's integer dot product, each value row converted to f32
+/// and folded into an f32 accumulator (rescaled when the maximum grows). Keys and values are
+/// read in their blocks, one row at a time: no dequantized copy of the cache.
+#[allow(clippy::too_many_arguments)]
+fn attend_head_blocks(
+    kv: &KvCache,
+    layer: usize,
+    blocks: &[BlockId],
+    kv_head: usize,
+    q: &[f32],
+    (start, end): (usize, usize),
+    scale: ScoreScale,
+    out: &mut [f32],
+) {
+    let cfg = kv.config();
+    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
+    debug_assert!(dk <= 512 && dv <= 512);
+    let ty = cfg.ty.ggml();
+    // Q8_0: 34 bytes per 32 values.
+    let mut q8 = [0u8; 512 / 32 * 34];
+    let q8 = &mut q8[..dk / 32 * 34];
+    quantize_row_act(vec_dot_type(ty), &q[..dk], q8);
+    let mut acc = [0f32; 512];
+    let acc = &mut acc[..dv];
+    let mut value = [0f32; 512];
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for pos in start..end {
+        let (block, slot) = (blocks[pos / bs], pos % bs);
+        let s = scale.score(vec_dot(
+            ty,
+            kv.key_blocks(layer, block, kv_head, slot),
+            q8,
+            dk,
+        ));
+        let (ms, vs) = if s > max {
+            let ms = (max - s).exp();
+            max = s;
+            acc.iter_mut().for_each(|a| *a *= ms);
+            (ms, 1.0)
+        } else {
+            (1.0, (s - max).exp())
+        };
+        kv.read_value(layer, block, kv_head, slot, &mut value);
+        for (a, &v) in acc.iter_mut().zip(&value[..dv]) {
+            *a = v.mul_add(vs, *a);
+        }
+        sum = sum.mul_add(ms, vs);
+    }
+    let inv = 1.0 / sum;
+    for (o, a) in out[..dv].iter_mut().zip(acc.iter()) {
+        *o = a * inv;
+    }
+}

@@ -1,0 +1,156 @@
+//! llama.cpp's tiled flash attention, which it uses from 64 queries per micro-batch: f32
+//! queries and accumulators, keys in tiles of 64 positions, the scores as chains of FMAs.
+
+use super::ScoreScale;
+use crate::kernels::{ops, tile};
+use crate::kv_cache::{BlockId, KvCache};
+
+/// Queries of one sequence in a batch of 64 or more, from which llama.cpp switches to its tiled
+/// flash attention (`ggml_fa_tile_config::Q`).
+pub const TILED_MIN_BATCH: usize = 64;
+/// Keys per tile of llama.cpp's tiled flash attention; tiles start at multiples of it.
+const KEY_TILE: usize = 64;
+
+/// Attention of queries of one sequence and KV head (up to [`tile::QUERY_LANES`] positions of
+/// each of the heads that share the KV head) with the arithmetic of llama.cpp's tiled flash
+/// attention, which it uses for batches of [`TILED_MIN_BATCH`] or more queries: f32 queries and
+/// accumulators, keys in tiles of 64 positions (from position 0), per tile the scores as chains
+/// of FMAs, the tile's maximum, a rescale when it grows, ggml's SIMD `expf` and a sum per 16
+/// scores, and the values folded in by chains of FMAs. `ranges[l]` are the positions query `l`
+/// sees; `out[l]` receives its output.
+///
+/// Every query's arithmetic is its own, whatever else is in the call: the queries only share
+/// the work of reading the tile (its keys and values widened to f32 once for all the heads of
+/// the KV head, its values read once per [`tile::MAD_QUERIES`] queries).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_tiled(
+    kv: &KvCache,
+    layer: usize,
+    blocks: &[BlockId],
+    kv_head: usize,
+    queries: &[&[f32]],
+    ranges: &[(usize, usize)],
+    scale: ScoreScale,
+    out: &mut [&mut [f32]],
+) {
+    const LANES: usize = tile::QUERY_LANES;
+    let cfg = kv.config();
+    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
+    let nq = queries.len();
+    assert!(nq >= 1 && ranges.len() == nq && out.len() == nq);
+    // Queries transposed, eight to a lane chunk: element d of query c·8 + l at
+    // qt[c][d · 8 + l].
+    let chunks = nq.div_ceil(LANES);
+    let mut qt = vec![0f32; chunks * dk * LANES];
+    for (i, q) in queries.iter().enumerate() {
+        let (c, l) = (i / LANES, i % LANES);
+        for d in 0..dk {
+            qt[c * dk * LANES + d * LANES + l] = q[d];
+        }
+    }
+    let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+    let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nq], vec![0f32; nq]);
+    let mut acc = vec![0f32; nq * dv];
+    let mut keys = vec![0f32; KEY_TILE * dk];
+    let mut values = vec![0f32; KEY_TILE * dv];
+    let mut scores = vec![[0f32; LANES]; KEY_TILE * chunks];
+    // Each query's weights for the tile, and the queries that see some key of it.
+    let mut weights = vec![[0f32; KEY_TILE]; nq];
+    let mut seeing: Vec<usize> = Vec::with_capacity(nq);
+    let mut tile_start = lo / KEY_TILE * KEY_TILE;
+    while tile_start < hi {
+        // The keys of this tile that some query sees.
+        let (k0, k1) = (tile_start.max(lo), (tile_start + KEY_TILE).min(hi));
+        let nk = k1 - k0;
+        for p in k0..k1 {
+            let (block, slot) = (blocks[p / bs], p % bs);
+            let r = p - k0;
+            tile::widen_f16(
+                &mut keys[r * dk..(r + 1) * dk],
+                &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk],
+            );
+            tile::widen_f16(
+                &mut values[r * dv..(r + 1) * dv],
+                &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv],
+            );
+        }
+        // Chunks of queries two at a time (each key element broadcast once for both).
+        let chunk_q = |c: usize| &qt[c * dk * LANES..(c + 1) * dk * LANES];
+        for (pair, out) in scores.chunks_mut(2 * KEY_TILE).enumerate() {
+            let c = 2 * pair;
+            if out.len() == 2 * KEY_TILE {
+                let (out0, out1) = out.split_at_mut(KEY_TILE);
+                let (k, o0, o1) = (&keys[..nk * dk], &mut out0[..nk], &mut out1[..nk]);
+                tile::dot_keys_pair(chunk_q(c), chunk_q(c + 1), k, dk, o0, o1);
+            } else {
+                tile::dot_keys(chunk_q(c), &keys[..nk * dk], dk, &mut out[..nk]);
+            }
+        }
+        seeing.clear();
+        for l in 0..nq {
+            let (start, end) = ranges[l];
+            let scores = &scores[l / LANES * KEY_TILE..];
+            // The query's row of the tile: scaled scores, −∞ where masked.
+            let row = &mut weights[l];
+            row.fill(f32::NEG_INFINITY);
+            for p in k0.max(start)..k1.min(end) {
+                row[p - tile_start] = scale.score(scores[p - k0][l % LANES]);
+            }
+            let tile_max = row
+                .iter()
+                .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
+            if tile_max == f32::NEG_INFINITY {
+                continue;
+            }
+            let acc_l = &mut acc[l * dv..(l + 1) * dv];
+            let new_max = max[l].max(tile_max);
+            if new_max > max[l] {
+                let ms = (max[l] - new_max).exp();
+                acc_l.iter_mut().for_each(|a| *a *= ms);
+                sum[l] *= ms;
+            }
+            max[l] = new_max;
+            row.iter_mut().for_each(|x| *x -= new_max);
+            ops::expf_ggml_in_place(row);
+            let tile_sum: f64 = row
+                .chunks_exact(16)
+                .map(|g| reduce_add_16(g.try_into().expect("16 lanes")) as f64)
+                .sum();
+            sum[l] = (sum[l] as f64 + tile_sum) as f32;
+            seeing.push(l);
+        }
+        // The values folded into the accumulators of the queries that see the tile.
+        let (w0, w1) = (k0 - tile_start, k1 - tile_start);
+        for group in seeing.chunks(tile::MAD_QUERIES) {
+            let ws: Vec<&[f32]> = group.iter().map(|&l| &weights[l][w0..w1]).collect();
+            let mut accs: Vec<&mut [f32]> = Vec::with_capacity(group.len());
+            let mut rest = &mut acc[..];
+            let mut at = 0;
+            for &l in group {
+                // `group` is increasing: split off up to query l's accumulator.
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut((l - at) * dv);
+                let (acc_l, tail) = tail.split_at_mut(dv);
+                accs.push(acc_l);
+                rest = tail;
+                at = l + 1;
+            }
+            tile::mad_rows_many(&mut accs, &values[..nk * dv], &ws);
+        }
+        tile_start += KEY_TILE;
+    }
+    for (l, o) in out.iter_mut().enumerate() {
+        let inv = if sum[l] == 0.0 { 0.0 } else { 1.0 / sum[l] };
+        for (o, a) in o[..dv].iter_mut().zip(&acc[l * dv..(l + 1) * dv]) {
+            *o = a * inv;
+        }
+    }
+}
+
+/// `_mm512_reduce_add_ps` as GCC defines it: upper 8 lanes + lower 8, upper 4 + lower 4, then
+/// (0+2) + (1+3).
+fn reduce_add_16(a: &[f32; 16]) -> f32 {
+    let t8: [f32; 8] = std::array::from_fn(|l| a[8 + l] + a[l]);
+    let t4: [f32; 4] = std::array::from_fn(|l| t8[4 + l] + t8[l]);
+    (t4[0] + t4[2]) + (t4[1] + t4[3])
+}
