@@ -207,54 +207,63 @@ mod x86 {
     use half::f16;
     use std::arch::x86_64::*;
 
+    /// Values the dot products read eight at a time as f32 lanes: f16 (widened by F16C) or
+    /// f32 already widened.
+    trait Lanes: Copy {
+        /// Eight values from `p` as f32.
+        ///
+        /// # Safety
+        /// `p` is valid for eight values; the CPU has F16C and AVX2.
+        unsafe fn load8(p: *const Self) -> __m256;
+        fn widen(self) -> f32;
+    }
+
+    impl Lanes for f16 {
+        #[inline(always)]
+        unsafe fn load8(p: *const f16) -> __m256 {
+            // SAFETY: the caller's contract.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+        }
+        fn widen(self) -> f32 {
+            self.to_f32()
+        }
+    }
+
+    impl Lanes for f32 {
+        #[inline(always)]
+        unsafe fn load8(p: *const f32) -> __m256 {
+            // SAFETY: the caller's contract.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        fn widen(self) -> f32 {
+            self
+        }
+    }
+
     /// # Safety
     /// Requires F16C, AVX2 and FMA; `x.len() == y.len()`.
     #[target_feature(enable = "f16c,avx2,fma")]
     pub unsafe fn dot_f16(x: &[f16], y: &[f16]) -> f32 {
-        use super::{ACCS, LANES, STEP};
-        let n_steps = x.len() / STEP * STEP;
-        let (px, py) = (x.as_ptr() as *const __m128i, y.as_ptr() as *const __m128i);
-        // acc[2j] and acc[2j + 1] are the lower and upper halves of ggml's 16-lane accumulator j.
-        let mut acc = [_mm256_setzero_ps(); 2 * ACCS];
-        let mut i = 0;
-        while i < n_steps {
-            for (h, a) in acc.iter_mut().enumerate() {
-                // SAFETY: i + 8h + 8 <= n_steps <= len, so both 8-element (16-byte) loads are
-                // in bounds; unaligned loads are used.
-                let (vx, vy) = unsafe {
-                    (
-                        _mm256_cvtph_ps(_mm_loadu_si128(px.add((i + h * 8) / 8))),
-                        _mm256_cvtph_ps(_mm_loadu_si128(py.add((i + h * 8) / 8))),
-                    )
-                };
-                *a = _mm256_fmadd_ps(vx, vy, *a);
-            }
-            i += STEP;
-        }
-        debug_assert_eq!(LANES, 16);
-        let half = |h: usize| {
-            _mm256_add_ps(
-                _mm256_add_ps(acc[h], acc[4 + h]),
-                _mm256_add_ps(acc[2 + h], acc[6 + h]),
-            )
-        };
-        let t8 = _mm256_add_ps(half(1), half(0));
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` holds 8 floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), t8) };
-        let mut sum = super::reduce8(&lanes) as f64;
-        for k in n_steps..x.len() {
-            sum += (x[k].to_f32() * y[k].to_f32()) as f64;
-        }
-        sum as f32
+        // SAFETY: forwarded.
+        unsafe { dot_ggml_order(x, y) }
     }
 
     /// [`dot_f16`]'s arithmetic on widened values.
     ///
     /// # Safety
-    /// Requires AVX2 and FMA; `x.len() == y.len()`.
-    #[target_feature(enable = "avx2,fma")]
+    /// Requires F16C, AVX2 and FMA; `x.len() == y.len()`.
+    #[target_feature(enable = "f16c,avx2,fma")]
     pub unsafe fn dot_f16_widened(x: &[f32], y: &[f32]) -> f32 {
+        // SAFETY: forwarded.
+        unsafe { dot_ggml_order(x, y) }
+    }
+
+    /// Σ x[i]·y[i] in the order of ggml's AVX-512 f16 dot (see the module doc).
+    ///
+    /// # Safety
+    /// Requires F16C, AVX2 and FMA; `x.len() == y.len()`.
+    #[target_feature(enable = "f16c,avx2,fma")]
+    unsafe fn dot_ggml_order<T: Lanes>(x: &[T], y: &[T]) -> f32 {
         use super::{ACCS, LANES, STEP};
         let n_steps = x.len() / STEP * STEP;
         let (px, py) = (x.as_ptr(), y.as_ptr());
@@ -264,12 +273,8 @@ mod x86 {
         while i < n_steps {
             for (h, a) in acc.iter_mut().enumerate() {
                 // SAFETY: i + 8h + 8 <= n_steps <= len: both loads are in bounds.
-                let (vx, vy) = unsafe {
-                    (
-                        _mm256_loadu_ps(px.add(i + h * 8)),
-                        _mm256_loadu_ps(py.add(i + h * 8)),
-                    )
-                };
+                let (vx, vy) =
+                    unsafe { (T::load8(px.add(i + h * 8)), T::load8(py.add(i + h * 8))) };
                 *a = _mm256_fmadd_ps(vx, vy, *a);
             }
             i += STEP;
@@ -287,7 +292,7 @@ mod x86 {
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), t8) };
         let mut sum = super::reduce8(&lanes) as f64;
         for k in n_steps..x.len() {
-            sum += (x[k] * y[k]) as f64;
+            sum += (x[k].widen() * y[k].widen()) as f64;
         }
         sum as f32
     }
