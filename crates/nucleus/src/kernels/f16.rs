@@ -96,9 +96,19 @@ pub fn acc_steps_f16(acc: &mut [f16], values: &[&[f16]], steps: &[AccStep]) {
     assert_eq!(values.len(), steps.len());
     assert!(values.iter().all(|v| v.len() == acc.len()));
     #[cfg(target_arch = "x86_64")]
-    if has_f16c() {
-        // SAFETY: as in `dot_f16`; every value row has `acc.len()` elements (asserted).
-        return unsafe { x86::acc_steps_f16(acc, values, steps) };
+    if has_f16c() && !acc.is_empty() {
+        // The one-accumulator case of `acc_steps_f16_many`, up to four rows at a time: the
+        // accumulator goes through f16 after every step anyway, so storing it between groups
+        // changes nothing.
+        for (vs, sts) in values.chunks(MANY_ROWS).zip(steps.chunks(MANY_ROWS)) {
+            let mut group = [AccStep {
+                rescale: None,
+                weight: 0.0,
+            }; MANY_ROWS];
+            group[..sts.len()].copy_from_slice(sts);
+            acc_steps_f16_many(acc, acc.len(), vs, &[group]);
+        }
+        return;
     }
     acc_steps_f16_scalar(acc, values, steps)
 }
@@ -337,41 +347,6 @@ mod x86 {
             for (acc, st) in accs.chunks_exact_mut(n).zip(steps) {
                 super::acc_steps_f16_scalar(&mut acc[n8..], &tails, &st[..values.len()]);
             }
-        }
-    }
-
-    /// # Safety
-    /// Requires F16C, AVX2 and FMA; every row of `values` has `acc.len()` elements.
-    #[target_feature(enable = "f16c,avx2,fma")]
-    pub unsafe fn acc_steps_f16(acc: &mut [f16], values: &[&[f16]], steps: &[super::AccStep]) {
-        let n8 = acc.len() / 8 * 8;
-        let pa = acc.as_mut_ptr() as *mut __m128i;
-        let mut i = 0;
-        while i < n8 {
-            // SAFETY: i + 8 <= n8 <= len of `acc` and of every value row: loads and the store
-            // stay inside them.
-            unsafe {
-                let mut a = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i / 8)));
-                for (v, st) in values.iter().zip(steps) {
-                    if let Some(ms) = st.rescale {
-                        // scale_f16: f16(y·ms)
-                        let r = _mm256_mul_ps(a, _mm256_set1_ps(ms));
-                        a = _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
-                    }
-                    // mad_f16: f16(fma(x, v, y))
-                    let x =
-                        _mm256_cvtph_ps(_mm_loadu_si128((v.as_ptr() as *const __m128i).add(i / 8)));
-                    let r = _mm256_fmadd_ps(x, _mm256_set1_ps(st.weight), a);
-                    a = _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
-                }
-                _mm_storeu_si128(pa.add(i / 8), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
-            }
-            i += 8;
-        }
-        // Leftovers as the scalar path computes them (the same operations per element).
-        if n8 < acc.len() {
-            let tails: Vec<&[f16]> = values.iter().map(|v| &v[n8..]).collect();
-            super::acc_steps_f16_scalar(&mut acc[n8..], &tails, steps);
         }
     }
 
