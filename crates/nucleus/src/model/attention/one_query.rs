@@ -11,82 +11,18 @@ use crate::kernels::tile;
 use crate::kv_cache::{BlockId, KvCache, KvType};
 use crate::quant::{quantize_row_act, vec_dot, vec_dot_type};
 
-/// out = softmax(scale · q·Kᵀ) · V over positions `[start, end)` of the sequence whose blocks
-/// are `blocks`, for KV head `kv_head`, without ever holding more than one score.
+/// out_h = softmax(scale · q_h·Kᵀ) · V over positions `[start, end)` of the sequence whose
+/// blocks are `blocks`, for each query `qs[h]` of a head that reads KV head `kv_head` (into
+/// `outs[h]`), without ever holding more than a few scores.
 ///
 /// The arithmetic is llama.cpp's CPU flash-attention decode path, so that our logits agree with
-/// the reference to the last bit where they can: the query is rounded to f16, keys are visited
-/// one at a time, and the output accumulates in f16. Every token uses it, whatever else is in
-/// its batch, so a sequence's results do not depend on how it was batched or chunked (llama.cpp
+/// the reference to the last bit where they can: each query is rounded to f16, keys are visited
+/// one at a time, and the output accumulates in f16. Every generated token uses it, whatever
+/// else is in its batch, so a sequence's results do not depend on how it was batched (llama.cpp
 /// itself switches to an f32 tiled path at 64 queries per batch, which makes its own outputs
-/// batch-dependent).
-#[allow(clippy::too_many_arguments)]
-pub fn attend_head(
-    kv: &KvCache,
-    layer: usize,
-    blocks: &[BlockId],
-    kv_head: usize,
-    q: &[f32],
-    (start, end): (usize, usize),
-    scale: ScoreScale,
-    out: &mut [f32],
-) {
-    let cfg = kv.config();
-    if cfg.ty != KvType::F16 {
-        return attend_head_blocks(kv, layer, blocks, kv_head, q, (start, end), scale, out);
-    }
-    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
-    debug_assert!(dk <= 512 && dv <= 512);
-    let mut q16 = [f16::ZERO; 512];
-    for (d, &s) in q16.iter_mut().zip(q) {
-        *d = f16::from_f32(s);
-    }
-    let q16 = &q16[..dk];
-    let mut acc = [f16::ZERO; 512];
-    let acc = &mut acc[..dv];
-    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-    // Keys go four at a time: their scores, then the running maximum and sum key by key, then
-    // one pass over the accumulator applying the four keys' updates in order (bit-identical to
-    // updating it key by key, see `acc_steps_f16`).
-    const GROUP: usize = 4;
-    let mut pos = start;
-    while pos < end {
-        let g = GROUP.min(end - pos);
-        let mut steps = [f16k::AccStep {
-            rescale: None,
-            weight: 0.0,
-        }; GROUP];
-        let mut values: [&[f16]; GROUP] = [&[]; GROUP];
-        for i in 0..g {
-            let (block, slot) = (blocks[(pos + i) / bs], (pos + i) % bs);
-            let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
-            let s = scale.score(f16k::dot_f16(q16, k));
-            // Per key: either the maximum grows (rescale what we have, weight 1 for this key)
-            // or this key gets weight exp(s - max).
-            let (ms, vs) = if s > max {
-                let ms = (max - s).exp();
-                max = s;
-                steps[i].rescale = Some(ms);
-                (ms, 1.0)
-            } else {
-                (1.0, (s - max).exp())
-            };
-            steps[i].weight = vs;
-            sum = sum.mul_add(ms, vs);
-            values[i] = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
-        }
-        f16k::acc_steps_f16(acc, &values[..g], &steps[..g]);
-        pos += g;
-    }
-    let inv = 1.0 / sum;
-    for (o, a) in out[..dv].iter_mut().zip(acc.iter()) {
-        *o = a.to_f32() * inv;
-    }
-}
-
-/// [`attend_head`] for several heads that share KV head `kv_head` (`qs[h]` into `outs[h]`),
-/// each with [`attend_head`]'s arithmetic and so its bits: every key and value row is read and
-/// widened once for all of them. Over a quantized cache, one head at a time.
+/// batch-dependent). Each head's arithmetic is its own: the heads only share the reading of the
+/// keys and values (each widened once for all) and the calls to `expf`. Over a quantized cache,
+/// one head at a time ([`attend_head_blocks`]).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_heads(
     kv: &KvCache,
@@ -100,16 +36,16 @@ pub fn attend_heads(
 ) {
     assert_eq!(qs.len(), outs.len());
     let cfg = kv.config();
-    if cfg.ty != KvType::F16 || qs.len() == 1 {
+    if cfg.ty != KvType::F16 {
         for (q, out) in qs.iter().zip(outs.iter_mut()) {
-            attend_head(kv, layer, blocks, kv_head, q, range, scale, out);
+            attend_head_blocks(kv, layer, blocks, kv_head, q, range, scale, out);
         }
         return;
     }
     let (start, end) = range;
     let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
     let nh = qs.len();
-    // Each query rounded to f16 as `attend_head` rounds it, then widened for the dots.
+    // Each query rounded to f16 (as llama.cpp rounds it), then widened for the dots.
     let qw: Vec<Vec<f32>> = qs
         .iter()
         .map(|q| q[..dk].iter().map(|&x| f16::from_f32(x).to_f32()).collect())
@@ -142,7 +78,7 @@ pub fn attend_heads(
             }
             values[i] = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
         }
-        // As in `attend_head`, key by key for each head: the exponent is of the old maximum
+        // Key by key for each head: the exponent is of the old maximum
         // less the score where the score is the new maximum, else of the score less the
         // maximum (which depends on the scores alone); then every exponent of the group through
         // the library's expf at once, and the updates in order.
@@ -185,7 +121,7 @@ pub fn attend_heads(
     }
 }
 
-/// [`attend_head`] over a quantized cache (Q8_0/Q4_0 keys and values), with the arithmetic of
+/// One head of [`attend_heads`] over a quantized cache (Q8_0/Q4_0 keys and values), with the arithmetic of
 /// llama.cpp's flash-attention decode path for such a cache: the query quantized to Q8_0 once
 /// and each key scored with the type's integer dot product, each value row converted to f32
 /// and folded into an f32 accumulator (rescaled when the maximum grows). Keys and values are

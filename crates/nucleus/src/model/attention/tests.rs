@@ -3,9 +3,23 @@
 
 use half::f16;
 
-use super::one_query::attend_head;
 use super::*;
 use crate::kv_cache::{KvCache, KvConfig, KvType, SeqId};
+
+/// [`attend_heads`] for one head.
+#[allow(clippy::too_many_arguments)]
+fn attend_head(
+    kv: &KvCache,
+    layer: usize,
+    blocks: &[crate::kv_cache::BlockId],
+    kv_head: usize,
+    q: &[f32],
+    range: (usize, usize),
+    scale: ScoreScale,
+    out: &mut [f32],
+) {
+    attend_heads(kv, layer, blocks, kv_head, &[q], range, scale, &mut [out]);
+}
 
 /// Head dimensions of the test cache, and the f16-exact keys and values it holds.
 const DK: usize = 40;
