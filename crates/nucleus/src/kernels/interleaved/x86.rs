@@ -17,7 +17,7 @@ use crate::quant::{GgmlType, KVALUES_IQ4NL};
 /// As [`super::TileFn`]; the CPU has AVX2 and FMA.
 pub(crate) unsafe fn tile_u5(group: &GroupView, tile: &Tile) {
     // SAFETY: forwarded.
-    unsafe { tile_any_nx::<16>(group, tile) }
+    unsafe { tile_unsigned_nx::<16>(group, tile) }
 }
 
 /// Q4_0 groups: [`tile_u5`]'s arithmetic on unsigned four-bit values, the offset 8·Σx.
@@ -26,7 +26,7 @@ pub(crate) unsafe fn tile_u5(group: &GroupView, tile: &Tile) {
 /// As [`super::TileFn`]; the CPU has AVX2 and FMA.
 pub(crate) unsafe fn tile_u4(group: &GroupView, tile: &Tile) {
     // SAFETY: forwarded.
-    unsafe { tile_any_nx::<8>(group, tile) }
+    unsafe { tile_unsigned_nx::<8>(group, tile) }
 }
 
 /// Q8_0 and IQ4_NL groups: `vpmaddubsw` of |w| by x carrying w's sign (a pair sums to at most
@@ -35,32 +35,35 @@ pub(crate) unsafe fn tile_u4(group: &GroupView, tile: &Tile) {
 /// # Safety
 /// As [`super::TileFn`]; the CPU has AVX2 and FMA.
 pub(crate) unsafe fn tile_i8(group: &GroupView, tile: &Tile) {
-    // SAFETY: forwarded.
-    unsafe { tile_any_nx::<0>(group, tile) }
+    // SAFETY: forwarded; `nx` picks the instantiation.
+    unsafe {
+        match tile.nx {
+            1 => tile_signed::<1>(group, tile),
+            2 => tile_signed::<2>(group, tile),
+            3 => tile_signed::<3>(group, tile),
+            _ => tile_signed::<4>(group, tile),
+        }
+    }
 }
 
 /// # Safety
 /// As [`super::TileFn`]; the CPU has AVX2 and FMA.
-unsafe fn tile_any_nx<const BIAS: i32>(group: &GroupView, tile: &Tile) {
+unsafe fn tile_unsigned_nx<const BIAS: i32>(group: &GroupView, tile: &Tile) {
     // SAFETY: forwarded; `nx` picks the instantiation.
     unsafe {
         match tile.nx {
-            1 if BIAS > 0 => tile_unsigned::<BIAS, 1>(group, tile),
-            2 if BIAS > 0 => tile_unsigned::<BIAS, 2>(group, tile),
-            3 if BIAS > 0 => tile_unsigned::<BIAS, 3>(group, tile),
-            _ if BIAS > 0 => tile_unsigned::<BIAS, 4>(group, tile),
-            1 => tile_nx::<BIAS, 1>(group, tile),
-            2 => tile_nx::<BIAS, 2>(group, tile),
-            3 => tile_nx::<BIAS, 3>(group, tile),
-            _ => tile_nx::<BIAS, 4>(group, tile),
+            1 => tile_unsigned::<BIAS, 1>(group, tile),
+            2 => tile_unsigned::<BIAS, 2>(group, tile),
+            3 => tile_unsigned::<BIAS, 3>(group, tile),
+            _ => tile_unsigned::<BIAS, 4>(group, tile),
         }
     }
 }
 
 /// Unsigned values, weight + `BIAS`: a block's eight chunks are loaded once into registers,
-/// then each token's sum is formed alone (two 16-bit sums of four chunks, as in [`tile_nx`]),
-/// so that nothing spills and the tokens' chains overlap. The same integer sums and float
-/// chain as [`tile_nx`], so the same bits.
+/// then each token's sum is formed alone (two 16-bit sums of four chunks), so that nothing
+/// spills and the tokens' chains overlap. The same integer sums and float chain as
+/// [`tile_q5_stored`] and [`tile_q4_stored`] (and the scalar kernels), so the same bits.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_unsigned<const BIAS: i32, const NX: usize>(group: &GroupView, t: &Tile) {
     debug_assert!(group.values.len() >= group.stride * (t.blocks - 1) + 256);
@@ -68,7 +71,7 @@ unsafe fn tile_unsigned<const BIAS: i32, const NX: usize>(group: &GroupView, t: 
     let ones = _mm256_set1_epi16(1);
     let (vp, sp) = (group.values.as_ptr(), group.scales.as_ptr());
     let mut acc = [_mm256_setzero_ps(); NX];
-    // SAFETY: as in `tile_nx`.
+    // SAFETY: as in `tile_signed`.
     unsafe {
         for b in 0..t.blocks {
             let qb = vp.add(group.stride * b);
@@ -104,9 +107,9 @@ unsafe fn tile_unsigned<const BIAS: i32, const NX: usize>(group: &GroupView, t: 
     }
 }
 
-/// `BIAS` 0: signed values; otherwise unsigned ones, weight + `BIAS` (at most 31).
+/// Signed values (Q8_0, IQ4_NL's table values).
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_nx<const BIAS: i32, const NX: usize>(group: &GroupView, t: &Tile) {
+unsafe fn tile_signed<const NX: usize>(group: &GroupView, t: &Tile) {
     debug_assert!(group.values.len() >= group.stride * (t.blocks - 1) + 256);
     debug_assert!(group.scales.len() >= GROUP_ROWS * t.blocks);
     let ones = _mm256_set1_epi16(1);
@@ -114,7 +117,7 @@ unsafe fn tile_nx<const BIAS: i32, const NX: usize>(group: &GroupView, t: &Tile)
     let mut acc = [_mm256_setzero_ps(); NX];
     // SAFETY (all pointer reads below): block b < blocks of the group's values (256 bytes at stride·b) and
     // scales (8 floats), checked above; token n < nx's activation bytes 34b + 2 + 4k .. +4
-    // inside its row of 34·blocks bytes, and its scale and sum b (the caller's contract).
+    // inside its row of 34·blocks bytes, and its scale and offset b (the caller's contract).
     unsafe {
         for b in 0..t.blocks {
             let ws = _mm256_loadu_ps(sp.add(GROUP_ROWS * b));
@@ -130,38 +133,17 @@ unsafe fn tile_nx<const BIAS: i32, const NX: usize>(group: &GroupView, t: &Tile)
                 _mm256_set1_epi32(p.read_unaligned())
             };
             let mut s32 = [_mm256_setzero_si256(); NX];
-            if BIAS > 0 {
-                for half in 0..2 {
-                    let mut s16 = [_mm256_setzero_si256(); NX];
-                    for c in 0..4 {
-                        let k = 4 * half + c;
-                        let wk = _mm256_loadu_si256(qb.add(32 * k) as *const __m256i);
-                        for (n, s) in s16.iter_mut().enumerate() {
-                            *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(wk, x_at(n, k)));
-                        }
-                    }
-                    for (s, p) in s32.iter_mut().zip(s16) {
-                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
-                    }
-                }
-            } else {
-                for k in 0..8 {
-                    let wk = _mm256_loadu_si256(qb.add(32 * k) as *const __m256i);
-                    let aw = _mm256_abs_epi8(wk);
-                    for (n, s) in s32.iter_mut().enumerate() {
-                        let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x_at(n, k), wk));
-                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
-                    }
+            for k in 0..8 {
+                let wk = _mm256_loadu_si256(qb.add(32 * k) as *const __m256i);
+                let aw = _mm256_abs_epi8(wk);
+                for (n, s) in s32.iter_mut().enumerate() {
+                    let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x_at(n, k), wk));
+                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
                 }
             }
             for (n, (a, s)) in acc.iter_mut().zip(s32).enumerate() {
-                let isum = if BIAS > 0 {
-                    _mm256_sub_epi32(s, _mm256_set1_epi32(*t.offsets.add(n * t.blocks + b)))
-                } else {
-                    s
-                };
                 let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
-                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), *a);
+                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), *a);
             }
         }
         for (n, a) in acc.iter().enumerate() {
@@ -195,7 +177,7 @@ unsafe fn q5_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
     let (m4, m16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
     let mut acc = [_mm256_setzero_ps(); NX];
     // SAFETY: block b < blocks: 176 stored bytes (checked by the caller); activation reads as
-    // in `tile_nx`.
+    // in `tile_signed`.
     unsafe {
         for b in 0..t.blocks {
             let s = stored.as_ptr().add(176 * b);
@@ -270,7 +252,7 @@ unsafe fn q8_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); NX];
     // SAFETY: block b < blocks: 272 stored bytes (checked by the caller); activation reads as
-    // in `tile_nx`.
+    // in `tile_signed`.
     unsafe {
         for b in 0..t.blocks {
             let s = stored.as_ptr().add(272 * b);
@@ -349,7 +331,7 @@ unsafe fn nibbles_stored_nx<const IQ4: bool, const NX: usize>(stored: &[u8], t: 
     let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = [_mm256_setzero_ps(); NX];
     // SAFETY: block b < blocks: 144 stored bytes (checked by the caller); the table is 16
-    // bytes; activation reads as in `tile_nx`.
+    // bytes; activation reads as in `tile_signed`.
     unsafe {
         let table =
             _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
