@@ -41,22 +41,10 @@ const HIGH: usize = 1168;
 /// Bytes of one group's super-block unpacked: the header (d and scales), then the values.
 pub(crate) const UNPACKED_BLOCK: usize = NIBBLES + GROUP_ROWS * 256;
 
-/// The 256 unsigned six-bit values of a file block, in order (ggml's `block_q6_K`: half `h` of
-/// 128 values is four groups of 32; group `m` takes the low (m < 2) or high nibbles of
-/// `ql[64h + 32(m % 2)..]` and bits `2m, 2m + 1` of `qh[32h..]`).
+/// The 256 unsigned six-bit values of a file block, in order (ggml's `block_q6_K`, as the
+/// one-row kernels read it).
 fn file_values(b: &[u8]) -> [u8; 256] {
-    let mut q = [0u8; 256];
-    for h in 0..2 {
-        let (ql, qh) = (&b[64 * h..64 * h + 64], &b[128 + 32 * h..128 + 32 * h + 32]);
-        for m in 0..4 {
-            for l in 0..32 {
-                let lo = (ql[32 * (m % 2) + l] >> (4 * (m / 2))) & 0xF;
-                let hi = (qh[l] >> (2 * m)) & 3;
-                q[128 * h + 32 * m + l] = lo | (hi << 4);
-            }
-        }
-    }
-    q
+    crate::quant::q6_k_values(b).map(|q| q as u8)
 }
 
 /// Writes group-block `dst` (GROUP_BLOCK bytes, zeroed) from the eight file blocks `rows[r]`.
