@@ -496,3 +496,55 @@ fn long_prompt_logits_do_not_depend_on_chunking() {
         assert!(logits(chunk) == whole, "chunks of {chunk}");
     }
 }
+
+/// nucleus's own arithmetic computes a token alike wherever it sits: a prompt fed in one batch
+/// (tiled attention over the f16 cache, 8 queries to a tile), fed in chunks of every size, and
+/// fed one token at a time as generated tokens (one query) give the same logits at every
+/// position, to the bit, on both sides of llama.cpp's 64-token switch to tiled attention.
+#[test]
+fn own_arithmetic_gives_prompt_and_generated_tokens_the_same_bits() {
+    for name in [QWEN, GEMMA] {
+        let path = common::golden_model_path(name);
+        if !common::require(&path, "model") {
+            return;
+        }
+        let model = Model::load_with(&path, 2, Arithmetic::Fast).unwrap();
+        let tok = Tokenizer::from_gguf(&model.file.metadata).unwrap();
+        let text = "def area(r: float) -> float:\n    return 3.14159 * r * r\n".repeat(6);
+        let prompt = tok.encode(&text, true, true).unwrap();
+        assert!(prompt.len() >= 70, "{} tokens", prompt.len());
+        for len in [40, prompt.len()] {
+            let prompt = &prompt[..len];
+            let fed = |chunk: usize| {
+                let mut s = Session::new(&model, len + 8);
+                s.feed(prompt, chunk, true).unwrap()
+            };
+            let whole = fed(512);
+            for chunk in [1, 5, 64] {
+                assert!(
+                    fed(chunk) == whole,
+                    "{name}, {len} tokens, chunks of {chunk}"
+                );
+            }
+            let mut s = Session::new(&model, len + 8);
+            let mut generated = s.feed(&prompt[..1], 1, true).unwrap();
+            for &t in &prompt[1..] {
+                generated.extend_from_slice(s.feed_generated(&[t]).unwrap());
+            }
+            assert!(
+                generated == whole,
+                "{name}, {len} tokens: one at a time differs from one batch"
+            );
+            // And several generated tokens at once, as a verification computes them.
+            let mut s = Session::new(&model, len + 8);
+            let mut verified = s.feed(&prompt[..1], 1, true).unwrap();
+            for part in prompt[1..].chunks(9) {
+                verified.extend_from_slice(s.feed_generated(part).unwrap());
+            }
+            assert!(
+                verified == whole,
+                "{name}, {len} tokens: verification rows differ"
+            );
+        }
+    }
+}

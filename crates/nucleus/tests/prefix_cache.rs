@@ -1,7 +1,7 @@
 //! Automatic prefix caching on the real models: a request served from cached blocks produces
 //! exactly what the same request produces on a fresh engine (same tokens, same logprobs to the
 //! bit), for shared prefixes that end inside a block, on a block edge, and past one prefill
-//! chunk; a prefix computed with other arithmetic is not reused; `n` identical prompts
+//! chunk; in `--exact`, a prefix computed with other arithmetic is not reused; `n` identical prompts
 //! submitted together compute their prefix once.
 //!
 //! Run in release: `cargo test --release -p nucleus --test prefix_cache`. Skips politely when
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use nucleus::engine::scheduler::{Engine, EngineConfig, Event, Finished, GenRequest};
 use nucleus::engine::{GenerateRequest, Generation, Session};
 use nucleus::kernels::PromptSlot;
-use nucleus::model::{arithmetic_class, Model};
+use nucleus::model::{arithmetic_class, Arithmetic, Model};
 use nucleus::sampling::SamplingParams;
 use nucleus::tokenizer::{TokenId, Tokenizer};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -23,12 +23,19 @@ const BLOCK: usize = 16;
 const N_GEN: usize = 16;
 
 fn real(name: &str) -> Option<(Arc<Model>, Arc<Tokenizer>, Vec<TokenId>)> {
+    real_in(name, Arithmetic::from_env())
+}
+
+fn real_in(
+    name: &str,
+    arithmetic: Arithmetic,
+) -> Option<(Arc<Model>, Arc<Tokenizer>, Vec<TokenId>)> {
     let path = common::models_dir().join(format!("{name}.gguf"));
     let corpus = common::shared_dir().join("corpus/python-stdlib.txt");
     if !common::require(&path, name) || !common::require(&corpus, "the corpus") {
         return None;
     }
-    let model = Model::load(&path, 0).expect("load model");
+    let model = Model::load_with(&path, 0, arithmetic).expect("load model");
     let tok = Tokenizer::from_gguf(&model.file.metadata).expect("tokenizer");
     let text = std::fs::read_to_string(corpus).expect("read the corpus");
     let ids = tok.encode(&text, true, false).expect("tokenize the corpus");
@@ -83,13 +90,16 @@ fn config(prefix_caching: bool) -> EngineConfig {
 
 /// Prompt tokens a second prompt can take from the first one's blocks: the full blocks before
 /// its last token whose tokens, and the arithmetic each token gets, are the same in both.
-fn expected_hit(first: &[TokenId], second: &[TokenId]) -> usize {
+fn expected_hit(arithmetic: Arithmetic, first: &[TokenId], second: &[TokenId]) -> usize {
     let class = |p: &[TokenId], i: usize| {
-        arithmetic_class(PromptSlot {
-            len: p.len(),
-            index: i,
-            all_logits: false,
-        })
+        arithmetic_class(
+            arithmetic,
+            PromptSlot {
+                len: p.len(),
+                index: i,
+                all_logits: false,
+            },
+        )
     };
     let same =
         |i: usize| i < first.len() && first[i] == second[i] && class(first, i) == class(second, i);
@@ -110,7 +120,7 @@ fn check_cached_equals_fresh(
     case: &str,
 ) {
     assert_eq!(
-        expected_hit(&first, &second),
+        expected_hit(model.arithmetic(), &first, &second),
         want_hit,
         "{case}: test setup"
     );
@@ -135,37 +145,49 @@ fn check_cached_equals_fresh(
 }
 
 fn cached_equals_fresh(name: &str) {
-    let Some((model, tok, text)) = real(name) else {
-        return;
-    };
-    let suffix_a = &text[2000..2024];
-    let suffix_b = &text[3000..3024];
-    let cat = |a: &[TokenId], b: &[TokenId]| [a, b].concat();
-    // Shared prefixes: inside a block (37), on a block edge (48), longer than one prefill
-    // chunk of 256 (300), longer than gemma's sliding window of 512 (700).
-    for (shared, want_hit) in [(37, 32), (48, 48), (300, 288), (700, 688)] {
-        let s = &text[..shared];
+    for arithmetic in [Arithmetic::Fast, Arithmetic::Exact] {
+        let Some((model, tok, text)) = real_in(name, arithmetic) else {
+            return;
+        };
+        let suffix_a = &text[2000..2024];
+        let suffix_b = &text[3000..3024];
+        let cat = |a: &[TokenId], b: &[TokenId]| [a, b].concat();
+        // Shared prefixes: inside a block (37), on a block edge (48), longer than one prefill
+        // chunk of 256 (300), longer than gemma's sliding window of 512 (700). `--exact` only
+        // on the one past a chunk (its other cases are the same code).
+        let cases: &[(usize, usize)] = match arithmetic {
+            Arithmetic::Fast => &[(37, 32), (48, 48), (300, 288), (700, 688)],
+            Arithmetic::Exact => &[(300, 288)],
+        };
+        for &(shared, want_hit) in cases {
+            let s = &text[..shared];
+            check_cached_equals_fresh(
+                &model,
+                &tok,
+                cat(s, suffix_a),
+                cat(s, suffix_b),
+                want_hit,
+                &format!("{name}, {arithmetic:?}, {shared} shared tokens"),
+            );
+        }
+        // The same 37 tokens, but the second prompt reaches llama.cpp's tiled attention (64+
+        // tokens) and the first does not. In `--exact` their keys would differ in the last
+        // bits, so nothing is taken from the cache; nucleus's own arithmetic computes them
+        // alike, so the blocks are taken. Either way the output is that of a fresh engine.
+        let s = &text[..37];
+        let want_hit = match arithmetic {
+            Arithmetic::Fast => 32,
+            Arithmetic::Exact => 0,
+        };
         check_cached_equals_fresh(
             &model,
             &tok,
             cat(s, suffix_a),
-            cat(s, suffix_b),
+            cat(s, &text[3000..3040]),
             want_hit,
-            &format!("{name}, {shared} shared tokens"),
+            &format!("{name}, {arithmetic:?}, prompts on both sides of 64 tokens"),
         );
     }
-    // The same 37 tokens, but the second prompt reaches llama.cpp's tiled attention (64+
-    // tokens) and the first does not: its keys would differ in the last bits, so nothing is
-    // taken from the cache, and the output is still that of a fresh engine.
-    let s = &text[..37];
-    check_cached_equals_fresh(
-        &model,
-        &tok,
-        cat(s, suffix_a),
-        cat(s, &text[3000..3040]),
-        0,
-        &format!("{name}, other arithmetic"),
-    );
 }
 
 #[test]
@@ -238,7 +260,10 @@ fn session_reuses_earlier_prompts_with_the_same_output() {
         let mut warm = Session::with_kv_tokens(&model, 1024, kv_tokens);
         assert_eq!(run(&mut warm, &first).cached_tokens, 0);
         let cached = run(&mut warm, &second);
-        assert_eq!(cached.cached_tokens, expected_hit(&first, &second));
+        assert_eq!(
+            cached.cached_tokens,
+            expected_hit(model.arithmetic(), &first, &second)
+        );
         assert_eq!(cached.cached_tokens, 192);
         let mut fresh = Session::with_kv_tokens(&model, 1024, kv_tokens);
         fresh.set_prefix_caching(false);

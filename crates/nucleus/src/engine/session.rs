@@ -276,7 +276,13 @@ impl<'m> Session<'m> {
         let starts = self.is_empty();
         if starts && self.kv.prefix_caching() && !tokens.is_empty() {
             let bs = self.kv.config().block_size;
-            extend_block_hashes(tokens, |i| arithmetic_class(slot(i)), bs, &mut hashes);
+            let arithmetic = self.model.arithmetic();
+            extend_block_hashes(
+                tokens,
+                |i| arithmetic_class(arithmetic, slot(i)),
+                bs,
+                &mut hashes,
+            );
             if !all_logits {
                 let reusable = (tokens.len() - 1) / bs;
                 skip = self

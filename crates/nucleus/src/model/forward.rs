@@ -5,6 +5,7 @@
 //! All tokens of a batch go through each matrix product together (prefill chunks and the
 //! decode steps of many sequences alike), so every weight row read serves the whole batch.
 
+use crate::kernels::interleaved::Arithmetic;
 use crate::kernels::matmul::PromptSlot;
 use crate::kernels::ops;
 use crate::kv_cache::{KvCache, KvSlot, SeqId};
@@ -16,13 +17,31 @@ use super::project::ActsCache;
 use super::{Activation, Model, ModelError};
 use crate::kernels::tile;
 
-/// What of a token's arithmetic its place in its prompt decides (the product kernels, and
-/// the tiled attention of a 64+ token micro-batch), as a small number: two tokens with the same
-/// class, the same position and the same tokens before them get the same keys and values, bit
-/// for bit. The prefix cache keys blocks by it ([`crate::kv_cache::extend_block_hashes`]).
-pub fn arithmetic_class(slot: PromptSlot) -> u8 {
-    let tiled = u8::from(slot.ubatch_len() >= TILED_MIN_BATCH);
-    slot.matmul_class() | tiled << 3
+/// What of a token's arithmetic its place in its prompt decides, as a small number: two tokens
+/// with the same class, the same position and the same tokens before them get the same keys and
+/// values, bit for bit. The prefix cache keys blocks by it
+/// ([`crate::kv_cache::extend_block_hashes`]).
+///
+/// In [`Arithmetic::Exact`] that is llama.cpp's choice of product kernels and whether the token
+/// gets the tiled attention of a 64+ token micro-batch. nucleus's own arithmetic computes every
+/// token alike wherever it sits, so there every token has class 0.
+pub fn arithmetic_class(arithmetic: Arithmetic, slot: PromptSlot) -> u8 {
+    match arithmetic {
+        Arithmetic::Fast => 0,
+        Arithmetic::Exact => {
+            let tiled = u8::from(slot.ubatch_len() >= TILED_MIN_BATCH);
+            slot.matmul_class() | tiled << 3
+        }
+    }
+}
+
+/// Whether a token's attention over an f16 cache is the tiled one ([`attend_tiled`]) rather
+/// than the one-query one ([`attend_heads`]). llama.cpp takes the tiled one for the queries of a
+/// 64+ token micro-batch, so `--exact` does too; nucleus's own arithmetic takes it for every
+/// token, so that a generated token and a prompt's, one query or many, are computed alike (and
+/// a verification's rows share the reading of the keys).
+fn tiled_attention(arithmetic: Arithmetic, slot: PromptSlot) -> bool {
+    arithmetic == Arithmetic::Fast || slot.ubatch_len() >= TILED_MIN_BATCH
 }
 
 /// Tokens to evaluate: each with its position, its sequence, and whether its logits are wanted.
@@ -444,12 +463,11 @@ impl Model {
         let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
         let group = hp.n_head / hp.n_head_kv;
         let window = hp.layer_window(il);
-        // Units of work per head: a prompt token of a 64+ token micro-batch goes with up to
-        // seven more of its sequence's (llama.cpp's tiled attention, see `attend_tiled`), any
-        // other token alone (its one-query attention).
+        // Units of work per head: a token with tiled attention (`tiled_attention`) goes with
+        // up to seven more of its sequence's, any other token alone (its one-query attention).
         // (A quantized cache takes the one-query path for every token.)
         let f16_cache = kv.config().ty == crate::kv_cache::KvType::F16;
-        let tiled = |t: usize| f16_cache && batch.prompt[t].ubatch_len() >= TILED_MIN_BATCH;
+        let tiled = |t: usize| f16_cache && tiled_attention(self.arithmetic, batch.prompt[t]);
         let mut units: Vec<(usize, usize)> = Vec::new();
         let mut t = 0;
         while t < batch.len() {
@@ -466,31 +484,25 @@ impl Model {
             units.push((t, m));
             t += m;
         }
-        // A tiled unit is one task per KV head (its heads share the widened keys and values).
-        // A one-query unit takes the heads of a KV head together too (`attend_heads`), in as
-        // many parts as keep every thread busy when the units are few (one decode step).
-        let one_query_units = units.iter().filter(|&&(t0, _)| !tiled(t0)).count();
+        // A unit is one task per KV head and part: the heads that share a KV head are computed
+        // together (the keys and values read once for them all), in as many parts as keep every
+        // thread busy when the units are few (one decode step). A query's bits do not depend on
+        // the heads or queries it is computed with, so the split is free to follow the load.
         let parts = if f16_cache {
             (4 * self.pool.n_threads())
-                .div_ceil((one_query_units * hp.n_head_kv).max(1))
+                .div_ceil((units.len() * hp.n_head_kv).max(1))
                 .clamp(1, group)
         } else {
             group
         };
         let heads_per_part = group.div_ceil(parts);
         let parts = group.div_ceil(heads_per_part);
-        let tasks_per_unit = |m_tiled: bool| {
-            if m_tiled {
-                hp.n_head_kv
-            } else {
-                hp.n_head_kv * parts
-            }
-        };
+        let tasks_per_unit = hp.n_head_kv * parts;
         let mut task_start = Vec::with_capacity(units.len() + 1);
         task_start.push(0);
-        for &(t0, _) in &units {
+        for _ in &units {
             let last = *task_start.last().expect("pushed");
-            task_start.push(last + tasks_per_unit(tiled(t0)));
+            task_start.push(last + tasks_per_unit);
         }
         let n_tasks = *task_start.last().expect("pushed");
         let out = SharedOut::new(att);
@@ -520,9 +532,12 @@ impl Model {
                 let out_of =
                     |t: usize, h: usize| unsafe { out.rows((t * hp.n_head + h) * hdv, hdv) };
                 let range_of = |t: usize| visible_range(batch.positions[t], window);
+                // Part i % parts of KV head i / parts.
+                let (kvh, part) = (i / parts, i % parts);
+                let h0 = kvh * group + part * heads_per_part;
+                let heads = h0..(h0 + heads_per_part).min((kvh + 1) * group);
                 if tiled(t0) {
-                    // KV head i: its heads' queries, head by head.
-                    let heads = i * group..(i + 1) * group;
+                    // Its heads' queries, head by head.
                     let pairs = || {
                         heads
                             .clone()
@@ -531,12 +546,8 @@ impl Model {
                     let queries: Vec<&[f32]> = pairs().map(|(t, h)| q_of(t, h)).collect();
                     let ranges: Vec<(usize, usize)> = pairs().map(|(t, _)| range_of(t)).collect();
                     let mut outs: Vec<&mut [f32]> = pairs().map(|(t, h)| out_of(t, h)).collect();
-                    attend_tiled(kv_ref, il, blocks, i, &queries, &ranges, scale, &mut outs);
+                    attend_tiled(kv_ref, il, blocks, kvh, &queries, &ranges, scale, &mut outs);
                 } else {
-                    // Part i % parts of KV head i / parts.
-                    let (kvh, part) = (i / parts, i % parts);
-                    let h0 = kvh * group + part * heads_per_part;
-                    let heads = h0..(h0 + heads_per_part).min((kvh + 1) * group);
                     let queries: Vec<&[f32]> = heads.clone().map(|h| q_of(t0, h)).collect();
                     let mut outs: Vec<&mut [f32]> = heads.map(|h| out_of(t0, h)).collect();
                     attend_heads(

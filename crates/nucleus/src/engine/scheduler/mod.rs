@@ -52,6 +52,7 @@ use super::context::{
 };
 use super::sequence::GenerateRequest;
 use super::speculate::{SpecStats, MAX_DRAFT};
+use crate::kernels::interleaved::Arithmetic;
 use crate::kernels::PromptSlot;
 use crate::kv_cache::{extend_block_hashes, BlockHash, KvCache, KvConfig, KvType};
 use crate::model::{arithmetic_class, Model};
@@ -305,6 +306,8 @@ struct Shared {
     counters: Counters,
     cfg: EngineConfig,
     n_vocab: usize,
+    /// The model's arithmetic, for the prefix cache's block hashes.
+    arithmetic: Arithmetic,
     /// For compiling grammars at submission.
     tokenizer: Arc<Tokenizer>,
 }
@@ -370,6 +373,7 @@ impl Engine {
             counters: Counters::default(),
             cfg,
             n_vocab: model.hp.n_vocab,
+            arithmetic: model.arithmetic(),
             tokenizer: tokenizer.clone(),
         });
         shared
@@ -482,7 +486,8 @@ impl EngineHandle {
         let sampler = Sampler::for_tokenizer(gen.sampling.clone(), &self.shared.tokenizer)?;
         let mut hashes = Vec::new();
         if cfg.prefix_caching {
-            let class = |i| arithmetic_class(prompt_slot(prompt, i));
+            let arithmetic = self.shared.arithmetic;
+            let class = |i| arithmetic_class(arithmetic, prompt_slot(prompt, i));
             extend_block_hashes(&prompt_tokens, class, cfg.block_size, &mut hashes);
         }
         let (tx, rx) = unbounded_channel();

@@ -108,9 +108,9 @@ impl Proposer for DraftProposer<'_> {
             s.rollback(s.len() - common)?;
         }
         let have = s.len();
-        // The prompt as the model computed it (its rows, 64 or more in a micro-batch, take the
-        // tiled attention); then generated tokens (those of a pause, the model's own token) in
-        // micro-batches too short for it, one query at a time as the model computed them.
+        // The prompt as the model computed it (in `--exact`, its rows, 64 or more in a
+        // micro-batch, take the tiled attention); then generated tokens (those of a pause, the
+        // model's own token) in micro-batches too short for it, as the model computed them.
         // Otherwise the draft's cache would end a rounding away from the model's, and a
         // proposal could part from the model's choice where both are the same network.
         let split = self.prompt_len.clamp(have, context.len());

@@ -3,10 +3,12 @@
 //! so no n×n score matrix is ever built. Two arithmetics, both llama.cpp's:
 //!
 //! - [`one_query`]: its flash-attention decode path (f16 query and accumulator, keys one at a
-//!   time), for every generated token, for a prompt's tokens in micro-batches under
-//!   [`TILED_MIN_BATCH`], and for every token over a quantized cache;
-//! - [`tiled`]: its tiled flash attention (f32, keys in tiles of 64), for a prompt's tokens in
-//!   micro-batches of [`TILED_MIN_BATCH`] or more.
+//!   time), for every token over a quantized cache, and in `--exact` for every generated token
+//!   and a prompt's tokens in micro-batches under [`TILED_MIN_BATCH`];
+//! - [`tiled`]: its tiled flash attention (f32, keys in tiles of 64), in `--exact` for a
+//!   prompt's tokens in micro-batches of [`TILED_MIN_BATCH`] or more, and in nucleus's own
+//!   arithmetic for every token over an f16 cache (a query's bits never depend on its company,
+//!   so one query or many, prompt or generated, are computed alike).
 //!
 //! Here: which keys a query sees, and how a score is scaled (and soft-capped).
 
