@@ -7,6 +7,7 @@ pub mod interleaved;
 pub mod matmul;
 pub mod ops;
 pub mod pool;
+pub mod rope;
 pub mod tile;
 
 pub use matmul::{matmul, matmul_f32, PromptSlot, QMatrix, QuantizedActs};

@@ -4,7 +4,7 @@
 //! StreamingLLM's positions inside the cache). Values carry no position.
 
 use super::{Model, ModelError};
-use crate::kernels::ops;
+use crate::kernels::rope;
 use crate::kv_cache::{KvCache, SeqId, NO_BLOCK};
 
 impl Model {
@@ -33,7 +33,7 @@ impl Model {
                 }
                 let slots = 0..bs.min(len - i * bs);
                 kv.update_keys(layer, b, slots, |_, key| {
-                    ops::rope(
+                    rope::rope(
                         key,
                         1,
                         hp.head_dim,

@@ -10,9 +10,9 @@ mod memory;
 mod project;
 mod weights;
 
-pub use attention::TILED_MIN_BATCH;
+pub use attention::{arithmetic_class, TILED_MIN_BATCH};
 pub use embed::EMBED_CHUNK;
-pub use forward::{arithmetic_class, Batch, ForwardState};
+pub use forward::{Batch, ForwardState};
 pub use hparams::{Activation, Arch, HParams, RopeStyle};
 pub use memory::{available_memory, human_bytes, MemoryPlan, MAX_CONTEXT};
 

@@ -12,12 +12,14 @@
 //!
 //! Here: which keys a query sees, and how a score is scaled (and soft-capped).
 
+mod dispatch;
 mod one_query;
 mod tiled;
 
 #[cfg(test)]
 mod tests;
 
+pub use dispatch::arithmetic_class;
 pub use one_query::attend_heads;
 pub use tiled::{attend_tiled, TILED_MIN_BATCH};
 

@@ -1,0 +1,200 @@
+//! Rotary position embeddings (RoPE), as llama.cpp computes them: the angles of a position once,
+//! then the rotation of the query's and the key's heads by them.
+
+use crate::model::RopeStyle;
+
+/// Rotary embeddings applied in place to `n_heads` heads of `head_dim` for one position (a
+/// negative one rotates back: a cached key moved to an earlier position, see `Model::shift_keys`).
+///
+/// The angles follow llama.cpp: theta_i = pos · base^(-2i/rope_dim), computed by repeated f32
+/// multiplication so that rounding matches the reference. `freq_factors` (Llama 3.1's
+/// `rope_freqs`) divide the angles when present.
+#[allow(clippy::too_many_arguments)]
+pub fn rope(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rope_dim: usize,
+    pos: i64,
+    base: f32,
+    freq_scale: f32,
+    style: RopeStyle,
+    freq_factors: Option<&[f32]>,
+    cos_sin: &mut Vec<(f32, f32)>,
+) {
+    rope_angles(rope_dim, pos, base, freq_scale, freq_factors, cos_sin);
+    rope_apply(x, n_heads, head_dim, rope_dim, style, cos_sin);
+}
+
+/// The cosines and sines of [`rope`]'s angles for one position, `rope_dim / 2` of them: what
+/// the query's and the key's rotations share.
+pub fn rope_angles(
+    rope_dim: usize,
+    pos: i64,
+    base: f32,
+    freq_scale: f32,
+    freq_factors: Option<&[f32]>,
+    cos_sin: &mut Vec<(f32, f32)>,
+) {
+    let half = rope_dim / 2;
+    cos_sin.clear();
+    let theta_scale = base.powf(-2.0 / rope_dim as f32);
+    let mut theta = pos as f32 * freq_scale;
+    for i in 0..half {
+        let t = match freq_factors {
+            Some(f) => theta / f[i],
+            None => theta,
+        };
+        cos_sin.push((t.cos(), t.sin()));
+        theta *= theta_scale;
+    }
+}
+
+/// [`rope`]'s rotation of `n_heads` heads by the angles of [`rope_angles`].
+pub fn rope_apply(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rope_dim: usize,
+    style: RopeStyle,
+    cos_sin: &[(f32, f32)],
+) {
+    assert_eq!(cos_sin.len(), rope_dim / 2);
+    assert!(x.len() >= n_heads * head_dim && rope_dim <= head_dim);
+    #[cfg(target_arch = "x86_64")]
+    if crate::quant::simd_level() != crate::quant::SimdLevel::Scalar {
+        // SAFETY: every non-scalar dispatch level has FMA; the sizes are checked above.
+        return unsafe { x86::rope_apply(x, n_heads, head_dim, rope_dim, style, cos_sin) };
+    }
+    rope_apply_scalar(x, n_heads, head_dim, rope_dim, style, cos_sin);
+}
+
+/// The rotation as written; `mul_add` is one fused multiply-add (correctly rounded) whether
+/// the compiler emits the instruction or calls `fmaf`, so every path has these bits.
+#[inline(always)]
+fn rope_apply_scalar(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rope_dim: usize,
+    style: RopeStyle,
+    cos_sin: &[(f32, f32)],
+) {
+    let half = rope_dim / 2;
+    for h in 0..n_heads {
+        let head = &mut x[h * head_dim..h * head_dim + rope_dim];
+        for (i, &(c, s)) in cos_sin.iter().enumerate() {
+            let (a, b) = match style {
+                RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                RopeStyle::Neox => (i, i + half),
+            };
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0.mul_add(c, -(x1 * s));
+            head[b] = x0.mul_add(s, x1 * c);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::RopeStyle;
+
+    /// [`super::rope_apply_scalar`] compiled with FMA, so that `mul_add` is the instruction
+    /// rather than a call to `fmaf` (the same bits).
+    ///
+    /// # Safety
+    /// FMA.
+    #[target_feature(enable = "fma")]
+    pub unsafe fn rope_apply(
+        x: &mut [f32],
+        n_heads: usize,
+        head_dim: usize,
+        rope_dim: usize,
+        style: RopeStyle,
+        cos_sin: &[(f32, f32)],
+    ) {
+        super::rope_apply_scalar(x, n_heads, head_dim, rope_dim, style, cos_sin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_rotates_pairs_and_preserves_norm() {
+        let mut cs = Vec::new();
+        let orig: Vec<f32> = (0..8).map(|i| i as f32 * 0.3 - 1.0).collect();
+        for style in [RopeStyle::Interleaved, RopeStyle::Neox] {
+            let mut x = orig.clone();
+            rope(&mut x, 1, 8, 8, 0, 10000.0, 1.0, style, None, &mut cs);
+            assert_eq!(x, orig, "position 0 is the identity");
+            rope(&mut x, 1, 8, 8, 7, 10000.0, 1.0, style, None, &mut cs);
+            let n0: f32 = orig.iter().map(|v| v * v).sum();
+            let n1: f32 = x.iter().map(|v| v * v).sum();
+            assert!((n0 - n1).abs() < 1e-4);
+        }
+        // First pair at position p rotates by exactly p radians.
+        let mut x = vec![1.0, 0.0, 0.0, 0.0];
+        rope(
+            &mut x,
+            1,
+            4,
+            4,
+            2,
+            10000.0,
+            1.0,
+            RopeStyle::Interleaved,
+            None,
+            &mut cs,
+        );
+        assert!((x[0] - 2f32.cos()).abs() < 1e-6 && (x[1] - 2f32.sin()).abs() < 1e-6);
+        let mut x = vec![1.0, 0.0, 0.0, 0.0];
+        rope(
+            &mut x,
+            1,
+            4,
+            4,
+            2,
+            10000.0,
+            1.0,
+            RopeStyle::Neox,
+            None,
+            &mut cs,
+        );
+        assert!((x[0] - 2f32.cos()).abs() < 1e-6 && (x[2] - 2f32.sin()).abs() < 1e-6);
+    }
+
+    /// Rotating to position p and then by -d lands (to rounding) where rotating to p - d does:
+    /// what re-rotating a cached key after the window slid relies on.
+    #[test]
+    fn rope_by_a_negative_position_moves_a_key_back() {
+        let mut cs = Vec::new();
+        for style in [RopeStyle::Interleaved, RopeStyle::Neox] {
+            let orig: Vec<f32> = (0..16).map(|i| (i as f32 * 0.37).sin()).collect();
+            let at = |p: i64| {
+                let mut x = orig.clone();
+                rope(
+                    &mut x,
+                    2,
+                    8,
+                    8,
+                    p,
+                    10000.0,
+                    1.0,
+                    style,
+                    None,
+                    &mut Vec::new(),
+                );
+                x
+            };
+            let mut moved = at(1000);
+            rope(
+                &mut moved, 2, 8, 8, -960, 10000.0, 1.0, style, None, &mut cs,
+            );
+            for (a, b) in moved.iter().zip(at(40)) {
+                assert!((a - b).abs() < 2e-4, "{style:?}: {a} vs {b}");
+            }
+        }
+    }
+}
