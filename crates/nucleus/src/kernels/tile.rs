@@ -4,6 +4,8 @@
 //!
 //! - [`dot_keys`]: scores of up to 8 queries against a tile of keys, s = Σ_d k[d]·q[d] chained
 //!   over d (the queries are the SIMD lanes);
+//! - [`dot_keys_transposed`]: the same chains for one query, the keys as the SIMD lanes (a tile
+//!   of keys stored transposed by [`widen_f16_transposed`]), for calls with few queries;
 //! - [`mad_rows`]: acc[d] += Σ_j w[j]·row_j[d] chained over j (d is the SIMD lane).
 
 use half::f16;
@@ -41,6 +43,54 @@ pub fn dot_keys(qt: &[f32], keys: &[f32], dk: usize, out: &mut [[f32; QUERY_LANE
             for (l, s) in o.iter_mut().enumerate() {
                 *s = k.mul_add(qt[d * QUERY_LANES + l], *s);
             }
+        }
+    }
+}
+
+/// Keys stored transposed by one [`widen_f16_transposed`] call.
+pub const TRANSPOSE_KEYS: usize = 8;
+
+/// `kt[d * stride + j0 + j] = f32(rows[j][d])` for the eight rows and every `d < dk`: a tile of
+/// keys stored with the keys along each row, for [`dot_keys_transposed`].
+pub fn widen_f16_transposed(
+    kt: &mut [f32],
+    stride: usize,
+    j0: usize,
+    rows: &[&[f16]; TRANSPOSE_KEYS],
+    dk: usize,
+) {
+    assert!(j0 + TRANSPOSE_KEYS <= stride && rows.iter().all(|r| r.len() >= dk));
+    assert!(dk == 0 || kt.len() >= (dk - 1) * stride + j0 + TRANSPOSE_KEYS);
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: as in `widen_f16`; the sizes are checked above.
+        return unsafe { x86::widen_f16_transposed(kt, stride, j0, rows, dk) };
+    }
+    for (j, row) in rows.iter().enumerate() {
+        for d in 0..dk {
+            kt[d * stride + j0 + j] = row[d].to_f32();
+        }
+    }
+}
+
+/// One query's scores against keys stored transposed (`kt[d * stride + j]`: element `d` of key
+/// `j`): `out[j] = fma(kt[(dk-1)·stride + j], q[dk-1], … fma(kt[j], q[0], 0))`, [`dot_keys`]'s
+/// chain for that query and key (the same bits), with the keys as the SIMD lanes: the work of
+/// one query, not of eight. Reads `kt` up to the next multiple of 8 keys past `out.len()`.
+pub fn dot_keys_transposed(q: &[f32], kt: &[f32], stride: usize, out: &mut [f32]) {
+    let dk = q.len();
+    let n = out.len();
+    assert!(n <= stride && stride.is_multiple_of(8));
+    assert!(dk == 0 || kt.len() >= (dk - 1) * stride + n.div_ceil(8) * 8);
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: as in `widen_f16`; the sizes are checked above.
+        return unsafe { x86::dot_keys_transposed(q, kt, stride, out) };
+    }
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = 0.0;
+        for (d, &qd) in q.iter().enumerate() {
+            *o = kt[d * stride + j].mul_add(qd, *o);
         }
     }
 }
@@ -137,6 +187,96 @@ mod x86 {
         }
         for i in n8..dst.len() {
             dst[i] = src[i].to_f32();
+        }
+    }
+
+    /// # Safety
+    /// Requires F16C, AVX2 and FMA; the sizes checked by the caller.
+    #[target_feature(enable = "f16c,avx2,fma")]
+    pub unsafe fn widen_f16_transposed(
+        kt: &mut [f32],
+        stride: usize,
+        j0: usize,
+        rows: &[&[f16]; 8],
+        dk: usize,
+    ) {
+        let d8 = dk / 8 * 8;
+        let kp = kt.as_mut_ptr();
+        for d in (0..d8).step_by(8) {
+            // SAFETY: d + 8 <= dk <= every row's length; the stores land at
+            // (d + i) * stride + j0 .. + 8, inside `kt` by the caller's check.
+            unsafe {
+                let r: [__m256; 8] = std::array::from_fn(|j| {
+                    _mm256_cvtph_ps(_mm_loadu_si128(rows[j].as_ptr().add(d) as *const __m128i))
+                });
+                // An 8×8 transpose: column i of the rows becomes vector c[i].
+                let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+                let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+                let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+                let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+                let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+                let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+                let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+                let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                let c = [
+                    _mm256_permute2f128_ps::<0x20>(u0, u4),
+                    _mm256_permute2f128_ps::<0x20>(u1, u5),
+                    _mm256_permute2f128_ps::<0x20>(u2, u6),
+                    _mm256_permute2f128_ps::<0x20>(u3, u7),
+                    _mm256_permute2f128_ps::<0x31>(u0, u4),
+                    _mm256_permute2f128_ps::<0x31>(u1, u5),
+                    _mm256_permute2f128_ps::<0x31>(u2, u6),
+                    _mm256_permute2f128_ps::<0x31>(u3, u7),
+                ];
+                for (i, ci) in c.iter().enumerate() {
+                    _mm256_storeu_ps(kp.add((d + i) * stride + j0), *ci);
+                }
+            }
+        }
+        for (j, row) in rows.iter().enumerate() {
+            for d in d8..dk {
+                kt[d * stride + j0 + j] = row[d].to_f32();
+            }
+        }
+    }
+
+    /// # Safety
+    /// Requires AVX2 and FMA; the sizes checked by the caller.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_keys_transposed(q: &[f32], kt: &[f32], stride: usize, out: &mut [f32]) {
+        // Up to 64 keys at a time: eight independent chains, one broadcast per eight FMAs.
+        const VECS: usize = 8;
+        let n = out.len();
+        let kp = kt.as_ptr();
+        let mut j = 0;
+        while j < n {
+            let nv = (n - j).div_ceil(8).min(VECS);
+            let mut acc = [_mm256_setzero_ps(); VECS];
+            for (d, &qd) in q.iter().enumerate() {
+                let qv = _mm256_set1_ps(qd);
+                for (v, a) in acc.iter_mut().enumerate().take(nv) {
+                    // SAFETY: key j + 8v + 8 <= n rounded up to 8, inside row d of `kt`
+                    // (the caller's check).
+                    let k = unsafe { _mm256_loadu_ps(kp.add(d * stride + j + 8 * v)) };
+                    *a = _mm256_fmadd_ps(k, qv, *a);
+                }
+            }
+            let mut lanes = [0f32; 8 * VECS];
+            for (v, a) in acc.iter().enumerate().take(nv) {
+                // SAFETY: lanes holds 8 floats per vector.
+                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * v), *a) };
+            }
+            let m = (n - j).min(8 * VECS);
+            out[j..j + m].copy_from_slice(&lanes[..m]);
+            j += m;
         }
     }
 
@@ -388,6 +528,36 @@ mod tests {
                 mad_rows_many(&mut acc_refs, &rows, &w_refs);
                 for (got, want) in accs.iter().zip(&wants) {
                     assert_eq!(bits(got), bits(want), "dv {dv}, {nq} accumulators");
+                }
+            }
+        }
+        // One query against transposed keys: dot_keys's chain for it, bit for bit.
+        for (dk, nk) in [(64usize, 64usize), (256, 13), (40, 3), (128, 1), (72, 61)] {
+            const STRIDE: usize = 64;
+            let keys = vals(nk.div_ceil(8) * 8 * dk, 8);
+            let keys16: Vec<f16> = keys.iter().map(|&x| f16::from_f32(x)).collect();
+            let mut kt = vec![f32::NAN; dk * STRIDE];
+            for j0 in (0..nk).step_by(TRANSPOSE_KEYS) {
+                let rows: [&[f16]; TRANSPOSE_KEYS] =
+                    std::array::from_fn(|j| &keys16[(j0 + j) * dk..(j0 + j + 1) * dk]);
+                widen_f16_transposed(&mut kt, STRIDE, j0, &rows, dk);
+            }
+            let widened: Vec<f32> = keys16[..nk * dk].iter().map(|h| h.to_f32()).collect();
+            for l in [0, 5] {
+                let q: Vec<f32> = (0..dk)
+                    .map(|d| vals(dk * QUERY_LANES, 9)[d * QUERY_LANES + l])
+                    .collect();
+                let mut got = vec![0f32; nk];
+                dot_keys_transposed(&q, &kt, STRIDE, &mut got);
+                let qt = vals(dk * QUERY_LANES, 9);
+                let mut want = vec![[0f32; QUERY_LANES]; nk];
+                dot_keys(&qt, &widened, dk, &mut want);
+                for j in 0..nk {
+                    assert_eq!(
+                        got[j].to_bits(),
+                        want[j][l].to_bits(),
+                        "dk {dk} key {j} lane {l}"
+                    );
                 }
             }
         }

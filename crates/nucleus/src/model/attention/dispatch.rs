@@ -102,8 +102,15 @@ impl Model {
         // together (the keys and values read once for them all), in as many parts as keep every
         // thread busy when the units are few (one decode step). A query's bits do not depend on
         // the heads or queries it is computed with, so the split is free to follow the load.
+        // Tiled units widen each tile of keys and values once per task, so they take one task
+        // per thread; one-query ones, which read the cache as it is, four for a finer balance.
+        let tasks_per_thread = if units.iter().all(|&(t0, _)| tiled(t0)) {
+            1
+        } else {
+            4
+        };
         let parts = if f16_cache {
-            (4 * self.pool.n_threads())
+            (tasks_per_thread * self.pool.n_threads())
                 .div_ceil((units.len() * hp.n_head_kv).max(1))
                 .clamp(1, group)
         } else {

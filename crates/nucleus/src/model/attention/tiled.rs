@@ -10,6 +10,8 @@ use crate::kv_cache::{BlockId, KvCache};
 pub const TILED_MIN_BATCH: usize = 64;
 /// Keys per tile of llama.cpp's tiled flash attention; tiles start at multiples of it.
 const KEY_TILE: usize = 64;
+/// Calls with fewer queries take the scores with the keys as the lanes.
+const TRANSPOSED_MAX_QUERIES: usize = 4;
 
 /// Attention of queries of one sequence and KV head (up to [`tile::QUERY_LANES`] positions of
 /// each of the heads that share the KV head) with the arithmetic of llama.cpp's tiled flash
@@ -52,7 +54,14 @@ pub fn attend_tiled(
     let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
     let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nq], vec![0f32; nq]);
     let mut acc = vec![0f32; nq * dv];
+    // A few queries (a decode step's part of a KV head's heads): the keys are stored transposed
+    // and each query's scores computed with the keys as the lanes, the same chains
+    // (`tile::dot_keys_transposed`), so the work is per query, not per chunk of eight. The
+    // transposition costs about what four queries' scores do, so from four queries on the
+    // queries are the lanes.
+    let transposed = nq < TRANSPOSED_MAX_QUERIES;
     let mut keys = vec![0f32; KEY_TILE * dk];
+    let mut query_scores = [0f32; KEY_TILE];
     let mut values = vec![0f32; KEY_TILE * dv];
     let mut scores = vec![[0f32; LANES]; KEY_TILE * chunks];
     // Each query's weights for the tile, and the queries that see some key of it.
@@ -63,21 +72,45 @@ pub fn attend_tiled(
         // The keys of this tile that some query sees.
         let (k0, k1) = (tile_start.max(lo), (tile_start + KEY_TILE).min(hi));
         let nk = k1 - k0;
+        let key_row = |p: usize| {
+            let (block, slot) = (blocks[p / bs], p % bs);
+            &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk]
+        };
         for p in k0..k1 {
             let (block, slot) = (blocks[p / bs], p % bs);
             let r = p - k0;
-            tile::widen_f16(
-                &mut keys[r * dk..(r + 1) * dk],
-                &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk],
-            );
+            if !transposed {
+                tile::widen_f16(&mut keys[r * dk..(r + 1) * dk], key_row(p));
+            }
             tile::widen_f16(
                 &mut values[r * dv..(r + 1) * dv],
                 &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv],
             );
         }
+        if transposed {
+            // Eight keys at a time; past the tile's last key, repeats of it (their scores are
+            // never read).
+            const T: usize = tile::TRANSPOSE_KEYS;
+            for r0 in (0..nk).step_by(T) {
+                let rows: [&[half::f16]; T] =
+                    std::array::from_fn(|j| key_row(k0 + (r0 + j).min(nk - 1)));
+                tile::widen_f16_transposed(&mut keys, KEY_TILE, r0, &rows, dk);
+            }
+        }
         // Chunks of queries two at a time (each key element broadcast once for both).
         let chunk_q = |c: usize| &qt[c * dk * LANES..(c + 1) * dk * LANES];
+        if transposed {
+            for (l, q) in queries.iter().enumerate() {
+                tile::dot_keys_transposed(&q[..dk], &keys, KEY_TILE, &mut query_scores[..nk]);
+                for (r, &s) in query_scores[..nk].iter().enumerate() {
+                    scores[r][l] = s;
+                }
+            }
+        }
         for (pair, out) in scores.chunks_mut(2 * KEY_TILE).enumerate() {
+            if transposed {
+                break;
+            }
             let c = 2 * pair;
             if out.len() == 2 * KEY_TILE {
                 let (out0, out1) = out.split_at_mut(KEY_TILE);
