@@ -97,27 +97,26 @@ pub fn attend_tiled(
                 tile::widen_f16_transposed(&mut keys, KEY_TILE, r0, &rows, dk);
             }
         }
-        // Chunks of queries two at a time (each key element broadcast once for both).
-        let chunk_q = |c: usize| &qt[c * dk * LANES..(c + 1) * dk * LANES];
         if transposed {
+            // Each query alone, its scores in its lane of the first chunk.
             for (l, q) in queries.iter().enumerate() {
                 tile::dot_keys_transposed(&q[..dk], &keys, KEY_TILE, &mut query_scores[..nk]);
                 for (r, &s) in query_scores[..nk].iter().enumerate() {
                     scores[r][l] = s;
                 }
             }
-        }
-        for (pair, out) in scores.chunks_mut(2 * KEY_TILE).enumerate() {
-            if transposed {
-                break;
-            }
-            let c = 2 * pair;
-            if out.len() == 2 * KEY_TILE {
-                let (out0, out1) = out.split_at_mut(KEY_TILE);
-                let (k, o0, o1) = (&keys[..nk * dk], &mut out0[..nk], &mut out1[..nk]);
-                tile::dot_keys_pair(chunk_q(c), chunk_q(c + 1), k, dk, o0, o1);
-            } else {
-                tile::dot_keys(chunk_q(c), &keys[..nk * dk], dk, &mut out[..nk]);
+        } else {
+            // Chunks of queries two at a time (each key element broadcast once for both).
+            let chunk_q = |c: usize| &qt[c * dk * LANES..(c + 1) * dk * LANES];
+            for (pair, out) in scores.chunks_mut(2 * KEY_TILE).enumerate() {
+                let c = 2 * pair;
+                if out.len() == 2 * KEY_TILE {
+                    let (out0, out1) = out.split_at_mut(KEY_TILE);
+                    let (k, o0, o1) = (&keys[..nk * dk], &mut out0[..nk], &mut out1[..nk]);
+                    tile::dot_keys_pair(chunk_q(c), chunk_q(c + 1), k, dk, o0, o1);
+                } else {
+                    tile::dot_keys(chunk_q(c), &keys[..nk * dk], dk, &mut out[..nk]);
+                }
             }
         }
         seeing.clear();
