@@ -21,6 +21,20 @@ fn attend_head(
     attend_heads(kv, layer, blocks, kv_head, &[q], range, scale, &mut [out]);
 }
 
+/// [`attend_tiled`] on layer 0, KV head 0 of the test cache: each query's output.
+fn tiled_outputs(
+    kv: &KvCache,
+    blocks: &[crate::kv_cache::BlockId],
+    queries: &[&[f32]],
+    ranges: &[(usize, usize)],
+    scale: ScoreScale,
+) -> Vec<Vec<f32>> {
+    let mut outs = vec![vec![0f32; DV]; queries.len()];
+    let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+    attend_tiled(kv, 0, blocks, 0, queries, ranges, scale, &mut out_refs);
+    outs
+}
+
 /// Head dimensions of the test cache, and the f16-exact keys and values it holds.
 const DK: usize = 40;
 const DV: usize = 24;
@@ -131,18 +145,7 @@ fn tiled_attention_equals_direct_softmax() {
     let qs: Vec<Vec<f32>> = (0..CASES.len()).map(query).collect();
     let queries: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
     let ranges: Vec<(usize, usize)> = CASES.iter().map(|&(p, w)| visible_range(p, w)).collect();
-    let mut outs = vec![vec![0f32; DV]; CASES.len()];
-    let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-    attend_tiled(
-        &kv,
-        0,
-        blocks,
-        0,
-        &queries,
-        &ranges,
-        0.3.into(),
-        &mut out_refs,
-    );
+    let outs = tiled_outputs(&kv, blocks, &queries, &ranges, 0.3.into());
     for (i, out) in outs.iter().enumerate() {
         for (got, want) in out.iter().zip(direct_attention(&qs[i], ranges[i], 0.3)) {
             assert!(
@@ -151,18 +154,8 @@ fn tiled_attention_equals_direct_softmax() {
             );
         }
     }
-    let mut alone = vec![0f32; DV];
-    attend_tiled(
-        &kv,
-        0,
-        blocks,
-        0,
-        &queries[3..4],
-        &ranges[3..4],
-        0.3.into(),
-        &mut [&mut alone],
-    );
-    assert_eq!(alone, outs[3]);
+    let alone = tiled_outputs(&kv, blocks, &queries[3..4], &ranges[3..4], 0.3.into());
+    assert_eq!(alone[0], outs[3]);
 }
 
 /// Many queries in one call (the heads sharing a KV head: more than one chunk of lanes,
@@ -180,22 +173,10 @@ fn tiled_queries_get_their_own_bits_in_any_company() {
             visible_range(p, w)
         })
         .collect();
-    let mut outs = vec![vec![0f32; DV]; n];
-    let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-    attend_tiled(
-        &kv,
-        0,
-        blocks,
-        0,
-        &queries,
-        &ranges,
-        0.3.into(),
-        &mut out_refs,
-    );
+    let outs = tiled_outputs(&kv, blocks, &queries, &ranges, 0.3.into());
     for i in 0..n {
-        let mut alone = vec![0f32; DV];
         let (q, r) = (&queries[i..i + 1], &ranges[i..i + 1]);
-        attend_tiled(&kv, 0, blocks, 0, q, r, 0.3.into(), &mut [&mut alone]);
+        let alone = tiled_outputs(&kv, blocks, q, r, 0.3.into()).remove(0);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&alone), bits(&outs[i]), "query {i}");
         for (got, want) in alone.iter().zip(direct_attention(&qs[i], ranges[i], 0.3)) {
@@ -239,19 +220,8 @@ fn soft_capped_attention_equals_direct_softmax() {
     let capped = ScoreScale::new(3.0, Some(0.5));
     let qs: Vec<Vec<f32>> = (0..CASES.len()).map(query).collect();
     let ranges: Vec<(usize, usize)> = CASES.iter().map(|&(p, w)| visible_range(p, w)).collect();
-    let mut tiled = vec![vec![0f32; DV]; CASES.len()];
     let queries: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
-    let mut tiled_refs: Vec<&mut [f32]> = tiled.iter_mut().map(|o| o.as_mut_slice()).collect();
-    attend_tiled(
-        &kv,
-        0,
-        blocks,
-        0,
-        &queries,
-        &ranges,
-        capped,
-        &mut tiled_refs,
-    );
+    let tiled = tiled_outputs(&kv, blocks, &queries, &ranges, capped);
     let mut moved = 0f64;
     for (i, q) in qs.iter().enumerate() {
         let mut one = vec![0f32; DV];
