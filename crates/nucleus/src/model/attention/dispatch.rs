@@ -20,7 +20,7 @@ pub fn arithmetic_class(arithmetic: Arithmetic, slot: PromptSlot) -> u8 {
     match arithmetic {
         Arithmetic::Fast => 0,
         Arithmetic::Exact => {
-            let tiled = u8::from(slot.ubatch_len() >= TILED_MIN_BATCH);
+            let tiled = u8::from(tiled_attention(arithmetic, slot));
             slot.matmul_class() | tiled << 3
         }
     }

@@ -40,26 +40,29 @@ pub fn attend_tiled(
     let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
     let nq = queries.len();
     assert!(nq >= 1 && ranges.len() == nq && out.len() == nq);
-    // Queries transposed, eight to a lane chunk: element d of query c·8 + l at
-    // qt[c][d · 8 + l].
-    let chunks = nq.div_ceil(LANES);
-    let mut qt = vec![0f32; chunks * dk * LANES];
-    for (i, q) in queries.iter().enumerate() {
-        let (c, l) = (i / LANES, i % LANES);
-        for d in 0..dk {
-            qt[c * dk * LANES + d * LANES + l] = q[d];
-        }
-    }
-    let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
-    let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
-    let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nq], vec![0f32; nq]);
-    let mut acc = vec![0f32; nq * dv];
     // A few queries (a decode step's part of a KV head's heads): the keys are stored transposed
     // and each query's scores computed with the keys as the lanes, the same chains
     // (`tile::dot_keys_transposed`), so the work is per query, not per chunk of eight. The
     // transposition costs about what four queries' scores do, so from four queries on the
     // queries are the lanes.
     let transposed = nq < TRANSPOSED_MAX_QUERIES;
+    // Otherwise the queries transposed, eight to a lane chunk: element d of query c·8 + l at
+    // qt[c][d · 8 + l].
+    let chunks = nq.div_ceil(LANES);
+    let mut qt = Vec::new();
+    if !transposed {
+        qt = vec![0f32; chunks * dk * LANES];
+        for (i, q) in queries.iter().enumerate() {
+            let (c, l) = (i / LANES, i % LANES);
+            for d in 0..dk {
+                qt[c * dk * LANES + d * LANES + l] = q[d];
+            }
+        }
+    }
+    let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+    let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nq], vec![0f32; nq]);
+    let mut acc = vec![0f32; nq * dv];
     let mut keys = vec![0f32; KEY_TILE * dk];
     let mut query_scores = [0f32; KEY_TILE];
     let mut values = vec![0f32; KEY_TILE * dv];
