@@ -16,8 +16,8 @@
 //! sum can only fall; with `alpha > 0` its best case is the longest length (`max_new_tokens`),
 //! with `alpha ≤ 0` the shortest (one more token).
 
+use super::candidates::Candidates;
 use super::logprobs::{log_sum_exp, top_logprobs};
-use super::stages::Candidates;
 use super::stop::FinishReason;
 use super::{SamplingError, TokenId};
 

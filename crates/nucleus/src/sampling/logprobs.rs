@@ -5,8 +5,8 @@
 //! the numbers comparable across sampling settings (a token cut by top-k still has a logprob),
 //! and the chosen token's logprob is what a scorer/perplexity computation wants.
 
+use super::candidates::Candidates;
 use super::math;
-use super::stages::Candidates;
 use super::TokenId;
 
 /// `ln Σ exp(l)` over the logits (`-inf` entries contribute nothing), with the max subtracted

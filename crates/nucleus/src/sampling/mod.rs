@@ -44,6 +44,7 @@
 //! - [`stop`]: EOS / stop strings / max-tokens checks with a streaming hold-back buffer.
 
 pub mod beam;
+pub mod candidates;
 pub mod grammar;
 pub mod logprobs;
 mod math;
@@ -60,7 +61,8 @@ pub use rng::Rng;
 pub use stop::{FinishReason, StopChecker, StopConditions, StopStep};
 
 use crate::tokenizer::Tokenizer;
-use stages::{Candidates, Penalties};
+use candidates::Candidates;
+use stages::Penalties;
 
 /// A token id, an index into the vocabulary and the logits vector.
 pub type TokenId = u32;
