@@ -2,6 +2,7 @@
 
 mod catalog;
 mod commands;
+mod inspect;
 mod limits;
 mod perplexity;
 mod pull;
@@ -324,8 +325,8 @@ fn main() {
             ctx,
             kv_type,
             ..
-        } => commands::inspect_memory(&file, ctx, kv_type),
-        Command::Inspect { file, all, .. } => commands::inspect(&file, all),
+        } => inspect::inspect_memory(&file, ctx, kv_type),
+        Command::Inspect { file, all, .. } => inspect::inspect(&file, all),
         Command::Tokenize {
             model,
             text,
