@@ -3,31 +3,13 @@
 
 use crate::model::RopeStyle;
 
-/// Rotary embeddings applied in place to `n_heads` heads of `head_dim` for one position (a
-/// negative one rotates back: a cached key moved to an earlier position, see `Model::shift_keys`).
+/// The cosines and sines of the rotary angles of one position, `rope_dim / 2` of them: what the
+/// query's and the key's rotations share (and every cached key moved by the same distance, see
+/// `Model::shift_keys`, where `pos` is the distance, negative to rotate back).
 ///
 /// The angles follow llama.cpp: theta_i = pos · base^(-2i/rope_dim), computed by repeated f32
 /// multiplication so that rounding matches the reference. `freq_factors` (Llama 3.1's
 /// `rope_freqs`) divide the angles when present.
-#[allow(clippy::too_many_arguments)]
-pub fn rope(
-    x: &mut [f32],
-    n_heads: usize,
-    head_dim: usize,
-    rope_dim: usize,
-    pos: i64,
-    base: f32,
-    freq_scale: f32,
-    style: RopeStyle,
-    freq_factors: Option<&[f32]>,
-    cos_sin: &mut Vec<(f32, f32)>,
-) {
-    rope_angles(rope_dim, pos, base, freq_scale, freq_factors, cos_sin);
-    rope_apply(x, n_heads, head_dim, rope_dim, style, cos_sin);
-}
-
-/// The cosines and sines of [`rope`]'s angles for one position, `rope_dim / 2` of them: what
-/// the query's and the key's rotations share.
 pub fn rope_angles(
     rope_dim: usize,
     pos: i64,
@@ -50,7 +32,8 @@ pub fn rope_angles(
     }
 }
 
-/// [`rope`]'s rotation of `n_heads` heads by the angles of [`rope_angles`].
+/// Rotary embeddings applied in place to `n_heads` heads of `head_dim`: their first `rope_dim`
+/// values turned by the angles of [`rope_angles`].
 pub fn rope_apply(
     x: &mut [f32],
     n_heads: usize,
@@ -120,6 +103,24 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One position's angles, then the rotation.
+    #[allow(clippy::too_many_arguments)]
+    fn rope(
+        x: &mut [f32],
+        n_heads: usize,
+        head_dim: usize,
+        rope_dim: usize,
+        pos: i64,
+        base: f32,
+        freq_scale: f32,
+        style: RopeStyle,
+        freq_factors: Option<&[f32]>,
+        cos_sin: &mut Vec<(f32, f32)>,
+    ) {
+        rope_angles(rope_dim, pos, base, freq_scale, freq_factors, cos_sin);
+        rope_apply(x, n_heads, head_dim, rope_dim, style, cos_sin);
+    }
 
     #[test]
     fn rope_rotates_pairs_and_preserves_norm() {

@@ -254,12 +254,11 @@ impl Model {
                 ops::rmsnorm_chunks(&mut st.k, kn, hp.rms_eps, hd);
             }
             let base = hp.layer_rope_base(il);
+            let ff = w.rope_freqs.as_deref();
+            let (dim, style, scale) = (hp.rope_dim, hp.rope_style, hp.rope_freq_scale);
             for t in 0..n {
                 let pos = batch.positions[t];
-                let ff = w.rope_freqs.as_deref();
                 // One position's angles for its query and its key.
-                let (dim, style) = (hp.rope_dim, hp.rope_style);
-                let scale = hp.rope_freq_scale;
                 rope::rope_angles(dim, pos as i64, base, scale, ff, &mut st.cos_sin);
                 let q = &mut st.q[t * q_dim..(t + 1) * q_dim];
                 rope::rope_apply(q, hp.n_head, hd, dim, style, &st.cos_sin);

@@ -24,7 +24,10 @@ impl Model {
         let ff = self.weights.rope_freqs.as_deref();
         let mut cos_sin = Vec::new();
         for layer in 0..hp.n_layers {
+            // Every key of the layer turns by the same angles (those of `delta`).
             let base = hp.layer_rope_base(layer);
+            let (dim, scale) = (hp.rope_dim, hp.rope_freq_scale);
+            rope::rope_angles(dim, delta, base, scale, ff, &mut cos_sin);
             // (A sliding-window layer has no blocks out of its window: nothing to rotate.)
             let blocks = kv.layer_blocks(layer, seq)?.to_vec();
             for (i, &b) in blocks.iter().enumerate().skip(first_block) {
@@ -33,18 +36,7 @@ impl Model {
                 }
                 let slots = 0..bs.min(len - i * bs);
                 kv.update_keys(layer, b, slots, |_, key| {
-                    rope::rope(
-                        key,
-                        1,
-                        hp.head_dim,
-                        hp.rope_dim,
-                        delta,
-                        base,
-                        hp.rope_freq_scale,
-                        hp.rope_style,
-                        ff,
-                        &mut cos_sin,
-                    )
+                    rope::rope_apply(key, 1, hp.head_dim, dim, hp.rope_style, &cos_sin)
                 });
             }
         }
