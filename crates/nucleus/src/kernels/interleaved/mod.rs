@@ -202,7 +202,9 @@ fn kernels(ty: GgmlType, avx2: bool) -> (TileFn, UnpackFn) {
             GgmlType::Q6_K => (q6_k::tile_unpacked, |_, blocks, src, _, values| {
                 q6_k::unpack_group(blocks, src, values)
             }),
-            GgmlType::Q5_0 => (x86::tile_u5, x86::unpack_group),
+            // Never used: Q5_0 on AVX2 is read as stored (`tile_q5_stored`, `tile_q5_many`);
+            // the scalar kernel has the same bits.
+            GgmlType::Q5_0 => (scalar::tile_u5, x86::unpack_group),
             GgmlType::Q4_0 => (x86::tile_u4, x86::unpack_group),
             _ => (x86::tile_i8, x86::unpack_group),
         };
@@ -283,12 +285,26 @@ struct Product<'a> {
     stored: bool,
     /// Q8_0 on AVX2: read as stored for many tokens too.
     q8_stored_tiles: bool,
+    /// Q5_0 on AVX2: read as stored for many tokens too, up to [`x86::MANY_TOKENS`] a call.
+    q5_stored_many: bool,
     /// The first work item of this matrix among all of the call's.
     first_chunk: usize,
     /// Groups per work item.
     chunk_groups: usize,
     /// Blocks per row (of 32 inputs, or 256 for Q4_K and Q6_K).
     blocks: usize,
+}
+
+impl Product<'_> {
+    /// Whether `nt` tokens read this matrix as stored, with no unpacked group views (and so
+    /// no scratch).
+    fn reads_stored(&self, nt: usize) -> bool {
+        if nt <= TILE_TOKENS {
+            self.stored
+        } else {
+            self.q8_stored_tiles || self.q5_stored_many
+        }
+    }
 }
 
 /// The products, with the SIMD kernels or (`simd` false) the scalar ones.
@@ -348,6 +364,7 @@ fn matmul_packed_with(
             unpack,
             stored,
             q8_stored_tiles: avx2 && w.ty() == GgmlType::Q8_0,
+            q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0,
             first_chunk: n_chunks,
             chunk_groups,
             blocks: w.cols() / pack::block_len(w.ty()),
@@ -363,6 +380,7 @@ fn matmul_packed_with(
         // Scratch for the groups of one work item, as much as its largest product needs.
         let (most_s, most_u) = list
             .iter()
+            .filter(|p| !p.reads_stored(nt))
             .map(|p| scratch_per_group(p.w.ty(), p.blocks))
             .fold((0, 0), |(a, b), (s, u)| (a.max(s), b.max(u)));
         let mut scales = vec![0f32; GROUPS_PER_CHUNK * most_s];
@@ -436,6 +454,28 @@ fn matmul_packed_with(
             // in registers costs less than a pass that stores them (`matmul_bench`: 16 to 512
             // tokens, 93–95 G MAC/s with the pass).
             let stored_tiles = p.q8_stored_tiles;
+            #[cfg(target_arch = "x86_64")]
+            if p.q5_stored_many {
+                for tb in (0..nt).step_by(x86::MANY_TOKENS) {
+                    let nx = (nt - tb).min(x86::MANY_TOKENS);
+                    for g in g0..g1 {
+                        let tile = Tile {
+                            blocks,
+                            x: x.row(tb).as_ptr(),
+                            x_stride: x.row_bytes(),
+                            scales: prepared(tb).0,
+                            offsets: prepared(tb).1,
+                            nx,
+                            out: out.at(tb * rows + g * GROUP_ROWS),
+                            out_stride: rows,
+                        };
+                        // SAFETY: as for the tiles below, with tokens tb..tb + nx, nx at most
+                        // MANY_TOKENS; `q5_stored_many` implies AVX2 and F16C.
+                        unsafe { x86::tile_q5_many(w.group(g), &tile) };
+                    }
+                }
+                continue;
+            }
             let mut views: Vec<GroupView> = Vec::with_capacity(g1 - g0);
             let (mut s_rest, mut u_rest) = (&mut scales[..], &mut unpacked[..]);
             for g in (g0..g1).filter(|_| !stored_tiles) {

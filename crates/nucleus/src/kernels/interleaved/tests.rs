@@ -205,55 +205,57 @@ fn simd_matches_scalar_and_tokens_do_not_depend_on_each_other() {
                 cols,
             })
             .unwrap();
-            let nt = 9;
-            let (x, xa) = acts(&mut rng, nt, cols);
-            let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
-            matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &xa, true);
-            matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &xa, false);
-            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                bits(&simd),
-                bits(&scalar),
-                "{ty} {rows}x{cols}: SIMD vs scalar"
-            );
-            // Each token alone gives the bits it got among nine.
-            for t in 0..nt {
-                let mut one = QuantizedActs::new();
-                let row_floats: Vec<f32> = {
-                    let mut f = vec![0f32; cols];
-                    dequantize_row(GgmlType::Q8_0, x.row(t), &mut f);
-                    f
-                };
-                // Requantizing a dequantized Q8_0 row gives the same bytes.
-                one.quantize(&row_floats, 1, cols, GgmlType::Q8_0);
-                assert_eq!(one.row(0), x.row(t));
-                let mut oa = PackedActs::new();
-                oa.prepare(&one);
-                let mut y = vec![0f32; rows];
-                matmul_packed(&pool, &w, &one, &oa, &mut y);
+            // Nine tokens: tiles of four and a last one; 37: past a block of many tokens.
+            for nt in [9, 37] {
+                let (x, xa) = acts(&mut rng, nt, cols);
+                let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
+                matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &xa, true);
+                matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &xa, false);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(
-                    bits(&y),
-                    bits(&simd[t * rows..(t + 1) * rows]),
-                    "{ty} token {t}"
+                    bits(&simd),
+                    bits(&scalar),
+                    "{ty} {rows}x{cols}: SIMD vs scalar"
                 );
-            }
-            // And two or three at a time (decode's tile of a few tokens).
-            for (t0, n) in [(0, 2), (3, 3), (6, 3)] {
-                let f: Vec<f32> = (t0..t0 + n)
-                    .flat_map(|t| {
+                // Each token alone gives the bits it got among nine.
+                for t in 0..nt {
+                    let mut one = QuantizedActs::new();
+                    let row_floats: Vec<f32> = {
                         let mut f = vec![0f32; cols];
                         dequantize_row(GgmlType::Q8_0, x.row(t), &mut f);
                         f
-                    })
-                    .collect();
-                let mut few = QuantizedActs::new();
-                few.quantize(&f, n, cols, GgmlType::Q8_0);
-                let mut fa = PackedActs::new();
-                fa.prepare(&few);
-                let mut y = vec![0f32; n * rows];
-                matmul_packed(&pool, &w, &few, &fa, &mut y);
-                let want = &simd[t0 * rows..(t0 + n) * rows];
-                assert_eq!(bits(&y), bits(want), "{ty} tokens {t0}..{}", t0 + n);
+                    };
+                    // Requantizing a dequantized Q8_0 row gives the same bytes.
+                    one.quantize(&row_floats, 1, cols, GgmlType::Q8_0);
+                    assert_eq!(one.row(0), x.row(t));
+                    let mut oa = PackedActs::new();
+                    oa.prepare(&one);
+                    let mut y = vec![0f32; rows];
+                    matmul_packed(&pool, &w, &one, &oa, &mut y);
+                    assert_eq!(
+                        bits(&y),
+                        bits(&simd[t * rows..(t + 1) * rows]),
+                        "{ty} token {t}"
+                    );
+                }
+                // And two or three at a time (decode's tile of a few tokens).
+                for (t0, n) in [(0, 2), (3, 3), (6, 3)] {
+                    let f: Vec<f32> = (t0..t0 + n)
+                        .flat_map(|t| {
+                            let mut f = vec![0f32; cols];
+                            dequantize_row(GgmlType::Q8_0, x.row(t), &mut f);
+                            f
+                        })
+                        .collect();
+                    let mut few = QuantizedActs::new();
+                    few.quantize(&f, n, cols, GgmlType::Q8_0);
+                    let mut fa = PackedActs::new();
+                    fa.prepare(&few);
+                    let mut y = vec![0f32; n * rows];
+                    matmul_packed(&pool, &w, &few, &fa, &mut y);
+                    let want = &simd[t0 * rows..(t0 + n) * rows];
+                    assert_eq!(bits(&y), bits(want), "{ty} tokens {t0}..{}", t0 + n);
+                }
             }
         }
     }
@@ -382,9 +384,16 @@ fn extreme_values_do_not_saturate() {
             cols,
         })
         .unwrap();
-        // All +1, all -1, alternating signs: every activation quantizes to ±127.
-        let tokens: [fn(usize) -> f32; 3] =
-            [|_| 1.0, |_| -1.0, |i| if i % 2 == 0 { 1.0 } else { -1.0 }];
+        // All +1, all -1, alternating signs: every activation quantizes to ±127. Twice, so
+        // that the kernels for more than one tile of tokens meet them too.
+        let tokens: [fn(usize) -> f32; 6] = [
+            |_| 1.0,
+            |_| -1.0,
+            |i| if i % 2 == 0 { 1.0 } else { -1.0 },
+            |_| 1.0,
+            |_| -1.0,
+            |i| if i % 2 == 0 { 1.0 } else { -1.0 },
+        ];
         let nt = tokens.len();
         let xf: Vec<f32> = tokens.iter().flat_map(|f| (0..cols).map(f)).collect();
         let mut x = QuantizedActs::new();
