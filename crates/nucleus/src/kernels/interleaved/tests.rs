@@ -205,8 +205,9 @@ fn simd_matches_scalar_and_tokens_do_not_depend_on_each_other() {
                 cols,
             })
             .unwrap();
-            // Nine tokens: tiles of four and a last one; 37: past a block of many tokens.
-            for nt in [9, 37] {
+            // Nine tokens: tiles of four and a last one; 37: past a block of many tokens;
+            // 133: past the most that read Q5_0 as stored.
+            for nt in [9, 37, 133] {
                 let (x, xa) = acts(&mut rng, nt, cols);
                 let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
                 matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &xa, true);

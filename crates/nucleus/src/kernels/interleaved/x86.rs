@@ -9,10 +9,18 @@ use super::{GroupView, Tile, GROUP_ROWS};
 const PREFETCH: usize = 1024;
 use crate::quant::{GgmlType, KVALUES_IQ4NL};
 
-/// Q4_0 groups: `vpmaddubsw` of the unsigned four-bit values (weight + 8) by the signed
-/// activations (a pair sums to at most 2·15·127, four chunks at most 15,240: no 16-bit
-/// overflow), then the offset 8·Σx taken off the exact 32-bit sum. (Q5_0 groups, weight + 16,
-/// take the same arithmetic in [`tile_q5_stored`] and [`tile_q5_many`], read as stored.)
+/// Q5_0 groups (for many tokens: a long prompt): `vpmaddubsw` of the unsigned five-bit values
+/// by the signed activations (a pair sums to at most 2·31·127, four chunks at most 31,496: no
+/// 16-bit overflow), then the offset 16·Σx taken off the exact 32-bit sum.
+///
+/// # Safety
+/// As [`super::TileFn`]; the CPU has AVX2 and FMA.
+pub(crate) unsafe fn tile_u5(group: &GroupView, tile: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { tile_unsigned_nx::<16>(group, tile) }
+}
+
+/// Q4_0 groups: [`tile_u5`]'s arithmetic on unsigned four-bit values, the offset 8·Σx.
 ///
 /// # Safety
 /// As [`super::TileFn`]; the CPU has AVX2 and FMA.
@@ -145,10 +153,7 @@ unsafe fn tile_signed<const NX: usize>(group: &GroupView, t: &Tile) {
 }
 
 /// Q5_0 groups read as stored (for one tile of tokens: decode), the values unpacked in
-/// registers: `vpmaddubsw` of the unsigned five-bit values (weight + 16) by the signed
-/// activations (a pair sums to at most 2·31·127, four chunks at most 31,496: no 16-bit
-/// overflow), then the offset 16·Σx taken off the exact 32-bit sum, as the scalar kernel
-/// does, so the same bits.
+/// registers; the same integer sums and float chain as [`tile_u5`], so the same bits.
 ///
 /// # Safety
 /// As [`super::TileFn`] with `stored` the group's stored bytes (176 per block); the CPU has
@@ -224,11 +229,11 @@ unsafe fn q5_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
 /// Most tokens [`tile_q5_many`] takes in one call.
 pub(crate) const MANY_TOKENS: usize = 32;
 
-/// Q5_0 groups read as stored, for up to [`MANY_TOKENS`] tokens (a verification, a prompt's
-/// token block): each block's values are unpacked once into eight registers, which every
-/// token then reads, instead of a pass that stores them unpacked for a kernel to load again
-/// for every four tokens (`matmul_bench`, 4864×896: 5 to 64 tokens 5–25 % faster, 512 the
-/// same). The same integer sums and float chain as [`tile_q5_stored`], so the same bits.
+/// Q5_0 groups read as stored, for up to [`MANY_TOKENS`] tokens (a verification, a short
+/// prompt's token block): each block's values are unpacked once into eight registers, which
+/// every token then reads, instead of a pass that stores them unpacked for [`tile_u5`] to load
+/// again for every four tokens. The same integer sums and float chain as [`tile_u5`], so the
+/// same bits.
 ///
 /// # Safety
 /// As [`super::TileFn`] with `stored` the group's stored bytes (176 per block) and
