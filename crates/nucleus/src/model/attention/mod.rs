@@ -57,6 +57,13 @@ impl ScoreScale {
         }
     }
 
+    /// The factor [`score`](Self::score) multiplies by when there is no soft cap (so that a
+    /// loop need not test for one at every score).
+    #[inline]
+    pub fn plain_factor(self) -> Option<f32> {
+        (self.softcap == 0.0).then_some(self.scale)
+    }
+
     #[inline]
     pub fn score(self, dot: f32) -> f32 {
         let s = dot * self.scale;

@@ -126,15 +126,22 @@ pub fn attend_tiled(
         for l in 0..nq {
             let (start, end) = ranges[l];
             let scores = &scores[l / LANES * KEY_TILE..];
-            // The query's row of the tile: scaled scores, −∞ where masked.
+            // The query's row of the tile: scaled scores, −∞ where masked; and its maximum
+            // (the masked entries, −∞, never raise it), in the same pass.
             let row = &mut weights[l];
             row.fill(f32::NEG_INFINITY);
-            for p in k0.max(start)..k1.min(end) {
-                row[p - tile_start] = scale.score(scores[p - k0][l % LANES]);
+            let (s0, s1) = (k0.max(start), k1.min(end));
+            let lane = l % LANES;
+            let mut tile_max = f32::NEG_INFINITY;
+            let mut put = |p: usize, x: f32| {
+                row[p - tile_start] = x;
+                tile_max = if tile_max > x { tile_max } else { x };
+            };
+            if let Some(factor) = scale.plain_factor() {
+                (s0..s1).for_each(|p| put(p, scores[p - k0][lane] * factor));
+            } else {
+                (s0..s1).for_each(|p| put(p, scale.score(scores[p - k0][lane])));
             }
-            let tile_max = row
-                .iter()
-                .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
             if tile_max == f32::NEG_INFINITY {
                 continue;
             }
