@@ -152,6 +152,32 @@ unsafe fn tile_signed<const NX: usize>(group: &GroupView, t: &Tile) {
     }
 }
 
+/// The values of chunks `c` and `c + 4` of a stored Q5_0 group-block whose 32 bytes of quants
+/// start at `qs` (`qh`: the block's fifth bits): the low nibbles of `qs`'s bytes with bit `c`
+/// of `qh`'s bytes, the high nibbles with bit `c + 4`, each moved to bit 4 of its byte by a
+/// 16-bit shift of at most 4, which never carries another byte's bit onto bit 4.
+///
+/// # Safety
+/// `qs` points at 32 readable bytes; the CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q5_chunk_pair(qs: *const u8, qh: __m256i, c: usize) -> (__m256i, __m256i) {
+    let (m4, m16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
+    // SAFETY: 32 bytes at `qs` (the caller's contract).
+    let qs = unsafe { _mm256_loadu_si256(qs as *const __m256i) };
+    let up = _mm_cvtsi32_si128(4 - c as i32);
+    let down = _mm_cvtsi32_si128(c as i32);
+    let lo = _mm256_or_si256(
+        _mm256_and_si256(qs, m4),
+        _mm256_and_si256(_mm256_sll_epi16(qh, up), m16),
+    );
+    let hi = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4),
+        _mm256_and_si256(_mm256_srl_epi16(qh, down), m16),
+    );
+    (lo, hi)
+}
+
 /// Q5_0 groups read as stored (for one tile of tokens: decode), the values unpacked in
 /// registers; the same integer sums and float chain as [`tile_u5`], so the same bits.
 ///
@@ -174,7 +200,6 @@ pub(crate) unsafe fn tile_q5_stored(stored: &[u8], tile: &Tile) {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
     let ones = _mm256_set1_epi16(1);
-    let (m4, m16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
     let mut acc = [_mm256_setzero_ps(); NX];
     // SAFETY: block b < blocks: 176 stored bytes (checked by the caller); activation reads as
     // in `tile_signed`.
@@ -192,17 +217,7 @@ unsafe fn q5_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
             };
             let mut s16 = [[_mm256_setzero_si256(); NX]; 2];
             for c in 0..4 {
-                let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
-                let up = _mm_cvtsi32_si128(4 - c as i32);
-                let down = _mm_cvtsi32_si128(c as i32);
-                let lo = _mm256_or_si256(
-                    _mm256_and_si256(qs, m4),
-                    _mm256_and_si256(_mm256_sll_epi16(qh, up), m16),
-                );
-                let hi = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4),
-                    _mm256_and_si256(_mm256_srl_epi16(qh, down), m16),
-                );
+                let (lo, hi) = q5_chunk_pair(s.add(16 + 32 * c), qh, c);
                 let [s_lo, s_hi] = &mut s16;
                 for (n, (a, b)) in s_lo.iter_mut().zip(s_hi.iter_mut()).enumerate() {
                     *a = _mm256_add_epi16(*a, _mm256_maddubs_epi16(lo, x_at(n, c)));
@@ -248,7 +263,6 @@ pub(crate) unsafe fn tile_q5_many(stored: &[u8], tile: &Tile) {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_many(stored: &[u8], t: &Tile) {
     let ones = _mm256_set1_epi16(1);
-    let (m4, m16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
     let mut acc = [_mm256_setzero_ps(); MANY_TOKENS];
     // SAFETY: block b < blocks: 176 stored bytes (checked by the caller); token n < nx <=
     // MANY_TOKENS: its activation reads as in `tile_signed`.
@@ -260,21 +274,9 @@ unsafe fn q5_many(stored: &[u8], t: &Tile) {
             }
             let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
             let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
-            // Chunk c: low nibbles with bit c of qh; chunk c + 4: high nibbles with bit c + 4
-            // (as in `unpack_avx2`).
             let mut w = [_mm256_setzero_si256(); 8];
             for c in 0..4 {
-                let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
-                let up = _mm_cvtsi32_si128(4 - c as i32);
-                let down = _mm_cvtsi32_si128(c as i32);
-                w[c] = _mm256_or_si256(
-                    _mm256_and_si256(qs, m4),
-                    _mm256_and_si256(_mm256_sll_epi16(qh, up), m16),
-                );
-                w[c + 4] = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4),
-                    _mm256_and_si256(_mm256_srl_epi16(qh, down), m16),
-                );
+                (w[c], w[c + 4]) = q5_chunk_pair(s.add(16 + 32 * c), qh, c);
             }
             for (n, a) in acc.iter_mut().enumerate().take(t.nx) {
                 let xp = t.x.add(n * t.x_stride + 34 * b + 2) as *const i32;
@@ -503,7 +505,7 @@ unsafe fn unpack_avx2(
     values: &mut [u8],
 ) {
     let gbb = stored_block_bytes(ty);
-    let (m4, m16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
+    let m4 = _mm256_set1_epi8(0x0F);
     // SAFETY: block b < blocks: `gbb` source bytes, 8 scales and 256 value bytes (sizes checked
     // by the caller); the table is 16 bytes.
     unsafe {
@@ -524,24 +526,21 @@ unsafe fn unpack_avx2(
                 _mm256_setzero_si256()
             };
             for c in 0..4 {
-                let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
-                let mut lo = _mm256_and_si256(qs, m4);
-                let mut hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
-                match ty {
-                    GgmlType::Q5_0 => {
-                        // Bit k of each byte of qh to bit 4 of the same byte: 16-bit shifts,
-                        // which never carry another byte's bit onto bit 4 (a shift of at most 4).
-                        let up = _mm_cvtsi32_si128(4 - c as i32);
-                        let down = _mm_cvtsi32_si128(c as i32);
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_sll_epi16(qh, up), m16));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srl_epi16(qh, down), m16));
+                let (lo, hi) = if ty == GgmlType::Q5_0 {
+                    q5_chunk_pair(s.add(16 + 32 * c), qh, c)
+                } else {
+                    let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
+                    let lo = _mm256_and_si256(qs, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+                    if ty == GgmlType::IQ4_NL {
+                        (
+                            _mm256_shuffle_epi8(table, lo),
+                            _mm256_shuffle_epi8(table, hi),
+                        )
+                    } else {
+                        (lo, hi)
                     }
-                    GgmlType::IQ4_NL => {
-                        lo = _mm256_shuffle_epi8(table, lo);
-                        hi = _mm256_shuffle_epi8(table, hi);
-                    }
-                    _ => {}
-                }
+                };
                 _mm256_storeu_si256(v.add(c), lo);
                 _mm256_storeu_si256(v.add(c + 4), hi);
             }
