@@ -79,6 +79,47 @@ pub(crate) fn dot_q8_0_xs_fn(
     None
 }
 
+/// Signature of [`BiasedQ8_0::rows`].
+#[allow(clippy::type_complexity)]
+pub(crate) type BiasedRowsFn = unsafe fn(
+    usize,
+    *const u8,
+    usize,
+    *const u8,
+    usize,
+    usize,
+    *const f32,
+    *const i32,
+    *mut f32,
+    usize,
+);
+
+/// Q8_0 rows (and Q4_0/Q5_0 rows unpacked to them) × many tokens with AVX-512 VNNI, on weights
+/// stored biased: the same bits as the Q8_0 dot kernels (see `x86::q8_0_biased` for the
+/// arithmetic and each function's contract).
+#[derive(Clone, Copy)]
+pub(crate) struct BiasedQ8_0 {
+    /// A Q4_0/Q5_0/Q8_0 row of `nb` blocks → a biased Q8_0 row (`nb * 34` bytes).
+    pub unpack: unsafe fn(GgmlType, usize, *const u8, *mut u8) -> bool,
+    /// A Q8_0 activation row of `nb` blocks → its `nb * 8` lane starts.
+    pub act_bias: unsafe fn(usize, *const u8, *mut i32),
+    /// Biased rows × activation rows → outputs.
+    pub rows: BiasedRowsFn,
+}
+
+/// [`BiasedQ8_0`], when this process uses AVX-512 VNNI.
+pub(crate) fn biased_q8_0() -> Option<BiasedQ8_0> {
+    #[cfg(target_arch = "x86_64")]
+    if simd_level() >= SimdLevel::Avx512Vnni {
+        return Some(BiasedQ8_0 {
+            unpack: x86::unpack_biased,
+            act_bias: x86::act_bias,
+            rows: x86::rows_biased,
+        });
+    }
+    None
+}
+
 /// The kernel table chosen for this process (for the matmul driver).
 pub(crate) fn dispatch_kernels() -> &'static dispatch::Kernels {
     dispatch::kernels()

@@ -40,12 +40,14 @@ mod float;
 mod helpers;
 mod k_quants;
 mod low_bit;
+mod q8_0_biased;
 
 use block32::*;
 pub(crate) use block32::{dot_q8_0_xs, unpack_to_q8_0};
 use float::*;
 use k_quants::*;
 use low_bit::*;
+pub(crate) use q8_0_biased::{act_bias, rows_biased, unpack_biased};
 
 // ---------------------------------------------------------------------------------------------
 // Entry points per level.

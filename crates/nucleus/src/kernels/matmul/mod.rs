@@ -3,7 +3,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::pool::{OutPtr, ThreadPool};
-use crate::quant::{dot_q8_0_xs_fn, quantize_row_act, unpack_row_to_q8_0, vec_dot_type, GgmlType};
+use crate::quant::{
+    biased_q8_0, dot_q8_0_xs_fn, quantize_row_act, unpack_row_to_q8_0, vec_dot_type, GgmlType,
+};
 
 /// A weight matrix as stored in GGUF: `rows` output features, each a contiguous row of `cols`
 /// input features of type `ty` (`ne[0] = cols`, `ne[1] = rows`).
@@ -322,30 +324,37 @@ pub fn matmul_rows(
     // With many tokens, Q4_0/Q5_0 rows are unpacked once per row chunk into Q8_0 rows (same
     // scales and integers, so the Q8_0 kernel gives bit-identical results) instead of once per
     // four tokens.
-    let unpack = nt >= UNPACK_MIN_TOKENS
+    let unpack_q8_0 = nt >= UNPACK_MIN_TOKENS
         && !q4_0_repacked
         && matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q5_0);
-    let (dot, krb) = if unpack {
-        (
-            kernels.dot_fn(GgmlType::Q8_0),
-            GgmlType::Q8_0
-                .row_bytes(cols)
-                .expect("Q8_0 and Q4_0/Q5_0 share the block size"),
-        )
+    let kernel_ty = if unpack_q8_0 { GgmlType::Q8_0 } else { w.ty };
+    let many_q8_0 = nt >= UNPACK_MIN_TOKENS && kernel_ty == GgmlType::Q8_0;
+    // With VNNI, those Q8_0 products take tiles of rows by tokens over rows stored biased
+    // (Q8_0 rows copied so too), the same bits again.
+    let biased = if many_q8_0 { biased_q8_0() } else { None };
+    let unpack = unpack_q8_0 || biased.is_some();
+    let krb = if unpack {
+        GgmlType::Q8_0
+            .row_bytes(cols)
+            .expect("Q8_0 and Q4_0/Q5_0 share the block size")
     } else {
-        (dot, wrb)
+        wrb
+    };
+    let dot = if unpack_q8_0 {
+        kernels.dot_fn(GgmlType::Q8_0)
+    } else {
+        dot
     };
 
     // With many tokens and a Q8_0 kernel, the activation block scales are converted to f32
     // once here rather than once per weight row (same values, so the same results).
-    let kernel_ty = if unpack { GgmlType::Q8_0 } else { w.ty };
-    let xs_dot = if nt >= UNPACK_MIN_TOKENS && kernel_ty == GgmlType::Q8_0 {
+    let xs_dot = if many_q8_0 && biased.is_none() {
         dot_q8_0_xs_fn()
     } else {
         None
     };
     let nb = cols / 32;
-    let xs: Vec<f32> = if xs_dot.is_some() {
+    let xs: Vec<f32> = if xs_dot.is_some() || biased.is_some() {
         (0..nt)
             .flat_map(|t| {
                 let row = x.row(t);
@@ -358,6 +367,16 @@ pub fn matmul_rows(
     } else {
         Vec::new()
     };
+    let mut act_bias = Vec::new();
+    if let Some(b) = biased {
+        act_bias = vec![0i32; nt * nb * 8];
+        for t in 0..nt {
+            // SAFETY: row `t` holds `nb` Q8_0 blocks; `act_bias` has `nb * 8` i32 per row;
+            // `biased_q8_0` returned kernels only because this CPU has their features.
+            unsafe { (b.act_bias)(nb, x.row(t).as_ptr(), act_bias[t * nb * 8..].as_mut_ptr()) };
+        }
+    }
+    let biasp = act_bias.as_ptr() as usize;
     let xsp = xs.as_ptr() as usize;
 
     let work = |ti: usize, _: usize| {
@@ -377,13 +396,45 @@ pub fn matmul_rows(
             let (r0, r1) = (c * row_chunk, ((c + 1) * row_chunk).min(rows));
             if unpack {
                 for r in r0..r1 {
-                    let ok = unpack_row_to_q8_0(
-                        w.ty,
+                    let (src, dst) = (
                         &w.data[r * wrb..(r + 1) * wrb],
                         &mut unpacked[(r - r0) * krb..(r - r0 + 1) * krb],
                     );
+                    let ok = match biased {
+                        // SAFETY: `src` is one whole row of `nb` blocks of `w.ty`, `dst` holds
+                        // `nb * 34` bytes; the CPU has the kernels' features.
+                        Some(b) => unsafe { (b.unpack)(w.ty, nb, src.as_ptr(), dst.as_mut_ptr()) },
+                        None => unpack_row_to_q8_0(w.ty, src, dst),
+                    };
                     debug_assert!(ok);
                 }
+            }
+            if let Some(b) = biased {
+                let mut t0 = 0;
+                while t0 < nt {
+                    let t1 = (t0 + TOKEN_BLOCK).min(nt);
+                    // SAFETY: `unpacked` holds rows r0..r1 biased, `krb = nb * 34` bytes
+                    // each; activation rows t0..t1 < nt lie in `x.buf` at stride `xrb`, with
+                    // `nb` scales each in `xs` and `nb * 8` lane starts in `act_bias`; the
+                    // outputs (t, r) for t in t0..t1, r in r0..r1 lie in `y` and belong to
+                    // this thread's chunk only; the CPU has the kernels' features.
+                    unsafe {
+                        (b.rows)(
+                            nb,
+                            unpacked.as_ptr(),
+                            r1 - r0,
+                            (xp + t0 * xrb) as *const u8,
+                            xrb,
+                            t1 - t0,
+                            (xsp as *const f32).add(t0 * nb),
+                            (biasp as *const i32).add(t0 * nb * 8),
+                            yp.at(t0 * rows + r0),
+                            rows,
+                        )
+                    };
+                    t0 = t1;
+                }
+                continue;
             }
             let mut t0 = 0;
             while t0 < nt {
@@ -467,138 +518,4 @@ pub fn matmul_f32(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::quant::{dequantize_row, quantize_row};
-    use GgmlType::*;
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn f32(&mut self) -> f32 {
-            (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-    }
-
-    fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
-        let rb = ty.row_bytes(cols).unwrap();
-        let mut out = vec![0u8; rb * rows];
-        if matches!(ty, Q4_K | Q5_K | Q6_K) {
-            for b in out.iter_mut() {
-                *b = (rng.next() >> 56) as u8;
-            }
-            let bs = ty.block_layout().1;
-            for blk in out.chunks_exact_mut(bs) {
-                let d = half::f16::from_f32(0.002 + 0.01 * rng.f32().abs()).to_le_bytes();
-                let m = half::f16::from_f32(0.001 + 0.01 * rng.f32().abs()).to_le_bytes();
-                if ty == Q6_K {
-                    blk[208..210].copy_from_slice(&d);
-                } else {
-                    blk[0..2].copy_from_slice(&d);
-                    blk[2..4].copy_from_slice(&m);
-                }
-            }
-        } else {
-            let x: Vec<f32> = (0..rows * cols).map(|_| rng.f32()).collect();
-            for (r, dst) in out.chunks_exact_mut(rb).enumerate() {
-                quantize_row(ty, &x[r * cols..(r + 1) * cols], dst);
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn matmul_matches_f64_reference() {
-        let mut rng = Rng(0x1234_5678_9abc_def1);
-        let pools = [ThreadPool::new(1), ThreadPool::new(2)];
-        let types = [
-            F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
-        ];
-        let mut scratch = QuantizedActs::new();
-        for &ty in &types {
-            let cols = if ty.block_size() == 256 { 512 } else { 96 };
-            for &rows in &[1usize, 7, 37, 61] {
-                let wdata = random_matrix(&mut rng, ty, rows, cols);
-                let w = QMatrix {
-                    ty,
-                    data: &wdata,
-                    rows,
-                    cols,
-                };
-                let mut wd = vec![0f32; rows * cols];
-                for r in 0..rows {
-                    let rb = ty.row_bytes(cols).unwrap();
-                    dequantize_row(
-                        ty,
-                        &wdata[r * rb..(r + 1) * rb],
-                        &mut wd[r * cols..(r + 1) * cols],
-                    );
-                }
-                for &nt in &[1usize, 2, 3, 5, 8, 17] {
-                    let x: Vec<f32> = (0..nt * cols).map(|_| rng.f32() * 2.0).collect();
-                    for pool in &pools {
-                        let mut y = vec![f32::NAN; nt * rows];
-                        matmul_f32(pool, &w, &x, nt, &mut y, &mut scratch);
-                        let vt = scratch.ty();
-                        let mut xd = vec![0f32; cols];
-                        for t in 0..nt {
-                            dequantize_row(vt, scratch.row(t), &mut xd);
-                            for r in 0..rows {
-                                let wr = &wd[r * cols..(r + 1) * cols];
-                                let exact: f64 =
-                                    wr.iter().zip(&xd).map(|(a, b)| *a as f64 * *b as f64).sum();
-                                let mag: f64 = wr
-                                    .iter()
-                                    .zip(&xd)
-                                    .map(|(a, b)| (*a as f64 * *b as f64).abs())
-                                    .sum();
-                                let rel = if matches!(ty, Q4_1 | Q5_1) {
-                                    2e-3
-                                } else {
-                                    2e-5
-                                };
-                                let got = y[t * rows + r] as f64;
-                                assert!(
-                                    (got - exact).abs() <= rel * mag + 1e-5,
-                                    "{ty} rows={rows} nt={nt} threads={} t={t} r={r}: {got} vs {exact}",
-                                    pool.n_threads()
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    #[should_panic(expected = "matmul: activations are")]
-    fn wrong_act_type_panics() {
-        let pool = ThreadPool::new(1);
-        let data = vec![0u8; 18];
-        let w = QMatrix {
-            ty: Q4_0,
-            data: &data,
-            rows: 1,
-            cols: 32,
-        };
-        let mut x = QuantizedActs::new();
-        x.quantize(&[0.0; 32], 1, 32, Q8_1);
-        matmul(&pool, &w, &x, &mut [0.0]);
-    }
-
-    #[test]
-    fn scratch_grows_only() {
-        let mut x = QuantizedActs::new();
-        x.quantize(&vec![1.0; 4 * 256], 4, 256, Q8_K);
-        let cap = x.buf.len();
-        x.quantize(&[1.0; 256], 1, 256, Q8_K);
-        assert_eq!(x.buf.len(), cap);
-        assert_eq!((x.n_tokens(), x.cols(), x.ty()), (1, 256, Q8_K));
-    }
-}
+mod tests;
