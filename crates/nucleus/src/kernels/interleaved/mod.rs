@@ -31,6 +31,8 @@ mod q6_k;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_q5_0;
 
 #[cfg(test)]
 mod tests;

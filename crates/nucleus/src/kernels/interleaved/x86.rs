@@ -3,10 +3,12 @@
 
 use std::arch::x86_64::*;
 
+use super::x86_q5_0::q5_chunk_pair;
+pub(crate) use super::x86_q5_0::{tile_q5_many, tile_q5_stored, MANY_TOKENS};
 use super::{GroupView, Tile, GROUP_ROWS};
 
 /// How far ahead of the block being computed the weights are prefetched, in bytes.
-const PREFETCH: usize = 1024;
+pub(super) const PREFETCH: usize = 1024;
 use crate::quant::{GgmlType, KVALUES_IQ4NL};
 
 /// Q5_0 groups (for many tokens: a long prompt): `vpmaddubsw` of the unsigned five-bit values
@@ -152,157 +154,6 @@ unsafe fn tile_signed<const NX: usize>(group: &GroupView, t: &Tile) {
     }
 }
 
-/// The values of chunks `c` and `c + 4` of a stored Q5_0 group-block whose 32 bytes of quants
-/// start at `qs` (`qh`: the block's fifth bits): the low nibbles of `qs`'s bytes with bit `c`
-/// of `qh`'s bytes, the high nibbles with bit `c + 4`, each moved to bit 4 of its byte by a
-/// 16-bit shift of at most 4, which never carries another byte's bit onto bit 4.
-///
-/// # Safety
-/// `qs` points at 32 readable bytes; the CPU has AVX2.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn q5_chunk_pair(qs: *const u8, qh: __m256i, c: usize) -> (__m256i, __m256i) {
-    let (m4, m16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
-    // SAFETY: 32 bytes at `qs` (the caller's contract).
-    let qs = unsafe { _mm256_loadu_si256(qs as *const __m256i) };
-    let up = _mm_cvtsi32_si128(4 - c as i32);
-    let down = _mm_cvtsi32_si128(c as i32);
-    let lo = _mm256_or_si256(
-        _mm256_and_si256(qs, m4),
-        _mm256_and_si256(_mm256_sll_epi16(qh, up), m16),
-    );
-    let hi = _mm256_or_si256(
-        _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4),
-        _mm256_and_si256(_mm256_srl_epi16(qh, down), m16),
-    );
-    (lo, hi)
-}
-
-/// Q5_0 groups read as stored (for one tile of tokens: decode), the values unpacked in
-/// registers; the same integer sums and float chain as [`tile_u5`], so the same bits.
-///
-/// # Safety
-/// As [`super::TileFn`] with `stored` the group's stored bytes (176 per block); the CPU has
-/// AVX2, FMA and F16C.
-pub(crate) unsafe fn tile_q5_stored(stored: &[u8], tile: &Tile) {
-    assert!(stored.len() >= 176 * tile.blocks);
-    // SAFETY: forwarded; `nx` picks the instantiation.
-    unsafe {
-        match tile.nx {
-            1 => q5_stored_nx::<1>(stored, tile),
-            2 => q5_stored_nx::<2>(stored, tile),
-            3 => q5_stored_nx::<3>(stored, tile),
-            _ => q5_stored_nx::<4>(stored, tile),
-        }
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); NX];
-    // SAFETY: block b < blocks: 176 stored bytes (checked by the caller); activation reads as
-    // in `tile_signed`.
-    unsafe {
-        for b in 0..t.blocks {
-            let s = stored.as_ptr().add(176 * b);
-            for l in 0..3 {
-                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
-            }
-            let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
-            let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
-            let x_at = |n: usize, k: usize| {
-                let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
-                _mm256_set1_epi32(p.read_unaligned())
-            };
-            let mut s16 = [[_mm256_setzero_si256(); NX]; 2];
-            for c in 0..4 {
-                let (lo, hi) = q5_chunk_pair(s.add(16 + 32 * c), qh, c);
-                let [s_lo, s_hi] = &mut s16;
-                for (n, (a, b)) in s_lo.iter_mut().zip(s_hi.iter_mut()).enumerate() {
-                    *a = _mm256_add_epi16(*a, _mm256_maddubs_epi16(lo, x_at(n, c)));
-                    *b = _mm256_add_epi16(*b, _mm256_maddubs_epi16(hi, x_at(n, c + 4)));
-                }
-            }
-            for n in 0..NX {
-                let s32 = _mm256_add_epi32(
-                    _mm256_madd_epi16(s16[0][n], ones),
-                    _mm256_madd_epi16(s16[1][n], ones),
-                );
-                let isum =
-                    _mm256_sub_epi32(s32, _mm256_set1_epi32(*t.offsets.add(n * t.blocks + b)));
-                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
-                acc[n] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[n]);
-            }
-        }
-        for (n, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
-        }
-    }
-}
-
-/// Most tokens [`tile_q5_many`] takes in one call.
-pub(crate) const MANY_TOKENS: usize = 32;
-
-/// Q5_0 groups read as stored, for up to [`MANY_TOKENS`] tokens (a verification, a short
-/// prompt's token block): each block's values are unpacked once into eight registers, which
-/// every token then reads, instead of a pass that stores them unpacked for [`tile_u5`] to load
-/// again for every four tokens. The same integer sums and float chain as [`tile_u5`], so the
-/// same bits.
-///
-/// # Safety
-/// As [`super::TileFn`] with `stored` the group's stored bytes (176 per block) and
-/// `1 <= tile.nx <= MANY_TOKENS`; the CPU has AVX2, FMA and F16C.
-pub(crate) unsafe fn tile_q5_many(stored: &[u8], tile: &Tile) {
-    assert!(stored.len() >= 176 * tile.blocks);
-    assert!((1..=MANY_TOKENS).contains(&tile.nx));
-    // SAFETY: forwarded, sizes checked.
-    unsafe { q5_many(stored, tile) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_many(stored: &[u8], t: &Tile) {
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); MANY_TOKENS];
-    // SAFETY: block b < blocks: 176 stored bytes (checked by the caller); token n < nx <=
-    // MANY_TOKENS: its activation reads as in `tile_signed`.
-    unsafe {
-        for b in 0..t.blocks {
-            let s = stored.as_ptr().add(176 * b);
-            for l in 0..3 {
-                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
-            }
-            let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
-            let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
-            let mut w = [_mm256_setzero_si256(); 8];
-            for c in 0..4 {
-                (w[c], w[c + 4]) = q5_chunk_pair(s.add(16 + 32 * c), qh, c);
-            }
-            for (n, a) in acc.iter_mut().enumerate().take(t.nx) {
-                let xp = t.x.add(n * t.x_stride + 34 * b + 2) as *const i32;
-                let m = |k: usize| {
-                    _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(xp.add(k).read_unaligned()))
-                };
-                let lo =
-                    _mm256_add_epi16(_mm256_add_epi16(m(0), m(1)), _mm256_add_epi16(m(2), m(3)));
-                let hi =
-                    _mm256_add_epi16(_mm256_add_epi16(m(4), m(5)), _mm256_add_epi16(m(6), m(7)));
-                let s32 =
-                    _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
-                let offset = _mm256_broadcastd_epi32(_mm_loadu_si32(
-                    t.offsets.add(n * t.blocks + b) as *const u8,
-                ));
-                let isum = _mm256_sub_epi32(s32, offset);
-                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
-                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), *a);
-            }
-        }
-        for (n, a) in acc.iter().enumerate().take(t.nx) {
-            _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
-        }
-    }
-}
-
 /// Q8_0 groups read as stored (for one tile of tokens: decode), the f16 scales widened in
 /// registers: the same integer sums and float chain as [`tile_i8`], so the same bits, without
 /// a first pass over the group to widen its scales (in decode the weights stream from memory,
@@ -313,19 +164,44 @@ unsafe fn q5_many(stored: &[u8], t: &Tile) {
 /// AVX2, FMA and F16C.
 pub(crate) unsafe fn tile_q8_stored(stored: &[u8], tile: &Tile) {
     assert!(stored.len() >= 272 * tile.blocks);
-    // SAFETY: forwarded; `nx` picks the instantiation.
+    // SAFETY: forwarded; `nx` picks the instantiation; the VNNI bodies only where the CPU has
+    // VNNI (`simd_level` never exceeds the hardware).
     unsafe {
-        match tile.nx {
-            1 => q8_stored_nx::<1>(stored, tile),
-            2 => q8_stored_nx::<2>(stored, tile),
-            3 => q8_stored_nx::<3>(stored, tile),
-            _ => q8_stored_nx::<4>(stored, tile),
+        if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni {
+            match tile.nx {
+                1 => q8_stored_vnni::<1>(stored, tile),
+                2 => q8_stored_vnni::<2>(stored, tile),
+                3 => q8_stored_vnni::<3>(stored, tile),
+                _ => q8_stored_vnni::<4>(stored, tile),
+            }
+        } else {
+            match tile.nx {
+                1 => q8_stored_avx2::<1>(stored, tile),
+                2 => q8_stored_avx2::<2>(stored, tile),
+                3 => q8_stored_avx2::<3>(stored, tile),
+                _ => q8_stored_avx2::<4>(stored, tile),
+            }
         }
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
+unsafe fn q8_stored_avx2<const NX: usize>(stored: &[u8], t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { q8_stored_nx::<false, NX>(stored, t) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q8_stored_vnni<const NX: usize>(stored: &[u8], t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { q8_stored_nx::<true, NX>(stored, t) }
+}
+
+/// |w| (at most 128) by x carrying w's sign (at most 127 in magnitude): with `VNNI` one
+/// `vpdpbusd`, without `vpmaddubsw` (a pair at most 32,512: no saturation) then `vpmaddwd`;
+/// the same 32-bit sums.
+#[inline(always)]
+unsafe fn q8_stored_nx<const VNNI: bool, const NX: usize>(stored: &[u8], t: &Tile) {
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); NX];
     // SAFETY: block b < blocks: 272 stored bytes (checked by the caller); activation reads as
@@ -346,8 +222,12 @@ unsafe fn q8_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
                 let wk = _mm256_loadu_si256(s.add(16 + 32 * k) as *const __m256i);
                 let aw = _mm256_abs_epi8(wk);
                 for (n, s) in s32.iter_mut().enumerate() {
-                    let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x_at(n, k), wk));
-                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, ones));
+                    let sx = _mm256_sign_epi8(x_at(n, k), wk);
+                    *s = if VNNI {
+                        _mm256_dpbusd_epi32(*s, aw, sx)
+                    } else {
+                        _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones))
+                    };
                 }
             }
             for (n, (a, s)) in acc.iter_mut().zip(s32).enumerate() {
