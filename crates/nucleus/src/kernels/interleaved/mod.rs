@@ -29,6 +29,40 @@ mod pack;
 mod q4_k;
 mod q6_k;
 mod scalar;
+/// `$body::<VNNI, NX>(stored, tile)` for `tile.nx` (1 to 4; more counts as 4) through a
+/// `#[target_feature]` entry: the VNNI one where this process uses AVX-512 VNNI
+/// ([`x86::uses_vnni`]), else the AVX2 one. The dispatch of the x86 kernels for groups read
+/// as stored; expands to an `unsafe` call, under the caller's contract.
+#[cfg(target_arch = "x86_64")]
+macro_rules! stored_kernel_by_level {
+    ($body:ident, $stored:expr, $tile:expr) => {{
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn avx2<const NX: usize>(stored: &[u8], tile: &Tile) {
+            // SAFETY: forwarded.
+            unsafe { $body::<false, NX>(stored, tile) }
+        }
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn vnni<const NX: usize>(stored: &[u8], tile: &Tile) {
+            // SAFETY: forwarded.
+            unsafe { $body::<true, NX>(stored, tile) }
+        }
+        let (stored, tile): (&[u8], &Tile) = ($stored, $tile);
+        // SAFETY: the caller's contract; the VNNI entries only where the CPU has VNNI.
+        unsafe {
+            match (super::x86::uses_vnni(), tile.nx) {
+                (true, 1) => vnni::<1>(stored, tile),
+                (true, 2) => vnni::<2>(stored, tile),
+                (true, 3) => vnni::<3>(stored, tile),
+                (true, _) => vnni::<4>(stored, tile),
+                (false, 1) => avx2::<1>(stored, tile),
+                (false, 2) => avx2::<2>(stored, tile),
+                (false, 3) => avx2::<3>(stored, tile),
+                (false, _) => avx2::<4>(stored, tile),
+            }
+        }
+    }};
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]

@@ -9,6 +9,12 @@ use super::{GroupView, Tile, GROUP_ROWS};
 
 /// How far ahead of the block being computed the weights are prefetched, in bytes.
 pub(super) const PREFETCH: usize = 1024;
+
+/// Whether the kernels take their AVX-512 VNNI bodies: where this process uses that level
+/// (`simd_level` never exceeds the hardware, and `NUCLEUS_SIMD` can cap it).
+pub(super) fn uses_vnni() -> bool {
+    crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni
+}
 use crate::quant::{GgmlType, KVALUES_IQ4NL};
 
 /// Q5_0 groups (for many tokens: a long prompt): `vpmaddubsw` of the unsigned five-bit values
@@ -164,37 +170,7 @@ unsafe fn tile_signed<const NX: usize>(group: &GroupView, t: &Tile) {
 /// AVX2, FMA and F16C.
 pub(crate) unsafe fn tile_q8_stored(stored: &[u8], tile: &Tile) {
     assert!(stored.len() >= 272 * tile.blocks);
-    // SAFETY: forwarded; `nx` picks the instantiation; the VNNI bodies only where the CPU has
-    // VNNI (`simd_level` never exceeds the hardware).
-    unsafe {
-        if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni {
-            match tile.nx {
-                1 => q8_stored_vnni::<1>(stored, tile),
-                2 => q8_stored_vnni::<2>(stored, tile),
-                3 => q8_stored_vnni::<3>(stored, tile),
-                _ => q8_stored_vnni::<4>(stored, tile),
-            }
-        } else {
-            match tile.nx {
-                1 => q8_stored_avx2::<1>(stored, tile),
-                2 => q8_stored_avx2::<2>(stored, tile),
-                3 => q8_stored_avx2::<3>(stored, tile),
-                _ => q8_stored_avx2::<4>(stored, tile),
-            }
-        }
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_stored_avx2<const NX: usize>(stored: &[u8], t: &Tile) {
-    // SAFETY: forwarded.
-    unsafe { q8_stored_nx::<false, NX>(stored, t) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q8_stored_vnni<const NX: usize>(stored: &[u8], t: &Tile) {
-    // SAFETY: forwarded.
-    unsafe { q8_stored_nx::<true, NX>(stored, t) }
+    stored_kernel_by_level!(q8_stored_nx, stored, tile)
 }
 
 /// |w| (at most 128) by x carrying w's sign (at most 127 in magnitude): with `VNNI` one

@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::x86::PREFETCH;
+use super::x86::{uses_vnni, PREFETCH};
 use super::Tile;
 
 /// The values of chunks `c` and `c + 4` of a stored Q5_0 group-block whose 32 bytes of quants
@@ -34,6 +34,25 @@ pub(super) unsafe fn q5_chunk_pair(qs: *const u8, qh: __m256i, c: usize) -> (__m
     (lo, hi)
 }
 
+/// Block `b` of a stored Q5_0 group (176 bytes: eight f16 row scales, 128 bytes of quants,
+/// 32 of fifth bits), with the weights ahead of it prefetched: its start, its scales widened
+/// and its fifth bits.
+///
+/// # Safety
+/// `stored` holds block `b`; the caller has AVX2 and F16C.
+#[inline(always)]
+unsafe fn q5_block(stored: &[u8], b: usize) -> (*const u8, __m256, __m256i) {
+    unsafe {
+        let s = stored.as_ptr().add(176 * b);
+        for l in 0..3 {
+            _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
+        }
+        let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
+        let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
+        (s, ws, qh)
+    }
+}
+
 /// Q5_0 groups read as stored (for one tile of tokens: decode), the values unpacked in
 /// registers; the same integer sums and float chain as [`super::x86::tile_u5`], so the same
 /// bits.
@@ -43,37 +62,7 @@ pub(super) unsafe fn q5_chunk_pair(qs: *const u8, qh: __m256i, c: usize) -> (__m
 /// AVX2, FMA and F16C.
 pub(crate) unsafe fn tile_q5_stored(stored: &[u8], tile: &Tile) {
     assert!(stored.len() >= 176 * tile.blocks);
-    // SAFETY: forwarded; `nx` picks the instantiation; the VNNI bodies only where the CPU has
-    // VNNI (`simd_level` never exceeds the hardware).
-    unsafe {
-        if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni {
-            match tile.nx {
-                1 => q5_stored_vnni::<1>(stored, tile),
-                2 => q5_stored_vnni::<2>(stored, tile),
-                3 => q5_stored_vnni::<3>(stored, tile),
-                _ => q5_stored_vnni::<4>(stored, tile),
-            }
-        } else {
-            match tile.nx {
-                1 => q5_stored_avx2::<1>(stored, tile),
-                2 => q5_stored_avx2::<2>(stored, tile),
-                3 => q5_stored_avx2::<3>(stored, tile),
-                _ => q5_stored_avx2::<4>(stored, tile),
-            }
-        }
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_stored_avx2<const NX: usize>(stored: &[u8], t: &Tile) {
-    // SAFETY: forwarded.
-    unsafe { q5_stored_nx::<false, NX>(stored, t) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q5_stored_vnni<const NX: usize>(stored: &[u8], t: &Tile) {
-    // SAFETY: forwarded.
-    unsafe { q5_stored_nx::<true, NX>(stored, t) }
+    stored_kernel_by_level!(q5_stored_nx, stored, tile)
 }
 
 /// With `VNNI`, each lane's sums come from `vpdpbusd` in 32 bits; without, from `vpmaddubsw`
@@ -86,12 +75,7 @@ unsafe fn q5_stored_nx<const VNNI: bool, const NX: usize>(stored: &[u8], t: &Til
     // in `tile_signed`.
     unsafe {
         for b in 0..t.blocks {
-            let s = stored.as_ptr().add(176 * b);
-            for l in 0..3 {
-                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
-            }
-            let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
-            let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
+            let (s, ws, qh) = q5_block(stored, b);
             let x_at = |n: usize, k: usize| {
                 let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
                 _mm256_set1_epi32(p.read_unaligned())
@@ -150,7 +134,7 @@ pub(crate) unsafe fn tile_q5_many(stored: &[u8], tile: &Tile) {
     // SAFETY: forwarded, sizes checked; the VNNI body only where the CPU has VNNI (and
     // `simd_level` never exceeds the hardware).
     unsafe {
-        if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni {
+        if uses_vnni() {
             q5_many_vnni(stored, tile)
         } else {
             q5_many_avx2(stored, tile)
@@ -181,12 +165,7 @@ unsafe fn q5_many<const VNNI: bool>(stored: &[u8], t: &Tile) {
     // MANY_TOKENS: its activation reads as in `tile_signed`.
     unsafe {
         for b in 0..t.blocks {
-            let s = stored.as_ptr().add(176 * b);
-            for l in 0..3 {
-                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
-            }
-            let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
-            let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
+            let (s, ws, qh) = q5_block(stored, b);
             let mut w = [_mm256_setzero_si256(); 8];
             for c in 0..4 {
                 (w[c], w[c + 4]) = q5_chunk_pair(s.add(16 + 32 * c), qh, c);

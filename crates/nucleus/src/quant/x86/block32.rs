@@ -397,6 +397,23 @@ pub(crate) unsafe fn unpack_to_q8_0(
     src: *const u8,
     dst: *mut u8,
 ) -> bool {
+    // SAFETY: forwarded.
+    unsafe { unpack_q8_0_blocks::<false>(ty, nb, src, dst) }
+}
+
+/// The rows of [`unpack_to_q8_0`], or with `BIASED` each integer stored as `q ^ 0x80` (and
+/// Q8_0 rows taken too, copied so): the weights of `super::q8_0_biased`. False, writing
+/// nothing, for another type.
+///
+/// # Safety
+/// As [`unpack_to_q8_0`]; the caller has AVX2.
+#[inline(always)]
+pub(super) unsafe fn unpack_q8_0_blocks<const BIASED: bool>(
+    ty: crate::quant::GgmlType,
+    nb: usize,
+    src: *const u8,
+    dst: *mut u8,
+) -> bool {
     unsafe {
         let (wb, f): (usize, fn(*const u8) -> __m256i) = match ty {
             crate::quant::GgmlType::Q4_0 => (18, |b| {
@@ -407,13 +424,20 @@ pub(crate) unsafe fn unpack_to_q8_0(
                     _mm256_andnot_si256(bits32(rd32(b.add(2))), _mm256_set1_epi8(0xF0u8 as i8));
                 _mm256_or_si256(nibbles32(b.add(6)), hi)
             }),
+            crate::quant::GgmlType::Q8_0 if BIASED => (34, |b| load256(b.add(2))),
             _ => return false,
         };
+        let flip = _mm256_set1_epi8(0x80u8 as i8);
         for i in 0..nb {
             let b = src.add(i * wb);
             let y = dst.add(i * 34);
             (y as *mut u16).write_unaligned(rd16(b));
-            _mm256_storeu_si256(y.add(2) as *mut __m256i, f(b));
+            let q = if BIASED {
+                _mm256_xor_si256(f(b), flip)
+            } else {
+                f(b)
+            };
+            _mm256_storeu_si256(y.add(2) as *mut __m256i, q);
         }
         true
     }

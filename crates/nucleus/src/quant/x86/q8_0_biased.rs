@@ -18,7 +18,7 @@
 
 use std::arch::x86_64::*;
 
-use super::block32::f16x4;
+use super::block32::{f16x4, unpack_q8_0_blocks};
 use super::helpers::*;
 use crate::quant::GgmlType;
 
@@ -32,28 +32,8 @@ const BLOCK: usize = 34;
 /// `src` readable for `nb` blocks of `ty`, `dst` writable for `nb * 34` bytes; AVX2 present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn unpack_biased(ty: GgmlType, nb: usize, src: *const u8, dst: *mut u8) -> bool {
-    unsafe {
-        let (wb, f): (usize, fn(*const u8) -> __m256i) = match ty {
-            GgmlType::Q4_0 => (18, |b| {
-                _mm256_sub_epi8(nibbles32(b.add(2)), _mm256_set1_epi8(8))
-            }),
-            GgmlType::Q5_0 => (22, |b| {
-                let hi =
-                    _mm256_andnot_si256(bits32(rd32(b.add(2))), _mm256_set1_epi8(0xF0u8 as i8));
-                _mm256_or_si256(nibbles32(b.add(6)), hi)
-            }),
-            GgmlType::Q8_0 => (BLOCK, |b| load256(b.add(2))),
-            _ => return false,
-        };
-        let flip = _mm256_set1_epi8(0x80u8 as i8);
-        for i in 0..nb {
-            let b = src.add(i * wb);
-            let y = dst.add(i * BLOCK);
-            (y as *mut u16).write_unaligned(rd16(b));
-            _mm256_storeu_si256(y.add(2) as *mut __m256i, _mm256_xor_si256(f(b), flip));
-        }
-        true
-    }
+    // SAFETY: forwarded.
+    unsafe { unpack_q8_0_blocks::<true>(ty, nb, src, dst) }
 }
 
 /// For each of the `nb` blocks of one Q8_0 activation row, the starting value of its eight
@@ -112,25 +92,36 @@ pub(crate) unsafe fn rows_biased(
             let mut r = 0;
             while r < n_rows {
                 let (wr, yr) = (w.add(r * wrb), y.add(t * y_stride + r));
+                // Four rows a tile while four are left, then one.
                 if n_rows - r >= 4 {
-                    match nt {
-                        4 => tile::<4, 4>(&at, wr, wrb, yr, y_stride),
-                        3 => tile::<4, 3>(&at, wr, wrb, yr, y_stride),
-                        2 => tile::<4, 2>(&at, wr, wrb, yr, y_stride),
-                        _ => tile::<4, 1>(&at, wr, wrb, yr, y_stride),
-                    }
+                    tiles::<4>(nt, &at, wr, wrb, yr, y_stride);
                     r += 4;
                 } else {
-                    match nt {
-                        4 => tile::<1, 4>(&at, wr, wrb, yr, y_stride),
-                        3 => tile::<1, 3>(&at, wr, wrb, yr, y_stride),
-                        2 => tile::<1, 2>(&at, wr, wrb, yr, y_stride),
-                        _ => tile::<1, 1>(&at, wr, wrb, yr, y_stride),
-                    }
+                    tiles::<1>(nt, &at, wr, wrb, yr, y_stride);
                     r += 1;
                 }
             }
             t += nt;
+        }
+    }
+}
+
+/// A tile of `R` rows by `nt` (1..=4) tokens.
+#[inline(always)]
+unsafe fn tiles<const R: usize>(
+    nt: usize,
+    a: &Acts,
+    w: *const u8,
+    wrb: usize,
+    y: *mut f32,
+    y_stride: usize,
+) {
+    unsafe {
+        match nt {
+            4 => tile::<R, 4>(a, w, wrb, y, y_stride),
+            3 => tile::<R, 3>(a, w, wrb, y, y_stride),
+            2 => tile::<R, 2>(a, w, wrb, y, y_stride),
+            _ => tile::<R, 1>(a, w, wrb, y, y_stride),
         }
     }
 }
