@@ -19,8 +19,10 @@ Pass criteria (exit 1 and a line naming each failure otherwise):
   * every malformed request gets the 4xx README promises, with a JSON error;
   * a 429 only when the queue was full: its code is `queue_full`, the waiting count in its
     message is at least --queue, and the clients themselves had at least --queue sequences that
-    could have been waiting (those of requests in flight, plus those abandoned in the last
-    ABANDON_GRACE_S seconds, which the server may not have noticed yet);
+    could have been waiting (the most sequences of requests in flight at any time between the
+    429'd request's sending and its answer, plus those abandoned in the last ABANDON_GRACE_S
+    seconds, which the server may not have noticed yet: dropped requests' sequences, and the
+    choices a 429'd request had queued before the queue filled);
   * at the end, once idle, no KV block is held by a sequence: nucleus_kv_blocks_used is 0 and
     nucleus_kv_blocks_free equals nucleus_kv_blocks_total (prefix-cache blocks kept for reuse
     count as free: the next request may take them; they hold no sequence);
@@ -102,7 +104,8 @@ class Soak:
         self.abandoned_seqs = 0  # sequences of requests the clients dropped
         self.rejected_partial_seqs = 0  # choices of a 429'd request the engine may have taken
         self.in_flight_seqs = 0
-        self.abandoned_at = []  # (time, sequences) of recent abandons
+        self.in_flight_before_end = []  # (time, in_flight_seqs just before a request ended)
+        self.abandoned_at = []  # (time, sequences) of recent abandons, and of 429'd requests' choices
         self.sent = 0
         self.next_malformed = 0
         self.stalled = []  # sockets of the stalled connections
@@ -113,10 +116,17 @@ class Soak:
         if len(self.failures) < 200:
             self.failures.append(what)
 
-    def could_be_waiting(self):
+    def could_be_waiting(self, since):
+        """Sequences that could have been waiting at some moment after `since` (when the request
+        now answered was sent; the server decided in between): the most in flight at any time
+        since then (a request may have ended after the server counted it but before its 429 was
+        read), plus those abandoned lately (the server drops them at its next step)."""
         now = time.monotonic()
         self.abandoned_at = [(t, n) for t, n in self.abandoned_at if now - t < ABANDON_GRACE_S]
-        return self.in_flight_seqs + sum(n for _, n in self.abandoned_at)
+        keep = now - self.args.request_timeout
+        self.in_flight_before_end = [(t, n) for t, n in self.in_flight_before_end if t >= keep]
+        peak = max([self.in_flight_seqs] + [n for t, n in self.in_flight_before_end if t >= since])
+        return peak + sum(n for _, n in self.abandoned_at)
 
     def abandon(self, n):
         self.abandoned_seqs += n
@@ -133,7 +143,9 @@ class Soak:
                 out[m.group(1)] = float(m.group(2))
         return out
 
-    async def check_429(self, kind, data, n):
+    async def check_429(self, kind, data, n, sent_at):
+        # The server submits a request's choices one by one; those it took before the queue
+        # filled are cancelled with the refusal, and wait, as abandoned ones, for its next step.
         self.rejected_partial_seqs += n - 1
         try:
             err = json.loads(data)["error"]
@@ -141,7 +153,9 @@ class Soak:
             self.fail(f"{kind}: a 429 without a JSON error: {data[:80]!r}")
             return
         m = QUEUE_FULL_RE.search(err.get("message", ""))
-        bound = self.could_be_waiting()
+        bound = self.could_be_waiting(sent_at)
+        if n > 1:
+            self.abandoned_at.append((time.monotonic(), n - 1))
         if err.get("code") != "queue_full":
             self.fail(f"{kind}: a 429 with code {err.get('code')!r}, not queue_full")
         elif not m or int(m.group(1)) < self.args.queue:
@@ -174,6 +188,7 @@ class Soak:
             self.outcomes[(kind, "connection_error")] += 1
             return None
         finally:
+            self.in_flight_before_end.append((time.monotonic(), self.in_flight_seqs))
             self.in_flight_seqs -= n
             if "resp" in holder:
                 holder["resp"].close(abort=drop == "rst")
@@ -185,7 +200,7 @@ class Soak:
         if resp.status != 200:
             data = await resp.body()
             if resp.status == 429:
-                await self.check_429(kind, data, n)
+                await self.check_429(kind, data, n, t0)
                 self.outcomes[(kind, "rejected_429")] += 1
             else:
                 self.fail(f"{kind}: status {resp.status} for a well-formed request: {data[:160]!r}")

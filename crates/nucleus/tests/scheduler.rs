@@ -243,6 +243,49 @@ fn a_full_queue_rejects_and_accepted_requests_complete() {
     ));
 }
 
+/// A queued request its client abandoned holds no place: once the queue is full, dropping the
+/// waiting requests' receivers lets a new request in (at once when they were still in the inbox,
+/// by the scheduler's next step when it had taken them), while the running one goes on.
+#[test]
+fn abandoned_queued_requests_free_their_places() {
+    let Some((model, tok)) = tiny() else { return };
+    let cfg = EngineConfig {
+        max_running: 1,
+        queue_capacity: 2,
+        ..Default::default()
+    };
+    let h = start(&model, &tok, cfg);
+    let p = prompts(&tok, 1).remove(0);
+    let running = h.submit(greedy(p.clone(), 1500)).unwrap();
+    wait_until(&h, "the first request to run", |h| h.stats().running == 1);
+    let queued: Vec<_> = (0..2)
+        .map(|_| h.submit(greedy(p.clone(), 5)).unwrap())
+        .collect();
+    assert!(matches!(
+        h.submit(greedy(p.clone(), 5)),
+        Err(SubmitError::QueueFull(2))
+    ));
+    drop(queued);
+    let t0 = Instant::now();
+    let late = loop {
+        match h.submit(greedy(p.clone(), 5)) {
+            Ok(rx) => break rx,
+            Err(SubmitError::QueueFull(_)) if t0.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            Err(e) => panic!("the abandoned requests still hold the queue: {e}"),
+        }
+    };
+    assert_eq!(
+        h.stats().requests_finished,
+        0,
+        "the running request ended first"
+    );
+    drop(running);
+    assert_eq!(common::drain(late).0.len(), 5);
+    h.shutdown();
+}
+
 #[test]
 fn bad_requests_are_refused_at_submit() {
     let Some((model, tok)) = tiny() else { return };

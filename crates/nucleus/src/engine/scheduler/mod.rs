@@ -495,7 +495,13 @@ impl EngineHandle {
         if inbox.shutdown {
             return Err(SubmitError::ShuttingDown);
         }
-        let waiting = inbox.incoming.len() + self.shared.counters.waiting.load(Ordering::Relaxed);
+        let queued = self.shared.counters.waiting.load(Ordering::Relaxed);
+        if inbox.incoming.len() + queued >= cfg.queue_capacity {
+            // Requests abandoned before the scheduler took them (a client gone, or the earlier
+            // choices of a request refused here) hold no place in the queue.
+            inbox.incoming.retain(|p| !p.tx.is_closed());
+        }
+        let waiting = inbox.incoming.len() + queued;
         if waiting >= cfg.queue_capacity {
             return Err(SubmitError::QueueFull(waiting));
         }
