@@ -29,35 +29,36 @@ mod pack;
 mod q4_k;
 mod q6_k;
 mod scalar;
-/// `$body::<VNNI, NX>(stored, tile)` for `tile.nx` (1 to 4; more counts as 4) through a
+/// `$body::<VNNI, NX>(data, tile)` for `tile.nx` (1 to 4; more counts as 4) through a
 /// `#[target_feature]` entry: the VNNI one where this process uses AVX-512 VNNI
-/// ([`x86::uses_vnni`]), else the AVX2 one. The dispatch of the x86 kernels for groups read
-/// as stored; expands to an `unsafe` call, under the caller's contract.
+/// ([`x86::uses_vnni`]), else the AVX2 one. `data` is what the kernel reads of the group: its
+/// stored bytes (`&[u8]`), or its unpacked view (`&GroupView`). The dispatch of the x86 kernels
+/// that have a VNNI body; expands to an `unsafe` call, under the caller's contract.
 #[cfg(target_arch = "x86_64")]
-macro_rules! stored_kernel_by_level {
-    ($body:ident, $stored:expr, $tile:expr) => {{
+macro_rules! kernel_by_level {
+    ($body:ident, $data:expr, $ty:ty, $tile:expr) => {{
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn avx2<const NX: usize>(stored: &[u8], tile: &Tile) {
+        unsafe fn avx2<const NX: usize>(data: $ty, tile: &Tile) {
             // SAFETY: forwarded.
-            unsafe { $body::<false, NX>(stored, tile) }
+            unsafe { $body::<false, NX>(data, tile) }
         }
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn vnni<const NX: usize>(stored: &[u8], tile: &Tile) {
+        unsafe fn vnni<const NX: usize>(data: $ty, tile: &Tile) {
             // SAFETY: forwarded.
-            unsafe { $body::<true, NX>(stored, tile) }
+            unsafe { $body::<true, NX>(data, tile) }
         }
-        let (stored, tile): (&[u8], &Tile) = ($stored, $tile);
+        let (data, tile): ($ty, &Tile) = ($data, $tile);
         // SAFETY: the caller's contract; the VNNI entries only where the CPU has VNNI.
         unsafe {
             match (super::x86::uses_vnni(), tile.nx) {
-                (true, 1) => vnni::<1>(stored, tile),
-                (true, 2) => vnni::<2>(stored, tile),
-                (true, 3) => vnni::<3>(stored, tile),
-                (true, _) => vnni::<4>(stored, tile),
-                (false, 1) => avx2::<1>(stored, tile),
-                (false, 2) => avx2::<2>(stored, tile),
-                (false, 3) => avx2::<3>(stored, tile),
-                (false, _) => avx2::<4>(stored, tile),
+                (true, 1) => vnni::<1>(data, tile),
+                (true, 2) => vnni::<2>(data, tile),
+                (true, 3) => vnni::<3>(data, tile),
+                (true, _) => vnni::<4>(data, tile),
+                (false, 1) => avx2::<1>(data, tile),
+                (false, 2) => avx2::<2>(data, tile),
+                (false, 3) => avx2::<3>(data, tile),
+                (false, _) => avx2::<4>(data, tile),
             }
         }
     }};
@@ -280,9 +281,24 @@ pub fn packed_act_type(ty: GgmlType) -> GgmlType {
 }
 
 /// Most tokens for which Q5_0 groups are read as stored ([`x86::tile_q5_many`]); more read
-/// groups unpacked once for every token block. `matmul_bench` (4864×896, 2 threads): reading
-/// them as stored is 5–25 % faster from 5 to 64 tokens, as fast at 128, 4 % slower at 512.
+/// groups unpacked once for every token block. `matmul_bench` (4864×896, 2 threads, AMD AVX2):
+/// reading them as stored is 5–25 % faster from 5 to 64 tokens, as fast at 128, 4 % slower at
+/// 512.
 const Q5_STORED_MOST: usize = 128;
+/// [`Q5_STORED_MOST`] where the kernels take their VNNI bodies: there the unpacked tiles lose
+/// the `vpmaddubsw` sums' extra instructions and overtake reading as stored sooner
+/// (`matmul_bench`, Intel AVX-512 VNNI: 20 % faster as stored at 5 to 12 tokens, as fast at
+/// 16, 12–18 % slower from 24 to 128).
+const Q5_STORED_MOST_VNNI: usize = 16;
+
+/// The most tokens for which this process reads Q5_0 groups as stored.
+fn q5_stored_most() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if x86::uses_vnni() {
+        return Q5_STORED_MOST_VNNI;
+    }
+    Q5_STORED_MOST
+}
 
 /// Groups per work item.
 const GROUPS_PER_CHUNK: usize = 4;
@@ -324,7 +340,7 @@ struct Product<'a> {
     stored: bool,
     /// Q8_0 on AVX2: read as stored for many tokens too.
     q8_stored_tiles: bool,
-    /// Q5_0 on AVX2 with up to [`Q5_STORED_MOST`] tokens: read as stored for many tokens too,
+    /// Q5_0 on AVX2 with up to [`q5_stored_most`] tokens: read as stored for many tokens too,
     /// up to [`x86::MANY_TOKENS`] a call.
     q5_stored_many: bool,
     /// The first work item of this matrix among all of the call's.
@@ -404,7 +420,7 @@ fn matmul_packed_with(
             unpack,
             stored,
             q8_stored_tiles: avx2 && w.ty() == GgmlType::Q8_0,
-            q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0 && nt <= Q5_STORED_MOST,
+            q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0 && nt <= q5_stored_most(),
             first_chunk: n_chunks,
             chunk_groups,
             blocks: w.cols() / pack::block_len(w.ty()),

@@ -17,15 +17,13 @@ pub(super) fn uses_vnni() -> bool {
 }
 use crate::quant::{GgmlType, KVALUES_IQ4NL};
 
-/// Q5_0 groups (for many tokens: a long prompt): `vpmaddubsw` of the unsigned five-bit values
-/// by the signed activations (a pair sums to at most 2·31·127, four chunks at most 31,496: no
-/// 16-bit overflow), then the offset 16·Σx taken off the exact 32-bit sum.
+/// Q5_0 groups (for many tokens: a long prompt): the unsigned five-bit values by the signed
+/// activations, the offset 16·Σx taken off the exact 32-bit sum ([`unsigned_block_sum`]).
 ///
 /// # Safety
 /// As [`super::TileFn`]; the CPU has AVX2 and FMA.
 pub(crate) unsafe fn tile_u5(group: &GroupView, tile: &Tile) {
-    // SAFETY: forwarded.
-    unsafe { tile_unsigned_nx::<16>(group, tile) }
+    kernel_by_level!(tile_unsigned, group, &GroupView, tile)
 }
 
 /// Q4_0 groups: [`tile_u5`]'s arithmetic on unsigned four-bit values, the offset 8·Σx.
@@ -33,8 +31,7 @@ pub(crate) unsafe fn tile_u5(group: &GroupView, tile: &Tile) {
 /// # Safety
 /// As [`super::TileFn`]; the CPU has AVX2 and FMA.
 pub(crate) unsafe fn tile_u4(group: &GroupView, tile: &Tile) {
-    // SAFETY: forwarded.
-    unsafe { tile_unsigned_nx::<8>(group, tile) }
+    kernel_by_level!(tile_unsigned, group, &GroupView, tile)
 }
 
 /// Q8_0 and IQ4_NL groups: `vpmaddubsw` of |w| by x carrying w's sign (a pair sums to at most
@@ -54,29 +51,50 @@ pub(crate) unsafe fn tile_i8(group: &GroupView, tile: &Tile) {
     }
 }
 
+/// One token's exact integer sum over a block of unsigned values (at most 31) held in `w`, the
+/// eight chunks of four values per row, minus the token's `offset` (bias · Σx): `xp` points at
+/// the block's 32 activations. With `VNNI`, `vpdpbusd` in 32 bits, in two chains (eight
+/// dependent ones would wait on each other), the first starting from −offset; without,
+/// `vpmaddubsw` summed in 16 bits (at most 4 · 2 · 31 · 127 = 31,496: no saturation) then
+/// `vpmaddwd`. The same integers either way.
+///
 /// # Safety
-/// As [`super::TileFn`]; the CPU has AVX2 and FMA.
-unsafe fn tile_unsigned_nx<const BIAS: i32>(group: &GroupView, tile: &Tile) {
-    // SAFETY: forwarded; `nx` picks the instantiation.
-    unsafe {
-        match tile.nx {
-            1 => tile_unsigned::<BIAS, 1>(group, tile),
-            2 => tile_unsigned::<BIAS, 2>(group, tile),
-            3 => tile_unsigned::<BIAS, 3>(group, tile),
-            _ => tile_unsigned::<BIAS, 4>(group, tile),
+/// `xp` is valid for 32 bytes; the CPU has AVX2 (and AVX-512 VNNI and VL with `VNNI`).
+#[inline(always)]
+pub(super) unsafe fn unsigned_block_sum<const VNNI: bool>(
+    w: &[__m256i; 8],
+    xp: *const i32,
+    offset: __m256i,
+) -> __m256i {
+    // SAFETY: `xp` covers the eight 4-byte reads (the caller's contract).
+    let x = |k: usize| unsafe { _mm256_set1_epi32(xp.add(k).read_unaligned()) };
+    if VNNI {
+        let neg = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
+        let mut p = _mm256_dpbusd_epi32(neg, w[0], x(0));
+        let mut q = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w[1], x(1));
+        for k in 1..4 {
+            p = _mm256_dpbusd_epi32(p, w[2 * k], x(2 * k));
+            q = _mm256_dpbusd_epi32(q, w[2 * k + 1], x(2 * k + 1));
         }
+        _mm256_add_epi32(p, q)
+    } else {
+        let ones = _mm256_set1_epi16(1);
+        let m = |k: usize| _mm256_maddubs_epi16(w[k], x(k));
+        let lo = _mm256_add_epi16(_mm256_add_epi16(m(0), m(1)), _mm256_add_epi16(m(2), m(3)));
+        let hi = _mm256_add_epi16(_mm256_add_epi16(m(4), m(5)), _mm256_add_epi16(m(6), m(7)));
+        let s32 = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+        _mm256_sub_epi32(s32, offset)
     }
 }
 
-/// Unsigned values, weight + `BIAS`: a block's eight chunks are loaded once into registers,
-/// then each token's sum is formed alone (two 16-bit sums of four chunks), so that nothing
+/// Unsigned values, weight + bias (the bias is in the tokens' offsets): a block's eight chunks
+/// are loaded once into registers, then each token's sum is formed alone, so that nothing
 /// spills and the tokens' chains overlap. The same integer sums and float chain as
 /// [`tile_q5_stored`] and [`tile_q4_stored`] (and the scalar kernels), so the same bits.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn tile_unsigned<const BIAS: i32, const NX: usize>(group: &GroupView, t: &Tile) {
+#[inline(always)]
+unsafe fn tile_unsigned<const VNNI: bool, const NX: usize>(group: &GroupView, t: &Tile) {
     debug_assert!(group.values.len() >= group.stride * (t.blocks - 1) + 256);
     debug_assert!(group.scales.len() >= GROUP_ROWS * t.blocks);
-    let ones = _mm256_set1_epi16(1);
     let (vp, sp) = (group.values.as_ptr(), group.scales.as_ptr());
     let mut acc = [_mm256_setzero_ps(); NX];
     // SAFETY: as in `tile_signed`.
@@ -91,20 +109,11 @@ unsafe fn tile_unsigned<const BIAS: i32, const NX: usize>(group: &GroupView, t: 
             let ws = _mm256_loadu_ps(sp.add(GROUP_ROWS * b));
             for (n, a) in acc.iter_mut().enumerate() {
                 let xp = t.x.add(n * t.x_stride + 34 * b + 2) as *const i32;
-                let m = |k: usize| {
-                    _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(xp.add(k).read_unaligned()))
-                };
-                let lo =
-                    _mm256_add_epi16(_mm256_add_epi16(m(0), m(1)), _mm256_add_epi16(m(2), m(3)));
-                let hi =
-                    _mm256_add_epi16(_mm256_add_epi16(m(4), m(5)), _mm256_add_epi16(m(6), m(7)));
-                let s32 =
-                    _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
-                // A broadcast from memory, not a load, negation and broadcast in registers.
+                // A broadcast from memory, not a load and broadcast in registers.
                 let offset = _mm256_broadcastd_epi32(_mm_loadu_si32(
                     t.offsets.add(n * t.blocks + b) as *const u8,
                 ));
-                let isum = _mm256_sub_epi32(s32, offset);
+                let isum = unsigned_block_sum::<VNNI>(&w, xp, offset);
                 let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
                 *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), *a);
             }
@@ -170,7 +179,7 @@ unsafe fn tile_signed<const NX: usize>(group: &GroupView, t: &Tile) {
 /// AVX2, FMA and F16C.
 pub(crate) unsafe fn tile_q8_stored(stored: &[u8], tile: &Tile) {
     assert!(stored.len() >= 272 * tile.blocks);
-    stored_kernel_by_level!(q8_stored_nx, stored, tile)
+    kernel_by_level!(q8_stored_nx, stored, &[u8], tile)
 }
 
 /// |w| (at most 128) by x carrying w's sign (at most 127 in magnitude): with `VNNI` one

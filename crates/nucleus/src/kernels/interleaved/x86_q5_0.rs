@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::x86::{uses_vnni, PREFETCH};
+use super::x86::{unsigned_block_sum, uses_vnni, PREFETCH};
 use super::Tile;
 
 /// The values of chunks `c` and `c + 4` of a stored Q5_0 group-block whose 32 bytes of quants
@@ -62,7 +62,7 @@ unsafe fn q5_block(stored: &[u8], b: usize) -> (*const u8, __m256, __m256i) {
 /// AVX2, FMA and F16C.
 pub(crate) unsafe fn tile_q5_stored(stored: &[u8], tile: &Tile) {
     assert!(stored.len() >= 176 * tile.blocks);
-    stored_kernel_by_level!(q5_stored_nx, stored, tile)
+    kernel_by_level!(q5_stored_nx, stored, &[u8], tile)
 }
 
 /// With `VNNI`, each lane's sums come from `vpdpbusd` in 32 bits; without, from `vpmaddubsw`
@@ -154,12 +154,10 @@ unsafe fn q5_many_vnni(stored: &[u8], t: &Tile) {
     unsafe { q5_many::<true>(stored, t) }
 }
 
-/// With `VNNI`, each lane's sum of its 32 products comes from `vpdpbusd` in 32 bits, starting
-/// from minus the token's offset; without, from `vpmaddubsw` summed in 16 bits (at most
-/// 4 · 2 · 31 · 127 = 31,496: no saturation) then `vpmaddwd`. The same integers either way.
+/// Each token's block sums as in [`unsigned_block_sum`]: with `VNNI` from `vpdpbusd`, without
+/// from `vpmaddubsw`; the same integers either way.
 #[inline(always)]
 unsafe fn q5_many<const VNNI: bool>(stored: &[u8], t: &Tile) {
-    let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); MANY_TOKENS];
     // SAFETY: block b < blocks: 176 stored bytes (checked by the caller); token n < nx <=
     // MANY_TOKENS: its activation reads as in `tile_signed`.
@@ -172,34 +170,10 @@ unsafe fn q5_many<const VNNI: bool>(stored: &[u8], t: &Tile) {
             }
             for (n, a) in acc.iter_mut().enumerate().take(t.nx) {
                 let xp = t.x.add(n * t.x_stride + 34 * b + 2) as *const i32;
-                let x = |k: usize| _mm256_set1_epi32(xp.add(k).read_unaligned());
                 let offset = _mm256_broadcastd_epi32(_mm_loadu_si32(
                     t.offsets.add(n * t.blocks + b) as *const u8,
                 ));
-                let isum = if VNNI {
-                    // Two chains, so that eight dependent `vpdpbusd` do not wait on each other.
-                    let neg = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
-                    let mut p = _mm256_dpbusd_epi32(neg, w[0], x(0));
-                    let mut q = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w[1], x(1));
-                    for k in 1..4 {
-                        p = _mm256_dpbusd_epi32(p, w[2 * k], x(2 * k));
-                        q = _mm256_dpbusd_epi32(q, w[2 * k + 1], x(2 * k + 1));
-                    }
-                    _mm256_add_epi32(p, q)
-                } else {
-                    let m = |k: usize| _mm256_maddubs_epi16(w[k], x(k));
-                    let lo = _mm256_add_epi16(
-                        _mm256_add_epi16(m(0), m(1)),
-                        _mm256_add_epi16(m(2), m(3)),
-                    );
-                    let hi = _mm256_add_epi16(
-                        _mm256_add_epi16(m(4), m(5)),
-                        _mm256_add_epi16(m(6), m(7)),
-                    );
-                    let s32 =
-                        _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
-                    _mm256_sub_epi32(s32, offset)
-                };
+                let isum = unsigned_block_sum::<VNNI>(&w, xp, offset);
                 let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
                 *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), *a);
             }
