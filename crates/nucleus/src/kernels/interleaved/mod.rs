@@ -25,10 +25,6 @@
 //! `--exact` follows: they too get the same bits in both arithmetics. Q6_K matrices ([`q6_k`]) take
 //! the arithmetic of llama.cpp's tiled Q6_K kernel, one FMA per super-block, for every row.
 
-mod pack;
-mod q4_k;
-mod q6_k;
-mod scalar;
 /// `$body::<VNNI, NX>(data, tile)` for `tile.nx` (1 to 4; more counts as 4) through a
 /// `#[target_feature]` entry: the VNNI one where this process uses AVX-512 VNNI
 /// ([`x86::uses_vnni`]), else the AVX2 one. `data` is what the kernel reads of the group: its
@@ -38,19 +34,19 @@ mod scalar;
 macro_rules! kernel_by_level {
     ($body:ident, $data:expr, $ty:ty, $tile:expr) => {{
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn avx2<const NX: usize>(data: $ty, tile: &Tile) {
+        unsafe fn avx2<const NX: usize>(data: $ty, tile: &$crate::kernels::interleaved::Tile) {
             // SAFETY: forwarded.
             unsafe { $body::<false, NX>(data, tile) }
         }
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn vnni<const NX: usize>(data: $ty, tile: &Tile) {
+        unsafe fn vnni<const NX: usize>(data: $ty, tile: &$crate::kernels::interleaved::Tile) {
             // SAFETY: forwarded.
             unsafe { $body::<true, NX>(data, tile) }
         }
-        let (data, tile): ($ty, &Tile) = ($data, $tile);
+        let (data, tile): ($ty, &$crate::kernels::interleaved::Tile) = ($data, $tile);
         // SAFETY: the caller's contract; the VNNI entries only where the CPU has VNNI.
         unsafe {
-            match (super::x86::uses_vnni(), tile.nx) {
+            match ($crate::kernels::interleaved::x86::uses_vnni(), tile.nx) {
                 (true, 1) => vnni::<1>(data, tile),
                 (true, 2) => vnni::<2>(data, tile),
                 (true, 3) => vnni::<3>(data, tile),
@@ -64,6 +60,10 @@ macro_rules! kernel_by_level {
     }};
 }
 
+mod pack;
+mod q4_k;
+mod q6_k;
+mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]

@@ -118,25 +118,19 @@ mod x86 {
     /// [`tile_scalar`]'s bits with AVX2: eight rows in the lanes of a register, four values of
     /// each per `vpmaddubsw` (a nibble times an 8-bit activation: a pair sums to at most
     /// 2·15·128, a sub-block's eight chunks to 30,720, within 16 bits), each sub-block's sum
-    /// scaled by `vpmaddwd`, the min sums by `vpmaddwd` with the activations' pair sums.
+    /// scaled by `vpmaddwd`, the min sums by `vpmaddwd` with the activations' pair sums. With
+    /// AVX-512 VNNI a sub-block's sum comes from `vpdpbusd` in 32 bits (at most 61,440) and is
+    /// scaled by `vpmulld`: the same integers.
     ///
     /// # Safety
     /// As [`tile_scalar`]; the CPU has AVX2, FMA and F16C.
     pub(crate) unsafe fn tile_avx2(group: &GroupView, tile: &Tile) {
         assert!(group.values.len() >= group.stride * (tile.blocks - 1) + GROUP_BLOCK);
-        // SAFETY: forwarded; `nx` picks the instantiation.
-        unsafe {
-            match tile.nx {
-                1 => tile_nx::<1>(group, tile),
-                2 => tile_nx::<2>(group, tile),
-                3 => tile_nx::<3>(group, tile),
-                _ => tile_nx::<4>(group, tile),
-            }
-        }
+        kernel_by_level!(tile_nx, group, &GroupView, tile)
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile_nx<const NX: usize>(group: &GroupView, t: &Tile) {
+    #[inline(always)]
+    unsafe fn tile_nx<const VNNI: bool, const NX: usize>(group: &GroupView, t: &Tile) {
         let m4 = _mm256_set1_epi8(0x0F);
         let mut acc = [_mm256_setzero_ps(); NX];
         let mut acc_min = [_mm256_setzero_ps(); NX];
@@ -162,25 +156,47 @@ mod x86 {
                         let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
                         for n in 0..NX {
                             let x = xb(n).add(4 + 64 * p + 4 * c);
-                            s_lo[n] = _mm256_add_epi16(s_lo[n], _mm256_maddubs_epi16(lo, bcast(x)));
-                            s_hi[n] = _mm256_add_epi16(
-                                s_hi[n],
-                                _mm256_maddubs_epi16(hi, bcast(x.add(32))),
-                            );
+                            if VNNI {
+                                s_lo[n] = _mm256_dpbusd_epi32(s_lo[n], lo, bcast(x));
+                                s_hi[n] = _mm256_dpbusd_epi32(s_hi[n], hi, bcast(x.add(32)));
+                            } else {
+                                s_lo[n] =
+                                    _mm256_add_epi16(s_lo[n], _mm256_maddubs_epi16(lo, bcast(x)));
+                                s_hi[n] = _mm256_add_epi16(
+                                    s_hi[n],
+                                    _mm256_maddubs_epi16(hi, bcast(x.add(32))),
+                                );
+                            }
                         }
                     }
-                    // Row r's scale in 16-bit lanes 2r and 2r + 1.
-                    let scale = |j: usize| {
-                        let s = _mm_loadl_epi64(g.add(SCALES + 8 * j) as *const _);
-                        _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s, s))
-                    };
-                    let (sc_lo, sc_hi) = (scale(2 * p), scale(2 * p + 1));
-                    for n in 0..NX {
-                        let s = _mm256_add_epi32(
-                            _mm256_madd_epi16(s_lo[n], sc_lo),
-                            _mm256_madd_epi16(s_hi[n], sc_hi),
+                    let scales = |j: usize| _mm_loadl_epi64(g.add(SCALES + 8 * j) as *const _);
+                    if VNNI {
+                        // Row r's scale in 32-bit lane r.
+                        let (sc_lo, sc_hi) = (
+                            _mm256_cvtepu8_epi32(scales(2 * p)),
+                            _mm256_cvtepu8_epi32(scales(2 * p + 1)),
                         );
-                        isum[n] = _mm256_add_epi32(isum[n], s);
+                        for n in 0..NX {
+                            let s = _mm256_add_epi32(
+                                _mm256_mullo_epi32(s_lo[n], sc_lo),
+                                _mm256_mullo_epi32(s_hi[n], sc_hi),
+                            );
+                            isum[n] = _mm256_add_epi32(isum[n], s);
+                        }
+                    } else {
+                        // Row r's scale in 16-bit lanes 2r and 2r + 1.
+                        let scale = |j: usize| {
+                            let s = scales(j);
+                            _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s, s))
+                        };
+                        let (sc_lo, sc_hi) = (scale(2 * p), scale(2 * p + 1));
+                        for n in 0..NX {
+                            let s = _mm256_add_epi32(
+                                _mm256_madd_epi16(s_lo[n], sc_lo),
+                                _mm256_madd_epi16(s_hi[n], sc_hi),
+                            );
+                            isum[n] = _mm256_add_epi32(isum[n], s);
+                        }
                     }
                 }
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(g as *const _));
