@@ -219,26 +219,28 @@ mod x86 {
         _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s, s))
     }
 
+    /// Row r's scale of sub-block j in 32-bit lane r.
+    #[inline(always)]
+    unsafe fn scale32(g: *const u8, j: usize) -> __m256i {
+        // SAFETY: the header's scale bytes (the caller's block).
+        let s = unsafe { _mm_loadl_epi64(g.add(SCALES + 8 * j) as *const _) };
+        _mm256_cvtepi8_epi32(s)
+    }
+
     /// [`tile_scalar`]'s bits with AVX2 on a stored group (one tile of tokens: decode): eight
     /// rows in the lanes of a register, four values of each per `vpmaddubsw` (a six-bit value
     /// times an 8-bit activation: a pair sums to at most 2·63·128 = 16,128, two chunks to
     /// 32,256, within 16 bits), every two chunks scaled by `vpmaddwd` with the sub-block's
-    /// scale; the −32 offset taken off through the activations' sums of 16.
+    /// scale; the −32 offset taken off through the activations' sums of 16. With AVX-512 VNNI a
+    /// sub-block's sum comes from `vpdpbusd` in 32 bits (at most 129,024) and is scaled by
+    /// `vpmulld`: the same integers.
     ///
     /// # Safety
     /// As [`super::super::TileFn`] with `stored` the group's stored bytes (GROUP_BLOCK per
     /// block); the CPU has AVX2, FMA and F16C.
     pub(crate) unsafe fn tile_stored(stored: &[u8], tile: &Tile) {
         assert!(stored.len() >= GROUP_BLOCK * tile.blocks);
-        // SAFETY: forwarded; `nx` picks the instantiation.
-        unsafe {
-            match tile.nx {
-                1 => tile_nx::<false, 1>(stored.as_ptr(), GROUP_BLOCK, tile),
-                2 => tile_nx::<false, 2>(stored.as_ptr(), GROUP_BLOCK, tile),
-                3 => tile_nx::<false, 3>(stored.as_ptr(), GROUP_BLOCK, tile),
-                _ => tile_nx::<false, 4>(stored.as_ptr(), GROUP_BLOCK, tile),
-            }
-        }
+        kernel_by_level!(stored_nx, stored, &[u8], tile)
     }
 
     /// [`tile_stored`] on an unpacked group (many tokens): the values only loaded.
@@ -247,20 +249,23 @@ mod x86 {
     /// As [`super::super::TileFn`], the group unpacked; the CPU has AVX2, FMA and F16C.
     pub(crate) unsafe fn tile_unpacked(group: &GroupView, tile: &Tile) {
         assert!(group.values.len() >= group.stride * (tile.blocks - 1) + UNPACKED_BLOCK);
-        let (g, stride) = (group.values.as_ptr(), group.stride);
-        // SAFETY: forwarded; `nx` picks the instantiation.
-        unsafe {
-            match tile.nx {
-                1 => tile_nx::<true, 1>(g, stride, tile),
-                2 => tile_nx::<true, 2>(g, stride, tile),
-                3 => tile_nx::<true, 3>(g, stride, tile),
-                _ => tile_nx::<true, 4>(g, stride, tile),
-            }
-        }
+        kernel_by_level!(unpacked_nx, group, &GroupView, tile)
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile_nx<const UNPACKED: bool, const NX: usize>(
+    #[inline(always)]
+    unsafe fn stored_nx<const VNNI: bool, const NX: usize>(stored: &[u8], t: &Tile) {
+        // SAFETY: forwarded.
+        unsafe { tile_nx::<false, VNNI, NX>(stored.as_ptr(), GROUP_BLOCK, t) }
+    }
+
+    #[inline(always)]
+    unsafe fn unpacked_nx<const VNNI: bool, const NX: usize>(group: &GroupView, t: &Tile) {
+        // SAFETY: forwarded.
+        unsafe { tile_nx::<true, VNNI, NX>(group.values.as_ptr(), group.stride, t) }
+    }
+
+    #[inline(always)]
+    unsafe fn tile_nx<const UNPACKED: bool, const VNNI: bool, const NX: usize>(
         group: *const u8,
         stride: usize,
         t: &Tile,
@@ -280,17 +285,35 @@ mod x86 {
                 }
                 let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
                 let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
+                let values = |j: usize, i: usize| {
+                    if UNPACKED {
+                        _mm256_loadu_si256(g.add(NIBBLES + 128 * j + 32 * i) as *const _)
+                    } else {
+                        chunk_values(g, j, 4 * (j % 2) + i)
+                    }
+                };
                 let mut isum = [_mm256_setzero_si256(); NX];
                 for j in 0..16 {
+                    if VNNI {
+                        let mut s = [_mm256_setzero_si256(); NX];
+                        for i in 0..4 {
+                            let v = values(j, i);
+                            for (n, s) in s.iter_mut().enumerate() {
+                                let x = xb(n).add(4 + 16 * j + 4 * i);
+                                *s = _mm256_dpbusd_epi32(*s, v, bcast(x));
+                            }
+                        }
+                        let sc = scale32(g, j);
+                        for (i, s) in isum.iter_mut().zip(s) {
+                            *i = _mm256_add_epi32(*i, _mm256_mullo_epi32(s, sc));
+                        }
+                        continue;
+                    }
                     let sc = scale(g, j);
                     for two in 0..2 {
                         let mut s = [_mm256_setzero_si256(); NX];
                         for i in 2 * two..2 * two + 2 {
-                            let v = if UNPACKED {
-                                _mm256_loadu_si256(g.add(NIBBLES + 128 * j + 32 * i) as *const _)
-                            } else {
-                                chunk_values(g, j, 4 * (j % 2) + i)
-                            };
+                            let v = values(j, i);
                             for (n, s) in s.iter_mut().enumerate() {
                                 let x = xb(n).add(4 + 16 * j + 4 * i);
                                 *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(v, bcast(x)));
