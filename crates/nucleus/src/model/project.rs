@@ -6,6 +6,7 @@ use crate::kernels::interleaved::{
     matmul_packed, matmul_packed_many, packed_act_type, Arithmetic, PackedActs, PackedMatrix,
 };
 use crate::kernels::matmul::{matmul_rows, PromptSlot, QuantizedActs};
+use crate::kernels::pool::ThreadPool;
 use crate::quant::{vec_dot_type, GgmlType};
 
 use super::weights::Matrix;
@@ -26,14 +27,28 @@ impl ActsCache {
         self.epoch += 1;
     }
 
-    fn get(&mut self, x: &[f32], n: usize, cols: usize, ty: GgmlType) -> &QuantizedActs {
-        let i = self.quantized(x, n, cols, ty);
+    fn get(
+        &mut self,
+        pool: &ThreadPool,
+        x: &[f32],
+        n: usize,
+        cols: usize,
+        ty: GgmlType,
+    ) -> &QuantizedActs {
+        let i = self.quantized(pool, x, n, cols, ty);
         &self.slots[i].2
     }
 
     /// The index of the slot holding `x` quantized to `ty` in this epoch (quantized now if it
     /// is not yet).
-    fn quantized(&mut self, x: &[f32], n: usize, cols: usize, ty: GgmlType) -> usize {
+    fn quantized(
+        &mut self,
+        pool: &ThreadPool,
+        x: &[f32],
+        n: usize,
+        cols: usize,
+        ty: GgmlType,
+    ) -> usize {
         let epoch = self.epoch;
         let i = match self.slots.iter().position(|s| s.0 == ty) {
             Some(i) => i,
@@ -44,15 +59,21 @@ impl ActsCache {
         };
         let slot = &mut self.slots[i];
         if slot.1 != epoch {
-            slot.2.quantize(x, n, cols, ty);
+            slot.2.quantize_in(pool, x, n, cols, ty);
             slot.1 = epoch;
         }
         i
     }
 
     /// The Q8_0 rows of `x` and their block sums for [`matmul_packed`].
-    fn get_packed(&mut self, x: &[f32], n: usize, cols: usize) -> (&QuantizedActs, &PackedActs) {
-        let i = self.quantized(x, n, cols, GgmlType::Q8_0);
+    fn get_packed(
+        &mut self,
+        pool: &ThreadPool,
+        x: &[f32],
+        n: usize,
+        cols: usize,
+    ) -> (&QuantizedActs, &PackedActs) {
+        let i = self.quantized(pool, x, n, cols, GgmlType::Q8_0);
         let q = &self.slots[i].2;
         if self.packed.0 != self.epoch {
             self.packed.1.prepare(q);
@@ -79,10 +100,10 @@ impl Model {
         // Only nucleus's arithmetic repacks matrices (`Weights::load`).
         if let Some(p) = &w.packed {
             if packed_act_type(p.ty()) == GgmlType::Q8_K {
-                let q = acts.get(x, n, w.cols, GgmlType::Q8_K);
+                let q = acts.get(&self.pool, x, n, w.cols, GgmlType::Q8_K);
                 return matmul_packed(&self.pool, p, q, &PackedActs::new(), y);
             }
-            let (q, pa) = acts.get_packed(x, n, w.cols);
+            let (q, pa) = acts.get_packed(&self.pool, x, n, w.cols);
             return matmul_packed(&self.pool, p, q, pa, y);
         }
         // nucleus's arithmetic sends every row through llama.cpp's one-row kernels: one
@@ -92,7 +113,7 @@ impl Model {
             Arithmetic::Exact => slots,
             Arithmetic::Fast => &[],
         };
-        let q = acts.get(x, n, w.cols, vec_dot_type(w.info.ty));
+        let q = acts.get(&self.pool, x, n, w.cols, vec_dot_type(w.info.ty));
         matmul_rows(&self.pool, &w.q(&self.file), q, y, slots);
     }
 
@@ -118,7 +139,7 @@ impl Model {
             return;
         }
         let cols = products[0].0.cols;
-        let (q, pa) = acts.get_packed(&x[..n * cols], n, cols);
+        let (q, pa) = acts.get_packed(&self.pool, &x[..n * cols], n, cols);
         let mut list: Vec<(&PackedMatrix, &mut [f32])> = products
             .into_iter()
             .map(|(w, y)| {

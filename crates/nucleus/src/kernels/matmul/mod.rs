@@ -38,6 +38,10 @@ pub struct QuantizedActs {
     ty: Option<GgmlType>,
 }
 
+/// Quantized bytes from which a call shares its rows among the pool's threads: below, a pass
+/// of the pool costs more than it saves.
+const PARALLEL_ACT_BYTES: usize = 1 << 15;
+
 impl QuantizedActs {
     pub fn new() -> Self {
         Self::default()
@@ -46,6 +50,30 @@ impl QuantizedActs {
     /// Quantizes `n_tokens` rows of `cols` floats from `x` to `vec_dot_type` the way ggml's CPU
     /// backend quantizes activations ([`quantize_row_act`]).
     pub fn quantize(&mut self, x: &[f32], n_tokens: usize, cols: usize, vec_dot_type: GgmlType) {
+        self.quantize_with(None, x, n_tokens, cols, vec_dot_type)
+    }
+
+    /// [`quantize`](Self::quantize) with the rows shared among `pool`'s threads when there are
+    /// many (a prompt): each row is quantized alone, so the bytes are the same.
+    pub fn quantize_in(
+        &mut self,
+        pool: &ThreadPool,
+        x: &[f32],
+        n_tokens: usize,
+        cols: usize,
+        vec_dot_type: GgmlType,
+    ) {
+        self.quantize_with(Some(pool), x, n_tokens, cols, vec_dot_type)
+    }
+
+    fn quantize_with(
+        &mut self,
+        pool: Option<&ThreadPool>,
+        x: &[f32],
+        n_tokens: usize,
+        cols: usize,
+        vec_dot_type: GgmlType,
+    ) {
         assert_eq!(
             x.len(),
             n_tokens * cols,
@@ -59,8 +87,31 @@ impl QuantizedActs {
         if self.buf.len() < need {
             self.buf.resize(need, 0);
         }
-        for (t, src) in x.chunks_exact(cols.max(1)).take(n_tokens).enumerate() {
-            quantize_row_act(vec_dot_type, src, &mut self.buf[t * rb..(t + 1) * rb]);
+        let rows = |src: &[f32], dst: &mut [u8]| {
+            for (src, dst) in src.chunks_exact(cols.max(1)).zip(dst.chunks_exact_mut(rb)) {
+                quantize_row_act(vec_dot_type, src, dst);
+            }
+        };
+        let threads = pool.map_or(1, |p| p.n_threads());
+        match pool {
+            Some(pool) if threads > 1 && n_tokens >= 2 * threads && need >= PARALLEL_ACT_BYTES => {
+                // Each thread takes a run of whole rows; a lock per run, never contended, hands
+                // its bytes to the thread that owns them.
+                let per = n_tokens.div_ceil(threads);
+                let runs: Vec<std::sync::Mutex<(&[f32], &mut [u8])>> = x
+                    .chunks(per * cols)
+                    .zip(self.buf[..need].chunks_mut(per * rb))
+                    .map(std::sync::Mutex::new)
+                    .collect();
+                pool.run(|i, _| {
+                    if let Some(run) = runs.get(i) {
+                        let mut run = run.lock().unwrap_or_else(|e| e.into_inner());
+                        let (src, dst) = &mut *run;
+                        rows(src, dst);
+                    }
+                });
+            }
+            _ => rows(x, &mut self.buf[..need]),
         }
         self.n_tokens = n_tokens;
         self.cols = cols;

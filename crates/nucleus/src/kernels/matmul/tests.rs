@@ -205,3 +205,27 @@ fn many_token_products_have_the_one_row_kernels_bits() {
         }
     }
 }
+
+/// Rows quantized by the pool's threads are the rows quantized one by one, byte for byte,
+/// whatever the split (row counts that do not divide among the threads, a last run short).
+#[test]
+fn activations_quantized_in_the_pool_have_the_serial_bytes() {
+    let mut rng = Rng(0x0a11_ce5e_edf0_0d42);
+    for threads in [2, 3] {
+        let pool = ThreadPool::new(threads);
+        for (ty, cols) in [(Q8_0, 896), (Q8_K, 4864), (Q8_1, 640), (F16, 256)] {
+            for n in [1, 5, 7, 64, 101] {
+                let x: Vec<f32> = (0..n * cols).map(|_| 3.0 * rng.f32()).collect();
+                let (mut serial, mut pooled) = (QuantizedActs::new(), QuantizedActs::new());
+                serial.quantize(&x, n, cols, ty);
+                pooled.quantize_in(&pool, &x, n, cols, ty);
+                let rb = serial.row_bytes;
+                assert_eq!(pooled.row_bytes, rb);
+                assert!(
+                    serial.buf[..n * rb] == pooled.buf[..n * rb],
+                    "{ty} × {n} rows of {cols}, {threads} threads"
+                );
+            }
+        }
+    }
+}
