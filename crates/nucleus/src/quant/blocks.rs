@@ -264,22 +264,34 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// Index and signed value of the element with the largest magnitude (first one on ties).
+/// The largest magnitude and the signed value of the first element that has it (ggml's loop:
+/// `if (|x| > amax) { amax = |x|; max = x; }` from 0, which skips NaNs): the magnitude first,
+/// eight lanes at a time, then the first element that reaches it.
 #[inline]
-fn signed_absmax(x: &[f32]) -> (f32, f32) {
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
+pub(super) fn signed_absmax(x: &[f32]) -> (f32, f32) {
+    let amax = absmax(x);
+    if amax == 0.0 {
+        // +0, as ggml's loop leaves it (not the −0 an element may hold).
+        return (0.0, 0.0);
     }
+    let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
     (amax, max)
 }
 
+/// The largest magnitude (NaNs skipped, 0 for none), in eight lanes so that it vectorizes: a
+/// maximum does not depend on the order it is taken in.
 #[inline]
 fn absmax(x: &[f32]) -> f32 {
-    x.iter().fold(0f32, |a, v| a.max(v.abs()))
+    let mut lanes = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v.abs());
+        }
+    }
+    let head = lanes.iter().fold(0f32, |a, &l| a.max(l));
+    tail.iter().fold(head, |a, v| a.max(v.abs()))
 }
 
 /// Quantizes one row with ggml's reference quantizers (`quantize_row_*_ref`): `src.len()`

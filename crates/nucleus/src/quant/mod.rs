@@ -23,6 +23,8 @@ mod x86;
 mod tests;
 #[cfg(test)]
 mod tests_low_bit;
+#[cfg(test)]
+mod tests_quantizers;
 
 pub(crate) use blocks::scale_min_k4;
 pub use blocks::{dequantize_row, quantize_row, quantize_row_act};
