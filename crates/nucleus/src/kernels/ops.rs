@@ -59,6 +59,40 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// Elements from which [`gated_in`] shares the work among the pool's threads (a prompt's FFN;
+/// a token's is too small to pay for a pass of the pool).
+const PARALLEL_ELEMENTS: usize = 1 << 15;
+
+/// `act(gate, up)` ([`swiglu`] or [`geglu`]) with the elements shared among `pool`'s threads
+/// when there are many. Each thread takes a run of whole 16-element chunks, so every element
+/// takes the path it takes in one call (only the last run holds the tail): the same bits.
+pub fn gated_in(
+    pool: &super::pool::ThreadPool,
+    act: fn(&mut [f32], &[f32]),
+    gate: &mut [f32],
+    up: &[f32],
+) {
+    assert_eq!(gate.len(), up.len());
+    let threads = pool.n_threads();
+    if threads == 1 || gate.len() < PARALLEL_ELEMENTS {
+        return act(gate, up);
+    }
+    let per = gate.len().div_ceil(threads).next_multiple_of(16);
+    // A lock per run, never contended, hands its elements to the thread that owns them.
+    let runs: Vec<std::sync::Mutex<(&mut [f32], &[f32])>> = gate
+        .chunks_mut(per)
+        .zip(up.chunks(per))
+        .map(std::sync::Mutex::new)
+        .collect();
+    pool.run(|i, _| {
+        if let Some(run) = runs.get(i) {
+            let mut run = run.lock().unwrap_or_else(|e| e.into_inner());
+            let (g, u) = &mut *run;
+            act(g, u);
+        }
+    });
+}
+
 fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = *g / (1.0 + expf_ggml(0.0 - *g)) * u;
@@ -326,6 +360,30 @@ pub fn logsumexp(x: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The activations shared among threads give one call's bits, tail included.
+    #[test]
+    fn gated_activations_in_the_pool_have_one_calls_bits() {
+        for threads in [2, 3] {
+            let pool = super::super::pool::ThreadPool::new(threads);
+            for n in [100, 4864 * 7, 4864 * 9 + 13, 65_537] {
+                let gate: Vec<f32> = (0..n)
+                    .map(|i| ((i * 37 % 2001) as f32 - 1000.0) * 0.011)
+                    .collect();
+                let up: Vec<f32> = (0..n).map(|i| 0.5 + (i % 7) as f32 * 0.3).collect();
+                for act in [swiglu as fn(&mut [f32], &[f32]), geglu] {
+                    let (mut one, mut pooled) = (gate.clone(), gate.clone());
+                    act(&mut one, &up);
+                    gated_in(&pool, act, &mut pooled, &up);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert!(
+                        bits(&one) == bits(&pooled),
+                        "{n} elements, {threads} threads"
+                    );
+                }
+            }
+        }
+    }
 
     /// The SIMD GEGLU gives the scalar one's bits: around ±10, on f16 rounding ties, on
     /// subnormals, infinities and large values.

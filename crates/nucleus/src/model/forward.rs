@@ -332,10 +332,11 @@ impl Model {
             dump("ffn_gate", il, &st.gate[..m * hp.n_ff]);
             dump("ffn_up", il, &st.up[..m * hp.n_ff]);
             let (gate, up) = (&mut st.gate[..m * hp.n_ff], &st.up[..m * hp.n_ff]);
-            match hp.activation {
-                Activation::Silu => ops::swiglu(gate, up),
-                Activation::Gelu => ops::geglu(gate, up),
-            }
+            let act = match hp.activation {
+                Activation::Silu => ops::swiglu,
+                Activation::Gelu => ops::geglu,
+            };
+            ops::gated_in(&self.pool, act, gate, up);
             dump("ffn_act", il, &st.gate[..m * hp.n_ff]);
             st.acts.invalidate();
             self.project(
