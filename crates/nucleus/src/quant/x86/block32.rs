@@ -414,31 +414,53 @@ pub(super) unsafe fn unpack_q8_0_blocks<const BIASED: bool>(
     src: *const u8,
     dst: *mut u8,
 ) -> bool {
+    // SAFETY: forwarded; the closures read one block of `ty` at `b`.
     unsafe {
-        let (wb, f): (usize, fn(*const u8) -> __m256i) = match ty {
-            crate::quant::GgmlType::Q4_0 => (18, |b| {
+        match ty {
+            crate::quant::GgmlType::Q4_0 => copy_blocks::<BIASED>(nb, src, dst, 18, |b| {
                 _mm256_sub_epi8(nibbles32(b.add(2)), _mm256_set1_epi8(8))
             }),
-            crate::quant::GgmlType::Q5_0 => (22, |b| {
+            crate::quant::GgmlType::Q5_0 => copy_blocks::<BIASED>(nb, src, dst, 22, |b| {
                 let hi =
                     _mm256_andnot_si256(bits32(rd32(b.add(2))), _mm256_set1_epi8(0xF0u8 as i8));
                 _mm256_or_si256(nibbles32(b.add(6)), hi)
             }),
-            crate::quant::GgmlType::Q8_0 if BIASED => (34, |b| load256(b.add(2))),
+            crate::quant::GgmlType::Q8_0 if BIASED => {
+                copy_blocks::<BIASED>(nb, src, dst, 34, |b| load256(b.add(2)))
+            }
             _ => return false,
-        };
+        }
+    }
+    true
+}
+
+/// [`unpack_q8_0_blocks`]' loop for one type: `values` reads a block's 32 integers (a closure
+/// inlined here, so that its intrinsics take the caller's features; a function pointer would
+/// make each of them a call).
+///
+/// # Safety
+/// As [`unpack_q8_0_blocks`], with `wb` the type's block bytes.
+#[inline(always)]
+unsafe fn copy_blocks<const BIASED: bool>(
+    nb: usize,
+    src: *const u8,
+    dst: *mut u8,
+    wb: usize,
+    values: impl Fn(*const u8) -> __m256i,
+) {
+    // SAFETY: block i < nb: `wb` bytes at src + i·wb, 34 at dst + i·34 (the caller's contract).
+    unsafe {
         let flip = _mm256_set1_epi8(0x80u8 as i8);
         for i in 0..nb {
             let b = src.add(i * wb);
             let y = dst.add(i * 34);
             (y as *mut u16).write_unaligned(rd16(b));
             let q = if BIASED {
-                _mm256_xor_si256(f(b), flip)
+                _mm256_xor_si256(values(b), flip)
             } else {
-                f(b)
+                values(b)
             };
             _mm256_storeu_si256(y.add(2) as *mut __m256i, q);
         }
-        true
     }
 }
