@@ -59,9 +59,48 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// Elements from which [`gated_in`] shares the work among the pool's threads (a prompt's FFN;
-/// a token's is too small to pay for a pass of the pool).
+/// Elements from which the `*_in` operations share the work among the pool's threads (a
+/// prompt's; a token's is too small to pay for a pass of the pool).
 const PARALLEL_ELEMENTS: usize = 1 << 15;
+
+/// `f(a_run, b_run)` over runs of whole items of `item` elements of `a` (and the same elements
+/// of `b`, or an empty slice when `b` is empty), the runs shared among `pool`'s threads when
+/// there are many elements, else one call over everything. Each item is computed as in one
+/// call when `f` treats items alone.
+fn in_runs(
+    pool: &super::pool::ThreadPool,
+    item: usize,
+    a: &mut [f32],
+    b: &[f32],
+    f: impl Fn(&mut [f32], &[f32]) + Sync,
+) {
+    assert!(b.is_empty() || b.len() == a.len());
+    let threads = pool.n_threads();
+    if threads == 1 || a.len() < PARALLEL_ELEMENTS || item == 0 {
+        return f(a, b);
+    }
+    let per = a.len().div_ceil(threads).next_multiple_of(item);
+    // A lock per run, never contended, hands its elements to the thread that owns them.
+    let runs: Vec<std::sync::Mutex<(&mut [f32], &[f32])>> = a
+        .chunks_mut(per)
+        .enumerate()
+        .map(|(i, run)| {
+            let b = if b.is_empty() {
+                b
+            } else {
+                &b[i * per..i * per + run.len()]
+            };
+            std::sync::Mutex::new((run, b))
+        })
+        .collect();
+    pool.run(|i, _| {
+        if let Some(run) = runs.get(i) {
+            let mut run = run.lock().unwrap_or_else(|e| e.into_inner());
+            let (a, b) = &mut *run;
+            f(a, b);
+        }
+    });
+}
 
 /// `act(gate, up)` ([`swiglu`] or [`geglu`]) with the elements shared among `pool`'s threads
 /// when there are many. Each thread takes a run of whole 16-element chunks, so every element
@@ -73,24 +112,36 @@ pub fn gated_in(
     up: &[f32],
 ) {
     assert_eq!(gate.len(), up.len());
-    let threads = pool.n_threads();
-    if threads == 1 || gate.len() < PARALLEL_ELEMENTS {
-        return act(gate, up);
-    }
-    let per = gate.len().div_ceil(threads).next_multiple_of(16);
-    // A lock per run, never contended, hands its elements to the thread that owns them.
-    let runs: Vec<std::sync::Mutex<(&mut [f32], &[f32])>> = gate
-        .chunks_mut(per)
-        .zip(up.chunks(per))
-        .map(std::sync::Mutex::new)
-        .collect();
-    pool.run(|i, _| {
-        if let Some(run) = runs.get(i) {
-            let mut run = run.lock().unwrap_or_else(|e| e.into_inner());
-            let (g, u) = &mut *run;
-            act(g, u);
-        }
-    });
+    in_runs(pool, 16, gate, up, act)
+}
+
+/// [`rmsnorm_rows`] with the rows shared among `pool`'s threads when there are many (each row
+/// normalized alone: the same bits).
+pub fn rmsnorm_rows_in(
+    pool: &super::pool::ThreadPool,
+    out: &mut [f32],
+    x: &[f32],
+    weight: &[f32],
+    eps: f32,
+    dim: usize,
+) {
+    assert_eq!(out.len(), x.len());
+    in_runs(pool, dim, out, x, |o, x| {
+        rmsnorm_rows(o, x, weight, eps, dim)
+    })
+}
+
+/// [`rmsnorm_chunks`] with the chunks shared among `pool`'s threads when there are many.
+pub fn rmsnorm_chunks_in(
+    pool: &super::pool::ThreadPool,
+    x: &mut [f32],
+    weight: &[f32],
+    eps: f32,
+    dim: usize,
+) {
+    in_runs(pool, dim, x, &[], |x, _| {
+        rmsnorm_chunks(x, weight, eps, dim)
+    })
 }
 
 fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
@@ -381,6 +432,36 @@ mod tests {
                         "{n} elements, {threads} threads"
                     );
                 }
+            }
+        }
+    }
+
+    /// The norms shared among threads give one call's bits, whatever the split.
+    #[test]
+    fn norms_in_the_pool_have_one_calls_bits() {
+        for threads in [2, 3] {
+            let pool = super::super::pool::ThreadPool::new(threads);
+            for (dim, rows) in [(640, 7), (640, 101), (256, 300), (896, 513)] {
+                let n = dim * rows;
+                let x: Vec<f32> = (0..n)
+                    .map(|i| ((i * 53 % 1999) as f32 - 999.0) * 0.37)
+                    .collect();
+                let w: Vec<f32> = (0..dim).map(|i| 0.5 + (i % 5) as f32 * 0.25).collect();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let (mut one, mut pooled) = (vec![0f32; n], vec![0f32; n]);
+                rmsnorm_rows(&mut one, &x, &w, 1e-6, dim);
+                rmsnorm_rows_in(&pool, &mut pooled, &x, &w, 1e-6, dim);
+                assert!(
+                    bits(&one) == bits(&pooled),
+                    "rows: {rows} of {dim}, {threads} threads"
+                );
+                let (mut one, mut pooled) = (x.clone(), x.clone());
+                rmsnorm_chunks(&mut one, &w, 1e-6, dim);
+                rmsnorm_chunks_in(&pool, &mut pooled, &w, 1e-6, dim);
+                assert!(
+                    bits(&one) == bits(&pooled),
+                    "chunks: {rows} of {dim}, {threads} threads"
+                );
             }
         }
     }

@@ -220,7 +220,8 @@ impl Model {
 
         for (il, layer) in w.layers.iter().enumerate() {
             // Attention block.
-            ops::rmsnorm_rows(
+            ops::rmsnorm_rows_in(
+                &self.pool,
                 &mut st.xb[..n * e],
                 &st.x[..n * e],
                 &layer.attn_norm,
@@ -250,8 +251,8 @@ impl Model {
                 }
             }
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                ops::rmsnorm_chunks(&mut st.q, qn, hp.rms_eps, hd);
-                ops::rmsnorm_chunks(&mut st.k, kn, hp.rms_eps, hd);
+                ops::rmsnorm_chunks_in(&self.pool, &mut st.q, qn, hp.rms_eps, hd);
+                ops::rmsnorm_chunks_in(&self.pool, &mut st.k, kn, hp.rms_eps, hd);
             }
             let base = hp.layer_rope_base(il);
             let ff = w.rope_freqs.as_deref();
@@ -292,7 +293,7 @@ impl Model {
                 &mut st.proj,
             );
             if let Some(pn) = &layer.post_attn_norm {
-                ops::rmsnorm_chunks(&mut st.proj[..n * e], pn, hp.rms_eps, e);
+                ops::rmsnorm_chunks_in(&self.pool, &mut st.proj[..n * e], pn, hp.rms_eps, e);
             }
             ops::add_in_place(&mut st.x[..n * e], &st.proj[..n * e]);
             dump("ffn_inp", il, &st.x[..n * e]);
@@ -311,7 +312,8 @@ impl Model {
             let slots = if last { &st.out_prompt } else { &batch.prompt };
 
             // Feed-forward block.
-            ops::rmsnorm_rows(
+            ops::rmsnorm_rows_in(
+                &self.pool,
                 &mut st.xb[..m * e],
                 &st.x[..m * e],
                 &layer.ffn_norm,
@@ -347,7 +349,7 @@ impl Model {
                 &mut st.proj,
             );
             if let Some(pn) = &layer.post_ffn_norm {
-                ops::rmsnorm_chunks(&mut st.proj[..m * e], pn, hp.rms_eps, e);
+                ops::rmsnorm_chunks_in(&self.pool, &mut st.proj[..m * e], pn, hp.rms_eps, e);
             }
             dump("ffn_out", il, &st.proj[..m * e]);
             ops::add_in_place(&mut st.x[..m * e], &st.proj[..m * e]);
@@ -360,7 +362,8 @@ impl Model {
 
         // Final norm and output projection: the last layer left the rows that want logits.
         resize(&mut st.out_in, n_out * e);
-        ops::rmsnorm_rows(
+        ops::rmsnorm_rows_in(
+            &self.pool,
             &mut st.out_in[..n_out * e],
             &st.x[..n_out * e],
             &w.output_norm,
