@@ -212,16 +212,20 @@ fn dropping_the_receiver_cancels_and_frees_blocks() {
     h.shutdown();
 }
 
-#[test]
-fn a_full_queue_rejects_and_accepted_requests_complete() {
-    let Some((model, tok)) = tiny() else { return };
+/// The tiny model's engine with one running sequence and a queue of two, and a prompt.
+fn small_queue() -> Option<(EngineHandle, Vec<TokenId>)> {
+    let (model, tok) = tiny()?;
     let cfg = EngineConfig {
         max_running: 1,
         queue_capacity: 2,
         ..Default::default()
     };
-    let h = start(&model, &tok, cfg);
-    let p = prompts(&tok, 1).remove(0);
+    Some((start(&model, &tok, cfg), prompts(&tok, 1).remove(0)))
+}
+
+#[test]
+fn a_full_queue_rejects_and_accepted_requests_complete() {
+    let Some((h, p)) = small_queue() else { return };
     let mut accepted = Vec::new();
     let mut rejected = 0;
     for _ in 0..6 {
@@ -248,14 +252,7 @@ fn a_full_queue_rejects_and_accepted_requests_complete() {
 /// by the scheduler's next step when it had taken them), while the running one goes on.
 #[test]
 fn abandoned_queued_requests_free_their_places() {
-    let Some((model, tok)) = tiny() else { return };
-    let cfg = EngineConfig {
-        max_running: 1,
-        queue_capacity: 2,
-        ..Default::default()
-    };
-    let h = start(&model, &tok, cfg);
-    let p = prompts(&tok, 1).remove(0);
+    let Some((h, p)) = small_queue() else { return };
     let running = h.submit(greedy(p.clone(), 1500)).unwrap();
     wait_until(&h, "the first request to run", |h| h.stats().running == 1);
     let queued: Vec<_> = (0..2)

@@ -75,36 +75,24 @@ fn in_runs(
     f: impl Fn(&mut [f32], &[f32]) + Sync,
 ) {
     assert!(b.is_empty() || b.len() == a.len());
-    let threads = pool.n_threads();
-    if threads == 1 || a.len() < PARALLEL_ELEMENTS || item == 0 {
+    if pool.n_threads() == 1 || a.len() < PARALLEL_ELEMENTS || item == 0 {
         return f(a, b);
     }
-    let per = a.len().div_ceil(threads).next_multiple_of(item);
-    // A lock per run, never contended, hands its elements to the thread that owns them.
-    let runs: Vec<std::sync::Mutex<(&mut [f32], &[f32])>> = a
-        .chunks_mut(per)
-        .enumerate()
-        .map(|(i, run)| {
-            let b = if b.is_empty() {
-                b
-            } else {
-                &b[i * per..i * per + run.len()]
-            };
-            std::sync::Mutex::new((run, b))
-        })
-        .collect();
-    pool.run(|i, _| {
-        if let Some(run) = runs.get(i) {
-            let mut run = run.lock().unwrap_or_else(|e| e.into_inner());
-            let (a, b) = &mut *run;
-            f(a, b);
-        }
-    });
+    // Whole items on the pool; a tail of fewer than `item` elements after them, in a call of
+    // its own (as one call over everything treats it: alone, after whole items).
+    let items = a.len() / item;
+    let (head, rest) = a.split_at_mut(items * item);
+    let (b_head, b_rest) = b.split_at(if b.is_empty() { 0 } else { items * item });
+    pool.for_runs(items, (head, item), (b_head, item), &f);
+    if !rest.is_empty() {
+        f(rest, b_rest);
+    }
 }
 
 /// `act(gate, up)` ([`swiglu`] or [`geglu`]) with the elements shared among `pool`'s threads
-/// when there are many. Each thread takes a run of whole 16-element chunks, so every element
-/// takes the path it takes in one call (only the last run holds the tail): the same bits.
+/// when there are many. Each thread takes a run of whole 16-element chunks and the tail
+/// (n mod 16) is computed alone, so every element takes the path it takes in one call: the
+/// same bits.
 pub fn gated_in(
     pool: &super::pool::ThreadPool,
     act: fn(&mut [f32], &[f32]),

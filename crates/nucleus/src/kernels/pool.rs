@@ -237,6 +237,44 @@ fn worker(s: Arc<Shared>, _idx: usize) {
     }
 }
 
+impl ThreadPool {
+    /// `f(a_run, b_run)` for the runs of `items` items, `a_item` elements of `a` and `b_item`
+    /// of `b` each (`b` may be empty: every run then gets an empty slice), one run per thread,
+    /// each of whole items. What `f` does to an item does not depend on the split when it
+    /// treats items alone. (A lock per run, never contended, hands its `a` to the thread that
+    /// owns it.)
+    pub fn for_runs<A: Send, B: Sync>(
+        &self,
+        items: usize,
+        (a, a_item): (&mut [A], usize),
+        (b, b_item): (&[B], usize),
+        f: impl Fn(&mut [A], &[B]) + Sync,
+    ) {
+        assert!(a.len() >= items * a_item && (b.is_empty() || b.len() >= items * b_item));
+        let per = items.div_ceil(self.n_threads()).max(1);
+        let runs: Vec<std::sync::Mutex<(&mut [A], &[B])>> = a[..items * a_item]
+            .chunks_mut(per * a_item)
+            .enumerate()
+            .map(|(i, run)| {
+                let n = run.len() / a_item;
+                let b = if b.is_empty() {
+                    b
+                } else {
+                    &b[i * per * b_item..(i * per + n) * b_item]
+                };
+                std::sync::Mutex::new((run, b))
+            })
+            .collect();
+        self.run(|i, _| {
+            if let Some(run) = runs.get(i) {
+                let mut run = run.lock().unwrap_or_else(|e| e.into_inner());
+                let (a, b) = &mut *run;
+                f(a, b);
+            }
+        });
+    }
+}
+
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);

@@ -95,21 +95,12 @@ impl QuantizedActs {
         let threads = pool.map_or(1, |p| p.n_threads());
         match pool {
             Some(pool) if threads > 1 && n_tokens >= 2 * threads && need >= PARALLEL_ACT_BYTES => {
-                // Each thread takes a run of whole rows; a lock per run, never contended, hands
-                // its bytes to the thread that owns them.
-                let per = n_tokens.div_ceil(threads);
-                let runs: Vec<std::sync::Mutex<(&[f32], &mut [u8])>> = x
-                    .chunks(per * cols)
-                    .zip(self.buf[..need].chunks_mut(per * rb))
-                    .map(std::sync::Mutex::new)
-                    .collect();
-                pool.run(|i, _| {
-                    if let Some(run) = runs.get(i) {
-                        let mut run = run.lock().unwrap_or_else(|e| e.into_inner());
-                        let (src, dst) = &mut *run;
-                        rows(src, dst);
-                    }
-                });
+                pool.for_runs(
+                    n_tokens,
+                    (&mut self.buf[..need], rb),
+                    (x, cols),
+                    |dst, src| rows(src, dst),
+                )
             }
             _ => rows(x, &mut self.buf[..need]),
         }
