@@ -4,7 +4,7 @@
 //! the types nucleus repacks (Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_K,
 //! Q6_K), in nucleus's interleaved one
 //! (`fast`), beside the machine's peak rate of 8-bit multiply-adds (`vpmaddubsw` on every core,
-//! measured).
+//! measured; and `vpdpbusd` where the CPU has AVX-512 VNNI).
 //!
 //! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`;
 //! `NUCLEUS_SIMD` caps the SIMD level.
@@ -38,6 +38,12 @@ fn main() {
     if let Some(peak) = peak_int8_macs(&pool) {
         println!(
             "peak: {:.1} G 8-bit MAC/s (vpmaddubsw on {threads} threads)",
+            peak / 1e9
+        );
+    }
+    if let Some(peak) = peak_vnni_macs(&pool) {
+        println!(
+            "peak: {:.1} G 8-bit MAC/s (vpdpbusd, 256-bit, on {threads} threads: the VNNI kernels' ceiling)",
             peak / 1e9
         );
     }
@@ -168,6 +174,43 @@ fn peak_int8_macs(pool: &ThreadPool) -> Option<f64> {
     }
     let _ = pool;
     None
+}
+
+/// The same with `vpdpbusd` on 256-bit registers (32 multiply-adds each), where the CPU has
+/// AVX-512 VNNI: the ceiling of the kernels' VNNI bodies.
+fn peak_vnni_macs(pool: &ThreadPool) -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if simd_level() >= nucleus::quant::SimdLevel::Avx512Vnni {
+        const ITERS: u64 = 50_000_000;
+        let t = Instant::now();
+        pool.run(|_, _| {
+            // SAFETY: AVX-512 VNNI and VL are present (the level never exceeds the CPU's).
+            std::hint::black_box(unsafe { dpbusd_loop(ITERS) });
+        });
+        let s = t.elapsed().as_secs_f64();
+        return Some((pool.n_threads() as u64 * ITERS * 12 * 32) as f64 / s);
+    }
+    let _ = pool;
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+unsafe fn dpbusd_loop(iters: u64) -> i32 {
+    use std::arch::x86_64::*;
+    let (a, b) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+    // Twelve chains: enough to cover the instruction's latency at two per cycle.
+    let mut acc = [_mm256_setzero_si256(); 12];
+    for _ in 0..iters {
+        for r in acc.iter_mut() {
+            *r = _mm256_dpbusd_epi32(*r, a, b);
+        }
+    }
+    let mut s = 0;
+    for r in acc {
+        s ^= _mm256_extract_epi32(r, 0);
+    }
+    s
 }
 
 #[cfg(target_arch = "x86_64")]
