@@ -287,8 +287,8 @@ pub fn packed_act_type(ty: GgmlType) -> GgmlType {
 const Q5_STORED_MOST: usize = 128;
 /// [`Q5_STORED_MOST`] where the kernels take their VNNI bodies: there the unpacked tiles lose
 /// the `vpmaddubsw` sums' extra instructions and overtake reading as stored sooner
-/// (`matmul_bench`, Intel AVX-512 VNNI: 20 % faster as stored at 5 to 12 tokens, as fast at
-/// 16, 12–18 % slower from 24 to 128).
+/// (`matmul_bench`, Intel AVX-512 VNNI: 12–24 % faster as stored at 5 to 12 tokens, about as
+/// fast at 16, 11–16 % slower from 24 to 128).
 const Q5_STORED_MOST_VNNI: usize = 16;
 
 /// The most tokens for which this process reads Q5_0 groups as stored.
