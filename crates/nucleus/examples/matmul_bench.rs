@@ -158,19 +158,31 @@ fn fastest(mut f: impl FnMut()) -> f64 {
     s
 }
 
+/// Iterations of each ceiling loop, on every thread.
+#[cfg(target_arch = "x86_64")]
+const PEAK_ITERS: u64 = 50_000_000;
+
+/// Multiply-adds per second with every thread of the pool running `body(PEAK_ITERS)`, which
+/// issues `macs_per_iter` of them an iteration.
+#[cfg(target_arch = "x86_64")]
+fn macs_per_second(pool: &ThreadPool, macs_per_iter: u64, body: impl Fn(u64) -> i32 + Sync) -> f64 {
+    let t = Instant::now();
+    pool.run(|_, _| {
+        std::hint::black_box(body(PEAK_ITERS));
+    });
+    let s = t.elapsed().as_secs_f64();
+    (pool.n_threads() as u64 * PEAK_ITERS * macs_per_iter) as f64 / s
+}
+
 /// 8-bit multiply-adds per second with every thread of the pool issuing independent
 /// `vpmaddubsw` (32 each): the ceiling of the AVX2 integer products.
 fn peak_int8_macs(pool: &ThreadPool) -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
-        const ITERS: u64 = 50_000_000;
-        let t = Instant::now();
-        pool.run(|_, _| {
-            // SAFETY: AVX2 is present (checked above).
-            std::hint::black_box(unsafe { maddubs_loop(ITERS) });
-        });
-        let s = t.elapsed().as_secs_f64();
-        return Some((pool.n_threads() as u64 * ITERS * 8 * 32) as f64 / s);
+        // SAFETY: AVX2 is present (checked above).
+        return Some(macs_per_second(pool, 8 * 32, |n| unsafe {
+            maddubs_loop(n)
+        }));
     }
     let _ = pool;
     None
@@ -181,14 +193,10 @@ fn peak_int8_macs(pool: &ThreadPool) -> Option<f64> {
 fn peak_vnni_macs(pool: &ThreadPool) -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
     if simd_level() >= nucleus::quant::SimdLevel::Avx512Vnni {
-        const ITERS: u64 = 50_000_000;
-        let t = Instant::now();
-        pool.run(|_, _| {
-            // SAFETY: AVX-512 VNNI and VL are present (the level never exceeds the CPU's).
-            std::hint::black_box(unsafe { dpbusd_loop(ITERS) });
-        });
-        let s = t.elapsed().as_secs_f64();
-        return Some((pool.n_threads() as u64 * ITERS * 12 * 32) as f64 / s);
+        // SAFETY: AVX-512 VNNI and VL are present (the level never exceeds the CPU's).
+        return Some(macs_per_second(pool, 12 * 32, |n| unsafe {
+            dpbusd_loop(n)
+        }));
     }
     let _ = pool;
     None
