@@ -8,6 +8,8 @@ pub mod matmul;
 pub mod ops;
 pub mod pool;
 pub mod rope;
+#[cfg(test)]
+mod test_rng;
 pub mod tile;
 
 pub use matmul::{matmul, matmul_f32, PromptSlot, QMatrix, QuantizedActs};

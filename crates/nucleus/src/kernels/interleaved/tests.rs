@@ -5,19 +5,9 @@
 use super::pack::{can_pack, pack, unpack_group_scalar};
 use super::*;
 use crate::kernels::matmul::QMatrix;
+use crate::kernels::test_rng::Rng;
 use crate::quant::dequantize_row;
 use crate::quant::quantize::quantize_rows;
-
-/// xorshift floats in [-1, 1).
-struct Rng(u64);
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
 
 /// A random `rows × cols` matrix of `ty`, with rows of different magnitudes.
 fn matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
