@@ -24,7 +24,7 @@ Pass criteria (exit 1 and a line naming each failure otherwise):
     seconds, which the server may not have noticed yet: dropped requests' sequences, and the
     choices a 429'd request had queued before the queue filled);
   * at the end, once idle, no KV block is held by a sequence: nucleus_kv_blocks_used is 0 and
-    nucleus_kv_blocks_free equals nucleus_kv_blocks_total (prefix-cache blocks kept for reuse
+    nucleus_kv_blocks_free equals nucleus_kv_blocks_capacity (prefix-cache blocks kept for reuse
     count as free: the next request may take them; they hold no sequence);
   * RSS (VmRSS of /proc/PID/status, sampled every --sample-every s) stays within --rss-tolerance
     (10 %) of its value at the end of the warm-up (--warmup, default 60 s or a quarter of the run);
@@ -455,9 +455,9 @@ def counter_checks(soak, before, after):
         soak.fail(f"the engine finished {finished:.0f} sequences; the clients saw {soak.completed_seqs}")
     if after.get("nucleus_kv_blocks_used") != 0:
         soak.fail(f"{after.get('nucleus_kv_blocks_used')} KV blocks still held by sequences when idle")
-    if after.get("nucleus_kv_blocks_free") != after.get("nucleus_kv_blocks_total"):
+    if after.get("nucleus_kv_blocks_free") != after.get("nucleus_kv_blocks_capacity"):
         soak.fail(f"KV blocks free {after.get('nucleus_kv_blocks_free')} of "
-                  f"{after.get('nucleus_kv_blocks_total')} when idle")
+                  f"{after.get('nucleus_kv_blocks_capacity')} when idle")
     return d
 
 

@@ -81,8 +81,14 @@ pub struct ServeArgs {
     /// and only the chat template's own text can become special tokens.
     #[arg(long)]
     pub parse_special_in_messages: bool,
-    /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM before cancelling them
-    /// (connections still open 2 s after that are dropped, and the server exits).
+    /// Seconds after Ctrl-C / SIGTERM during which `/health` answers 503 (so a readiness probe
+    /// takes the replica out of its load balancer) while new requests are still accepted and
+    /// served; the drain (`--drain-secs`) starts after it.
+    #[arg(long, default_value_t = 0)]
+    pub unready_secs: u64,
+    /// Seconds to let in-flight requests finish once the server stops accepting (after
+    /// `--unready-secs`) before cancelling them (connections still open 2 s after that are
+    /// dropped, and the server exits).
     #[arg(long, default_value_t = 10)]
     pub drain_secs: u64,
     #[command(flatten)]
@@ -212,7 +218,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             listener,
             state,
             nucleus_server::shutdown_signal(),
-            Duration::from_secs(args.drain_secs),
+            nucleus_server::Drain {
+                unready: Duration::from_secs(args.unready_secs),
+                finish: Duration::from_secs(args.drain_secs),
+            },
         )
         .await
         .context("server error")?;

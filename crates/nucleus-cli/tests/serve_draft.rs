@@ -150,6 +150,6 @@ fn a_draft_serves_the_same_answers_and_is_counted() {
     let proposed = metric("nucleus_spec_decode_num_draft_tokens_total");
     assert_eq!((drafts, proposed), (0, 0), "{metrics}");
     // The request is over: its draft blocks are back in the draft's pool.
-    assert!(metric("nucleus_draft_kv_blocks_total") > 0, "{metrics}");
+    assert!(metric("nucleus_draft_kv_blocks_capacity") > 0, "{metrics}");
     assert_eq!(metric("nucleus_draft_kv_blocks_used"), 0, "{metrics}");
 }

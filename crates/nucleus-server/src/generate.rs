@@ -46,7 +46,7 @@ pub(crate) async fn generate(
     s: GenSettings,
     t0: Instant,
 ) -> Result<Response, ApiError> {
-    if st.shutting_down.load(Ordering::SeqCst) {
+    if st.draining.load(Ordering::SeqCst) {
         return Err(submit_error(SubmitError::ShuttingDown));
     }
     let Prompt {

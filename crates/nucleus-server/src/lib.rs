@@ -70,7 +70,12 @@ pub struct AppState {
     /// One beam search runs at a time.
     beam_lock: tokio::sync::Mutex<()>,
     pub created: u64,
+    /// The shutdown signal came: `/health` answers 503 (requests are still served until
+    /// [`draining`](Self::draining)).
     pub shutting_down: AtomicBool,
+    /// The unready window is over: new generation requests are refused with 503 while those in
+    /// flight finish.
+    pub draining: AtomicBool,
     next_id: AtomicU64,
 }
 
@@ -105,6 +110,7 @@ impl AppState {
             beam_lock: tokio::sync::Mutex::new(()),
             created: unix_now(),
             shutting_down: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             tokenizer,
         }
@@ -165,25 +171,52 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// deliver their last bytes before [`serve`] returns anyway.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
+/// What [`serve`] does after its shutdown signal, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drain {
+    /// First, `/health` answers 503 while the server still accepts and serves new requests:
+    /// time for a load balancer's readiness probe to take the replica out before connections
+    /// are refused (Kubernetes keeps routing to a pod until its endpoints are updated).
+    pub unready: Duration,
+    /// Then the server stops accepting, and in-flight requests get this long to finish before
+    /// they are cancelled (streams end with an error event).
+    pub finish: Duration,
+}
+
+impl Drain {
+    /// No unready window: stop accepting at once and let in-flight requests finish for `finish`.
+    pub fn finishing(finish: Duration) -> Drain {
+        Drain {
+            unready: Duration::ZERO,
+            finish,
+        }
+    }
+
+    /// The most time [`serve`] takes after the signal: both windows and [`CLOSE_GRACE`].
+    pub fn longest(&self) -> Duration {
+        self.unready + self.finish + CLOSE_GRACE
+    }
+}
+
 /// How [`serve`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stopped {
-    /// Some connections were still open `drain` + [`CLOSE_GRACE`] after the shutdown signal
-    /// (a client stalled mid-request, or stopped reading its answer) and were dropped.
+    /// Some connections were still open [`Drain::longest`] after the shutdown signal (a client
+    /// stalled mid-request, or stopped reading its answer) and were dropped.
     pub connections_dropped: bool,
 }
 
-/// Serves until `shutdown` resolves, then stops accepting connections and lets in-flight
-/// requests finish for up to `drain`; what is still running after that is cancelled (streams end
-/// with an error event). The engine is shut down before returning. Returns at most `drain` +
-/// [`CLOSE_GRACE`] after the signal, whatever the clients do: a client that sent half a request
-/// and went silent would otherwise keep the server from ever stopping (axum waits for every
-/// connection to close).
+/// Serves until `shutdown` resolves, then drains as [`Drain`] says: unready but serving for
+/// `drain.unready`, then no new connections while in-flight requests finish for up to
+/// `drain.finish`; what is still running after that is cancelled. The engine is shut down before
+/// returning. Returns at most [`Drain::longest`] after the signal, whatever the clients do: a
+/// client that sent half a request and went silent would otherwise keep the server from ever
+/// stopping (axum waits for every connection to close).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    drain: Duration,
+    drain: Drain,
 ) -> std::io::Result<Stopped> {
     let st = state.clone();
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -191,16 +224,18 @@ pub async fn serve(
         shutdown.await;
         st.shutting_down.store(true, Ordering::SeqCst);
         let _ = signalled_tx.send(());
+        tokio::time::sleep(drain.unready).await;
+        st.draining.store(true, Ordering::SeqCst);
         let engine = st.engine.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(drain).await;
+            tokio::time::sleep(drain.finish).await;
             let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
         });
     };
     let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(graceful);
     let deadline = async move {
         match signalled_rx.await {
-            Ok(()) => tokio::time::sleep(drain + CLOSE_GRACE).await,
+            Ok(()) => tokio::time::sleep(drain.longest()).await,
             // The server ended without a signal (an accept error): the other branch has it.
             Err(_) => std::future::pending().await,
         }

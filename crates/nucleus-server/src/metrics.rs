@@ -135,7 +135,7 @@ impl Metrics {
             "gauge",
         );
         gauge(
-            "nucleus_kv_blocks_total",
+            "nucleus_kv_blocks_capacity",
             "KV cache blocks in the pool.",
             s.kv_total_blocks as u64,
             "gauge",
@@ -213,7 +213,7 @@ impl Metrics {
             "gauge",
         );
         gauge(
-            "nucleus_draft_kv_blocks_total",
+            "nucleus_draft_kv_blocks_capacity",
             "Blocks in the draft model's KV pool (0 without a draft model).",
             s.draft_kv_total_blocks as u64,
             "gauge",

@@ -102,7 +102,7 @@ fn the_metrics_the_endpoint_picker_is_configured_with_are_exported() {
     assert_eq!(s.len(), 1);
     assert!((0.0..=1.0).contains(&s[0].1), "KV usage {}", s[0].1);
     // BlockSize and the number of blocks, as labels of an info gauge.
-    let total = samples(&page, "nucleus_kv_blocks_total", "gauge")[0].1;
+    let total = samples(&page, "nucleus_kv_blocks_capacity", "gauge")[0].1;
     let s = samples(&page, &spec("cacheInfoSpec"), "gauge");
     assert_eq!(s.len(), 1);
     let labels = &s[0].0;

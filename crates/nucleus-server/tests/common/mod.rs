@@ -131,7 +131,7 @@ fn serve_state(state: AppState, engine: EngineHandle) -> Server {
                 async move {
                     let _ = stop_rx.await;
                 },
-                Duration::from_secs(2),
+                nucleus_server::Drain::finishing(Duration::from_secs(2)),
             )
             .await
             .unwrap();
