@@ -75,7 +75,8 @@ def metadata_errors(doc):
 def validate(doc):
     key = (doc.get("apiVersion"), doc.get("kind"))
     if key in CUSTOM:
-        schema = strict(with_object_fields(json.loads((HERE / "schemas" / CUSTOM[key]).read_text())))
+        schema = json.loads((HERE / "schemas" / CUSTOM[key]).read_text())
+        schema = strict(with_object_fields(schema))
         validator = jsonschema.Draft7Validator(schema)
         errors = metadata_errors(doc)
         for e in validator.iter_errors(doc):
@@ -161,7 +162,9 @@ def monitoring_errors(objects):
         with tempfile.NamedTemporaryFile("w", suffix=".yml") as f:
             yaml.safe_dump({"scrape_configs": jobs}, f)
             f.flush()
-            r = subprocess.run(["promtool", "check", "config", f.name], capture_output=True, text=True)
+            r = subprocess.run(
+                ["promtool", "check", "config", f.name], capture_output=True, text=True
+            )
             if r.returncode:
                 errors.append(f"promtool check config: {r.stdout}{r.stderr}")
     else:

@@ -241,7 +241,8 @@ def main():
         fail("needs `prometheus` (apt-get install prometheus) and a built target/release/nucleus")
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="rehearsal-"))
     serve_args = ["--threads", "1", "--ctx", "1024", "--max-running", "2", "--queue", "64",
-                  "--unready-secs", "3", "--drain-secs", str(args.drain_secs), "--model-id", MODEL]
+                  "--unready-secs", "3", "--drain-secs", str(args.drain_secs),
+                  "--model-id", MODEL]
     replicas = [Replica(i, args.binary, workdir, serve_args) for i in range(args.replicas)]
     procs = []
     try:
@@ -254,32 +255,26 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run(replicas, prometheus, workdir, procs, clients):
-    for r in replicas:
-        r.start()
-    for r in replicas:
-        r.wait_healthy()
-    print(f"== {len(replicas)} replicas ready: " + ", ".join(f"{r.pod} on :{r.port}" for r in replicas))
-
-    prom_port = free_port()
+def start_prometheus(replicas, prometheus, workdir, procs):
+    port = free_port()
     cfg = workdir / "prometheus.yml"
     cfg.write_text(yaml.safe_dump(prometheus_config(replicas, "1s")))
-    check = subprocess.run(["promtool", "check", "config", str(cfg)], capture_output=True, text=True)
+    check = subprocess.run(
+        ["promtool", "check", "config", str(cfg)], capture_output=True, text=True
+    )
     if check.returncode:
         fail(f"promtool check config: {check.stdout}{check.stderr}")
+    log = open(workdir / "prometheus.log", "wb")
     procs.append(subprocess.Popen(
         [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=open(workdir / "prometheus.log", "wb"), stderr=subprocess.STDOUT))
-    base = f"http://127.0.0.1:{prom_port}"
-    print(f"== Prometheus on :{prom_port}, the shipped scrape job rendered for loopback (1 s interval)")
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT))
+    print(f"== Prometheus on :{port}, the shipped scrape job rendered for loopback (1 s scrapes)")
+    return f"http://127.0.0.1:{port}"
 
-    lb = Balancer(replicas)
-    threads = [threading.Thread(target=lb.probe_loop, daemon=True)]
-    threads += [threading.Thread(target=lb.client_loop, args=(i,), daemon=True) for i in range(clients)]
-    for t in threads:
-        t.start()
 
+def measure_hpa(base, replicas):
+    """The adapter's queries against Prometheus, once every pod is scraped and some queue."""
     series_query, metrics_query = adapter_queries(replicas)
     per_pod = {}
     while left() > 100:
@@ -290,12 +285,12 @@ def run(replicas, prometheus, workdir, procs, clients):
         except OSError:
             continue
         per_pod = {s["metric"].get("pod"): float(s["value"][1]) for s in result}
-        if len(up) == len(replicas) and len(per_pod) == len(replicas) and sum(per_pod.values()) > 0:
+        if len(up) == len(per_pod) == len(replicas) and sum(per_pod.values()) > 0:
             break
-    series = json.loads(http(f"{base}/api/v1/series?" + urllib.parse.urlencode(
-        {"match[]": series_query}), timeout=10)[1])["data"]
-    print(f"seriesQuery {series_query}: {len(series)} series, labels "
-          + ", ".join(sorted(f"{s['namespace']}/{s['pod']}" for s in series)))
+    query = urllib.parse.urlencode({"match[]": series_query})
+    series = json.loads(http(f"{base}/api/v1/series?{query}", timeout=10)[1])["data"]
+    labels = ", ".join(sorted(f"{s['namespace']}/{s['pod']}" for s in series))
+    print(f"seriesQuery {series_query}: {len(series)} series, labels {labels}")
     print(f"metricsQuery {metrics_query}")
     if len(per_pod) != len(replicas) or sum(per_pod.values()) <= 0:
         fail(f"the adapter's query gave {per_pod} under load (want every pod, some queue)")
@@ -304,10 +299,12 @@ def run(replicas, prometheus, workdir, procs, clients):
     print(f"  HPA: average {avg:.2f} waiting per pod against a target of {target:g}: "
           f"{len(replicas)} -> {desired} replicas")
 
-    victim = replicas[0]
+
+def rolling_restart(lb, victim):
+    """SIGTERM under load, wait for the exit, start a new process on the same port."""
     drain = victim.args[victim.args.index("--drain-secs") + 1]
-    print(f"== rolling restart of {victim.pod} under load (SIGTERM, --unready-secs 3, --drain-secs {drain})")
-    before = dict(lb.stats)
+    print(f"== rolling restart of {victim.pod} under load "
+          f"(SIGTERM, --unready-secs 3, --drain-secs {drain})")
     t0 = time.monotonic()
     lb.restarting.set()
     victim.draining = True
@@ -317,13 +314,36 @@ def run(replicas, prometheus, workdir, procs, clients):
     print(f"  readiness dropped after {time.monotonic() - t0:.1f} s")
     while victim.proc.poll() is None and left():
         time.sleep(0.1)
-    print(f"  {victim.pod} exited with {victim.proc.returncode} after {time.monotonic() - t0:.1f} s")
-    if victim.proc.returncode != 0:
-        fail(f"{victim.pod} exited with {victim.proc.returncode}")
+    code = victim.proc.returncode
+    print(f"  {victim.pod} exited with {code} after {time.monotonic() - t0:.1f} s")
+    if code != 0:
+        fail(f"{victim.pod} exited with {code}")
     victim.draining = False
     victim.start()
     victim.wait_healthy()
     print(f"  the new {victim.pod} is ready after {time.monotonic() - t0:.1f} s")
+
+
+def run(replicas, prometheus, workdir, procs, clients):
+    for r in replicas:
+        r.start()
+    for r in replicas:
+        r.wait_healthy()
+    ready = ", ".join(f"{r.pod} on :{r.port}" for r in replicas)
+    print(f"== {len(replicas)} replicas ready: {ready}")
+    base = start_prometheus(replicas, prometheus, workdir, procs)
+
+    lb = Balancer(replicas)
+    threads = [threading.Thread(target=lb.probe_loop, daemon=True)]
+    threads += [
+        threading.Thread(target=lb.client_loop, args=(i,), daemon=True) for i in range(clients)
+    ]
+    for t in threads:
+        t.start()
+    measure_hpa(base, replicas)
+
+    before = dict(lb.stats)
+    rolling_restart(lb, replicas[0])
     settle = time.monotonic() + 6
     while time.monotonic() < settle and left():
         time.sleep(0.2)
@@ -333,8 +353,8 @@ def run(replicas, prometheus, workdir, procs, clients):
     s = lb.stats
     during = {k: s[k] - before[k] for k in s}
     print(f"== requests: {s['ok']} served, {s['lost']} lost, {s['refused_retried']} refused "
-          f"connections retried; during the restart {during['ok']} served, {during['lost']} lost; "
-          f"{lb.served_while_unready} answered by the draining replica")
+          f"connections retried; during the restart {during['ok']} served, {during['lost']} "
+          f"lost; {lb.served_while_unready} answered by the draining replica")
     if s["lost"]:
         fail(f"{s['lost']} requests lost: {lb.errors[:5]}")
     if during["ok"] == 0:
