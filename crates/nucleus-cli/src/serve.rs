@@ -91,6 +91,19 @@ pub struct ServeArgs {
     /// dropped, and the server exits).
     #[arg(long, default_value_t = 10)]
     pub drain_secs: u64,
+    /// Publish the prefix cache's KV events (blocks stored and removed) on a ZeroMQ PUB socket
+    /// bound at this endpoint (e.g. `tcp://*:5557`), in vLLM's format, for llm-d's precise
+    /// prefix-cache scorer.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub kv_events: Option<String>,
+    /// Connect the KV events socket to `--kv-events` (a subscriber that binds) instead of
+    /// binding it.
+    #[arg(long, requires = "kv_events")]
+    pub kv_events_connect: bool,
+    /// The pod name in the KV events' topic `kv@POD@MODEL` (default: $POD_NAME, else the host
+    /// name).
+    #[arg(long, requires = "kv_events")]
+    pub kv_events_pod: Option<String>,
     #[command(flatten)]
     pub speculate: SpeculateArgs,
 }
@@ -159,7 +172,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         kv_type: args.kv_type,
         speculation,
         allow_long_context: args.allow_long_context,
+        kv_events: args.kv_events.is_some(),
     };
+    if cfg.kv_events && !cfg.prefix_caching {
+        anyhow::bail!("--kv-events needs the prefix cache (drop --no-prefix-cache)");
+    }
     // The KV type against the model (and the draft), and the KV caches and scratch against
     // the memory available, before anything is allocated.
     match &draft {
@@ -214,6 +231,18 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 ""
             }
         );
+        if let Some(events) = kv_events_config(&args, &model_id, cfg.block_size) {
+            let socket = nucleus_server::kv_events::open(&events)
+                .await
+                .map_err(anyhow::Error::msg)?;
+            if let Some(rx) = state.engine.take_kv_events() {
+                eprintln!(
+                    "nucleus serve: KV events on {} (topic {})",
+                    events.endpoint, events.topic
+                );
+                tokio::spawn(nucleus_server::kv_events::publish(socket, events, rx));
+            }
+        }
         let stopped = nucleus_server::serve(
             listener,
             state,
@@ -234,5 +263,27 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             eprintln!("nucleus serve: stopped");
         }
         Ok(())
+    })
+}
+
+/// Where the KV events go, with `--kv-events`.
+fn kv_events_config(
+    args: &ServeArgs,
+    model_id: &str,
+    block_size: usize,
+) -> Option<nucleus_server::kv_events::KvEventsConfig> {
+    let endpoint = args.kv_events.clone()?;
+    let pod = args
+        .kv_events_pod
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "nucleus".to_string());
+    Some(nucleus_server::kv_events::KvEventsConfig {
+        endpoint,
+        connect: args.kv_events_connect,
+        topic: format!("kv@{pod}@{model_id}"),
+        block_size,
     })
 }

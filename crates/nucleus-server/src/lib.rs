@@ -13,6 +13,7 @@ pub mod api;
 mod beams;
 pub mod error;
 mod generate;
+pub mod kv_events;
 pub mod metrics;
 pub mod prompt;
 mod respond;
@@ -148,6 +149,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/tokenize", post(tokens::tokenize))
         .route("/detokenize", post(tokens::detokenize))
+        .route("/kv_blocks", get(info::kv_blocks))
         .route_layer(auth());
     let mut metrics = Router::new().route("/metrics", get(info::metrics_route));
     if state.metrics_require_key {

@@ -74,3 +74,29 @@ pub(crate) async fn models(State(st): State<Arc<AppState>>) -> Response {
     }))
     .into_response()
 }
+
+/// `GET /kv_blocks`: the prefix cache's blocks as the KV events describe them (with
+/// `--kv-events`): `{"block_size", "hashes"}`, each hash as the events send it. What a
+/// subscriber that replayed every event must hold: a check for routers and tests.
+pub(crate) async fn kv_blocks(State(st): State<Arc<AppState>>) -> Response {
+    if !st.engine.config().kv_events {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "KV-cache events are off (start the server with --kv-events)",
+        )
+        .into_response();
+    }
+    let mut hashes: Vec<u64> = st
+        .engine
+        .cached_block_hashes()
+        .into_iter()
+        .map(crate::kv_events::wire_hash)
+        .collect();
+    hashes.sort_unstable();
+    Json(json!({
+        "block_size": st.engine.config().block_size,
+        "hashes": hashes,
+    }))
+    .into_response()
+}

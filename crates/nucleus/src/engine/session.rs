@@ -328,7 +328,7 @@ impl<'m> Session<'m> {
             if self.n_evicted == evicted_before {
                 // Offered chunk by chunk: a sliding-window pool frees blocks as it goes. (After
                 // an eviction the blocks no longer hold the prompt's positions.)
-                self.kv.offer_blocks(self.seq, &hashes)?;
+                self.kv.offer_blocks(self.seq, &hashes, &self.tokens)?;
             }
         }
         if starts {

@@ -15,12 +15,14 @@
 //! ([`sliding`]). A sequence has one block table per pool, indexed alike (block `i` holds
 //! positions `i·block_size..`), with holes where the window pool freed a block.
 
+mod events;
 mod pool;
 mod prefix;
 mod sliding;
 mod storage;
 mod window;
 
+pub use events::KvEvent;
 pub use pool::NO_BLOCK;
 pub use prefix::{extend_block_hashes, BlockHash};
 pub use sliding::{window_blocks_per_seq, SlidingWindow, PINNED_BLOCKS};

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use sha2::{Digest, Sha256};
 
+use super::events::KvEvent;
 use super::{BlockId, KvCache, KvError, SeqId, NO_BLOCK};
 use crate::tokenizer::TokenId;
 
@@ -60,6 +61,8 @@ pub(super) struct PrefixIndex {
     lru: BTreeMap<u64, BlockId>,
     released_at: HashMap<BlockId, u64>,
     clock: u64,
+    /// Events since they were last taken, when recording ([`KvCache::set_events`]).
+    pub journal: Option<Vec<KvEvent>>,
 }
 
 impl PrefixIndex {
@@ -99,7 +102,7 @@ impl PrefixIndex {
     /// Forgets `b` (its contents are about to change); it stays with its sequences.
     pub fn unregister(&mut self, b: BlockId) {
         if let Some(h) = self.hash_of.remove(&b) {
-            self.by_hash.remove(&h);
+            self.forget(h);
         }
         if let Some(t) = self.released_at.remove(&b) {
             self.lru.remove(&t);
@@ -126,9 +129,22 @@ impl PrefixIndex {
         let (_, b) = self.lru.pop_first()?;
         self.released_at.remove(&b);
         if let Some(h) = self.hash_of.remove(&b) {
-            self.by_hash.remove(&h);
+            self.forget(h);
         }
         Some(b)
+    }
+
+    /// `hash` is no longer findable (its block's `hash_of` entry is gone already).
+    fn forget(&mut self, hash: BlockHash) {
+        self.by_hash.remove(&hash);
+        if let Some(j) = &mut self.journal {
+            j.push(KvEvent::Removed { hash });
+        }
+    }
+
+    /// The hashes of the cached blocks.
+    pub fn hashes(&self) -> impl Iterator<Item = BlockHash> + '_ {
+        self.by_hash.keys().copied()
     }
 }
 
@@ -188,22 +204,37 @@ impl KvCache {
     }
 
     /// Offers the full blocks of `seq` not offered yet to the prefix cache, under `hashes`
-    /// (the block hashes of its tokens; blocks past them are not offered). A block whose
-    /// prefix is cached already stays private (the cached copy is the one found).
-    pub fn offer_blocks(&mut self, seq: SeqId, hashes: &[BlockHash]) -> Result<(), KvError> {
+    /// (the block hashes of `tokens`, its tokens from the first; blocks past the hashes are not
+    /// offered). A block whose prefix is cached already stays private (the cached copy is the
+    /// one found).
+    pub fn offer_blocks(
+        &mut self,
+        seq: SeqId,
+        hashes: &[BlockHash],
+        tokens: &[TokenId],
+    ) -> Result<(), KvError> {
         if !self.prefix_caching {
             return Ok(());
         }
         let bs = self.cfg.block_size;
         let t = self.table(seq)?;
         let (from, full) = (t.offered, (t.len / bs).min(hashes.len()));
-        let offers: Vec<(usize, BlockId, BlockHash)> = (0..self.pools.len())
+        let offers: Vec<(usize, usize, BlockId)> = (0..self.pools.len())
             .flat_map(|p| (from..full).map(move |i| (p, i)))
-            .map(|(p, i)| (p, t.blocks[p][i], hashes[i]))
-            .filter(|&(_, b, _)| b != NO_BLOCK)
+            .map(|(p, i)| (p, i, t.blocks[p][i]))
+            .filter(|&(_, _, b)| b != NO_BLOCK)
             .collect();
-        for (p, b, hash) in offers {
-            self.pools[p].prefix.register(b, hash);
+        for (p, i, b) in offers {
+            let prefix = &mut self.pools[p].prefix;
+            if prefix.register(b, hashes[i]) && p == 0 {
+                if let Some(j) = &mut prefix.journal {
+                    j.push(KvEvent::Stored {
+                        hash: hashes[i],
+                        parent: i.checked_sub(1).map(|k| hashes[k]),
+                        tokens: tokens.get(i * bs..(i + 1) * bs).unwrap_or(&[]).to_vec(),
+                    });
+                }
+            }
         }
         let t = self.table_mut(seq)?;
         t.offered = t.offered.max(full);

@@ -210,7 +210,7 @@ mod tests {
                 }
             }
             c.commit(seq, part.len()).unwrap();
-            c.offer_blocks(seq, &h).unwrap();
+            c.offer_blocks(seq, &h, all).unwrap();
         }
     }
 

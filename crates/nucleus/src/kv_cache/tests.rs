@@ -114,7 +114,7 @@ fn filled(c: &mut KvCache, tokens: &[TokenId]) -> SeqId {
         c.write(0, b, slot, &[t as f32; 8], &[t as f32; 8]);
     }
     c.commit(s, tokens.len() - got).unwrap();
-    c.offer_blocks(s, &h).unwrap();
+    c.offer_blocks(s, &h, tokens).unwrap();
     s
 }
 
@@ -268,4 +268,72 @@ fn truncate_frees_blocks() {
     assert_eq!(c.used_blocks(), 1);
     assert_eq!(c.seq_len(s).unwrap(), 4);
     assert!(c.truncate(s, 5).is_err());
+}
+
+/// Replays `events` into `set` as a router would.
+fn replay(set: &mut std::collections::HashSet<BlockHash>, events: Vec<KvEvent>) {
+    for e in events {
+        match e {
+            KvEvent::Stored { hash, .. } => assert!(set.insert(hash), "stored twice"),
+            KvEvent::Removed { hash } => assert!(set.remove(&hash), "removed, never stored"),
+        }
+    }
+}
+
+#[test]
+fn events_replay_into_exactly_the_cached_blocks() {
+    let mut c = cache(6);
+    c.set_prefix_caching(true);
+    c.set_events(true);
+    let mut seen = std::collections::HashSet::new();
+    let mut check = |c: &mut KvCache| {
+        replay(&mut seen, c.take_events());
+        let mut want = c.cached_hashes();
+        want.sort_unstable();
+        let mut got: Vec<BlockHash> = seen.iter().copied().collect();
+        got.sort_unstable();
+        assert_eq!(got, want);
+    };
+    // Two prompts sharing a block; the second's own blocks are stored with their tokens and
+    // parents.
+    let a: Vec<TokenId> = (0..9).collect();
+    let b: Vec<TokenId> = (0..4).chain(50..58).collect();
+    let sa = filled(&mut c, &a);
+    let events = c.take_events();
+    let h = hashes(&a);
+    assert_eq!(
+        events,
+        vec![
+            KvEvent::Stored {
+                hash: h[0],
+                parent: None,
+                tokens: vec![0, 1, 2, 3]
+            },
+            KvEvent::Stored {
+                hash: h[1],
+                parent: Some(h[0]),
+                tokens: vec![4, 5, 6, 7]
+            },
+        ]
+    );
+    replay(&mut seen, events);
+    let sb = filled(&mut c, &b);
+    check(&mut c);
+    c.free_seq(sa).unwrap();
+    c.free_seq(sb).unwrap();
+    check(&mut c);
+    // New prompts evict the least recently used blocks: removals.
+    let d: Vec<TokenId> = (200..220).collect();
+    let sd = filled(&mut c, &d);
+    let events = c.take_events();
+    assert!(events.iter().any(|e| matches!(e, KvEvent::Removed { .. })));
+    replay(&mut seen, events);
+    check(&mut c);
+    // Cut back into a cached block: it leaves the cache.
+    c.truncate(sd, 6).unwrap();
+    check(&mut c);
+    c.free_seq(sd).unwrap();
+    c.set_prefix_caching(false);
+    check(&mut c);
+    assert!(seen.is_empty());
 }

@@ -303,7 +303,7 @@ impl<'a> Scheduler<'a> {
             let last = n == s.uncached();
             s.n_cached += n;
             if let Some(id) = s.kv_seq {
-                let _ = self.kv.offer_blocks(id, &s.hashes);
+                let _ = self.kv.offer_blocks(id, &s.hashes, s.seq.context());
             }
             if !last {
                 continue;
@@ -388,7 +388,16 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
+        if self.kv.has_events() {
+            let events = self.kv.take_events();
+            if let Some(tx) = &self.shared.kv_events {
+                let _ = tx.send(events);
+            }
+            if let Ok(mut h) = self.shared.kv_cached_hashes.lock() {
+                *h = self.kv.cached_hashes();
+            }
+        }
         let c = &self.shared.counters;
         c.running.store(self.running.len(), Ordering::Relaxed);
         c.waiting.store(self.waiting.len(), Ordering::Relaxed);

@@ -54,7 +54,7 @@ use super::sequence::GenerateRequest;
 use super::speculate::{SpecStats, MAX_DRAFT};
 use crate::kernels::interleaved::Arithmetic;
 use crate::kernels::PromptSlot;
-use crate::kv_cache::{extend_block_hashes, BlockHash, KvCache, KvConfig, KvType};
+use crate::kv_cache::{extend_block_hashes, BlockHash, KvCache, KvConfig, KvEvent, KvType};
 use crate::model::{arithmetic_class, Model};
 use crate::sampling::{Explain, FinishReason, Sampler, SamplingError, SamplingParams};
 use crate::tokenizer::{TokenId, Tokenizer};
@@ -97,6 +97,9 @@ pub struct EngineConfig {
     /// Keep an `n_ctx` above the model's training context (by default it is capped there):
     /// positions the model never saw in training, whose output degrades.
     pub allow_long_context: bool,
+    /// Record the prefix cache's [`KvEvent`]s for [`EngineHandle::take_kv_events`] (for a
+    /// router's precise prefix scoring).
+    pub kv_events: bool,
 }
 
 /// Speculative decoding in the engine: prompt lookup ([`NgramProposer`](crate::engine::speculate::ngram::NgramProposer)),
@@ -161,6 +164,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             speculation: None,
             allow_long_context: false,
+            kv_events: false,
         }
     }
 }
@@ -310,6 +314,12 @@ struct Shared {
     arithmetic: Arithmetic,
     /// For compiling grammars at submission.
     tokenizer: Arc<Tokenizer>,
+    /// With `cfg.kv_events`: where the scheduler sends each step's [`KvEvent`]s, the receiving
+    /// end until [`EngineHandle::take_kv_events`] takes it, and the cached hashes after the
+    /// last events.
+    kv_events: Option<UnboundedSender<Vec<KvEvent>>>,
+    kv_events_rx: Mutex<Option<UnboundedReceiver<Vec<KvEvent>>>>,
+    kv_cached_hashes: Mutex<Vec<BlockHash>>,
 }
 
 /// The engine: use [`Engine::start`] to get a handle.
@@ -354,6 +364,14 @@ impl Engine {
         );
         let mut kv = KvCache::new(kv_cfg);
         kv.set_prefix_caching(cfg.prefix_caching);
+        kv.set_events(cfg.kv_events);
+        let (kv_events, kv_events_rx) = match cfg.kv_events {
+            true => {
+                let (tx, rx) = unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
         // The draft's pool, when it will propose.
         let draft = draft.filter(|_| cfg.speculation.is_some()).map(|d| {
             let dcfg = cfg.draft_kv_config(&d.model);
@@ -375,6 +393,9 @@ impl Engine {
             n_vocab: model.hp.n_vocab,
             arithmetic: model.arithmetic(),
             tokenizer: tokenizer.clone(),
+            kv_events,
+            kv_events_rx: Mutex::new(kv_events_rx),
+            kv_cached_hashes: Mutex::new(Vec::new()),
         });
         shared
             .counters
@@ -417,6 +438,22 @@ impl Engine {
 impl EngineHandle {
     pub fn config(&self) -> &EngineConfig {
         &self.shared.cfg
+    }
+
+    /// The prefix cache's events, a batch per scheduler step that had any, in order (with
+    /// [`EngineConfig::kv_events`]; `None` without it, or when taken already).
+    pub fn take_kv_events(&self) -> Option<UnboundedReceiver<Vec<KvEvent>>> {
+        self.shared.kv_events_rx.lock().ok()?.take()
+    }
+
+    /// The hashes of the cached blocks as of the last batch of events (with
+    /// [`EngineConfig::kv_events`]; empty without it): what replaying every batch gives.
+    pub fn cached_block_hashes(&self) -> Vec<BlockHash> {
+        self.shared
+            .kv_cached_hashes
+            .lock()
+            .map(|h| h.clone())
+            .unwrap_or_default()
     }
 
     /// Queues a request. Its events arrive on the returned receiver; dropping the receiver
