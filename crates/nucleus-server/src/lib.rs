@@ -14,7 +14,9 @@ mod beams;
 pub mod error;
 mod generate;
 pub mod metrics;
+mod output;
 pub mod prompt;
+pub mod reasoning;
 mod respond;
 mod routes;
 pub mod structured;
@@ -69,6 +71,8 @@ pub struct AppState {
     embed_lock: tokio::sync::Mutex<()>,
     /// One beam search runs at a time.
     beam_lock: tokio::sync::Mutex<()>,
+    /// Conversations of past `/v1/responses` answers, for `previous_response_id`.
+    responses: routes::responses_input::Store,
     pub created: u64,
     pub shutting_down: AtomicBool,
     next_id: AtomicU64,
@@ -103,6 +107,7 @@ impl AppState {
             model: None,
             embed_lock: tokio::sync::Mutex::new(()),
             beam_lock: tokio::sync::Mutex::new(()),
+            responses: Default::default(),
             created: unix_now(),
             shutting_down: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
@@ -133,11 +138,14 @@ fn unix_now() -> u64 {
 
 /// The application's routes.
 pub fn router(state: Arc<AppState>) -> Router {
-    use routes::{completions, embeddings, info, page, tokens};
+    use routes::{completions, embeddings, info, messages, page, responses, tokens};
     let auth = || middleware::from_fn_with_state(state.clone(), access::auth);
     let v1 = Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(completions::chat_completions))
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(info::models))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/tokenize", post(tokens::tokenize))
