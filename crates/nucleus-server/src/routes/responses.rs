@@ -123,7 +123,7 @@ fn prepare(
         Some(id) => st.responses.get(id).ok_or_else(|| {
             ApiError::param(
                 "previous_response_id",
-                format!("no stored response {id:?}: this server keeps the last {} responses in memory (not across restarts), and only those with `store` true", Store::CAPACITY),
+                format!("`previous_response_id` {id:?} is not stored: this server keeps the last {} responses in memory (not across restarts), and only those with `store` true", Store::CAPACITY),
             )
             .with_code("previous_response_not_found")
         })?,
