@@ -1,6 +1,7 @@
 //! nucleus's OpenAI-compatible HTTP server (axum + tokio) over the continuous-batching engine.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/embeddings`,
+//! `POST /v1/messages` and `/v1/messages/count_tokens` (Anthropic's), `POST /v1/responses`,
 //! `GET /v1/models`, `POST /tokenize`, `POST /detokenize` (behind the optional API key),
 //! `GET /` (the chat page), `GET /health`, `GET /metrics` (Prometheus text; behind the key too with
 //! [`AppState::metrics_require_key`]). With [`AppState::set_cors_origins`], browsers on those
