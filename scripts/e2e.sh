@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of `nucleus serve` with the official `openai` Python client.
+# End-to-end test of `nucleus serve` with the official `openai` and `anthropic` Python clients.
 #
 # Creates a venv (python3 -m venv), installs openai + pytest from PyPI, starts the real server on
 # a free loopback port, waits for /health, runs pytest on tests/e2e, and stops the server
@@ -28,7 +28,7 @@ echo "== python venv at $VENV"
 if [[ ! -x $VENV/bin/python ]]; then
     python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check openai pydantic pytest
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check openai anthropic pydantic pytest
 
 PORT=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
 BASE=http://127.0.0.1:$PORT

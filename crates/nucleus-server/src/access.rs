@@ -49,7 +49,12 @@ pub(crate) fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, String
         CorsLayer::new()
             .allow_origin(allow)
             .allow_methods([Method::GET, Method::POST])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::HeaderName::from_static("x-api-key"),
+                header::HeaderName::from_static("anthropic-version"),
+            ]),
     ))
 }
 
@@ -67,20 +72,30 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 
 pub(crate) async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.api_key {
-        let given = req
+        let bearer = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
-        if !given.is_some_and(|g| ct_eq(g.as_bytes(), key.as_bytes())) {
-            return ApiError::new(
+        // Anthropic's clients send the key as `x-api-key`.
+        let x_api_key = req
+            .headers()
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim);
+        let ok = |g: Option<&str>| g.is_some_and(|g| ct_eq(g.as_bytes(), key.as_bytes()));
+        if !(ok(bearer) || ok(x_api_key)) {
+            let err = ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",
-                "invalid or missing API key (send `Authorization: Bearer <key>`)",
+                "invalid or missing API key (send `Authorization: Bearer <key>` or `x-api-key: <key>`)",
             )
-            .with_code("invalid_api_key")
-            .into_response();
+            .with_code("invalid_api_key");
+            if req.uri().path().starts_with("/v1/messages") {
+                return crate::routes::messages::error_response(err);
+            }
+            return err.into_response();
         }
     }
     next.run(req).await

@@ -50,6 +50,8 @@ pub struct ChatMessage {
     /// A `tool` message: the call it answers.
     pub tool_call_id: Option<String>,
     pub name: Option<String>,
+    /// An assistant's earlier reasoning (for templates that render it).
+    pub reasoning_content: Option<String>,
 }
 
 /// The fields of both endpoints (OpenAI's, then nucleus extensions). Unknown fields are ignored,
@@ -113,6 +115,12 @@ pub struct ApiRequest {
     /// `error`, `truncate` or `stream`: what to do when the prompt and the answer do not fit
     /// the context window (default: the server's `--context-policy`).
     pub context_policy: Option<String>,
+    // Reasoning (see [`crate::reasoning`]).
+    pub reasoning_effort: Option<Value>,
+    /// llama-server's: `deepseek` (default) or `none`.
+    pub reasoning_format: Option<String>,
+    /// Variables for the chat template (`enable_thinking`, ...).
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 /// Parses a completions or chat body; the error names the offending field, or the first field
@@ -191,6 +199,9 @@ pub struct GenSettings {
     pub grammar_field: Option<&'static str>,
     /// Chat with tools (`tool_choice` other than `none`): rendered, and the output parsed.
     pub tools: Option<ToolSettings>,
+    /// Split a thinking block off the answer: `Some(opened)`, where `opened` says the prompt
+    /// opened it (set by the route once the prompt is built).
+    pub reasoning: Option<bool>,
 }
 
 /// Beam search over HTTP.
@@ -474,6 +485,7 @@ impl ApiRequest {
         let tools = match ep {
             Endpoint::Chat => crate::tools::tool_settings(self)?,
             Endpoint::Completions => {
+                crate::reasoning::refuse_on_completions(self)?;
                 if !matches!(&self.tools, None | Some(Value::Null))
                     && self
                         .tools
@@ -538,6 +550,7 @@ impl ApiRequest {
             ));
         }
         Ok(GenSettings {
+            reasoning: None,
             grammar_field,
             tools,
             best_of,

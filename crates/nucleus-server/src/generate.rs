@@ -8,8 +8,10 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use nucleus::engine::scheduler::{Event, GenRequest, SubmitError};
+use nucleus::engine::scheduler::{Event, Finished, GenRequest, SubmitError};
 use nucleus::engine::ContextPolicy;
+use nucleus::sampling::FinishReason;
+use nucleus::tokenizer::{TokenId, Tokenizer};
 
 use crate::api::{Endpoint, GenSettings};
 use crate::prompt::Prompt;
@@ -39,67 +41,48 @@ pub(crate) fn submit_error(e: SubmitError) -> ApiError {
     }
 }
 
-pub(crate) async fn generate(
-    st: Arc<AppState>,
-    ep: Endpoint,
-    prompt: Prompt,
-    s: GenSettings,
-    t0: Instant,
-) -> Result<Response, ApiError> {
+/// Checks that `prompt` fits the window under the request's policy; the policy.
+pub(crate) fn check_fit(
+    st: &AppState,
+    prompt: &Prompt,
+    s: &GenSettings,
+) -> Result<ContextPolicy, ApiError> {
     if st.draining.load(Ordering::SeqCst) {
         return Err(submit_error(SubmitError::ShuttingDown));
     }
-    let Prompt {
-        tokens: prompt,
-        keep,
-        param: prompt_param,
-    } = prompt;
     let n_ctx = st.engine.config().n_ctx;
     let policy = s.context_policy.unwrap_or(st.context_policy);
-    if policy == ContextPolicy::Error && prompt.len() >= n_ctx {
+    let len = prompt.tokens.len();
+    if policy == ContextPolicy::Error && len >= n_ctx {
         return Err(ApiError::param(
-            prompt_param,
-            format!(
-                "the prompt is {} tokens; the context window is {n_ctx}",
-                prompt.len()
-            ),
+            prompt.param,
+            format!("the prompt is {len} tokens; the context window is {n_ctx}"),
         )
         .with_code("context_length_exceeded"));
     }
     if let Some(m) = s.max_tokens.filter(|_| policy == ContextPolicy::Error) {
-        if prompt.len() + m > n_ctx {
+        if len + m > n_ctx {
             return Err(ApiError::param(
                 "max_tokens",
                 format!(
-                    "the prompt ({} tokens) plus max_tokens ({m}) exceeds the context window of {n_ctx} tokens",
-                    prompt.len()
+                    "the prompt ({len} tokens) plus max_tokens ({m}) exceeds the context window of {n_ctx} tokens"
                 ),
             )
             .with_code("context_length_exceeded"));
         }
     }
-    let id = st.new_id(match ep {
-        Endpoint::Completions => "cmpl",
-        Endpoint::Chat => "chatcmpl",
-    });
-    let shape = Shape {
-        ep,
-        id,
-        n: s.n,
-        policy,
-        want_logprobs: s.sampling.logprobs.is_some(),
-        want_explain: s.explain,
-        include_usage: s.include_usage,
-        tools: s.tools.as_ref().map(|t| t.names.clone()),
-    };
-    if let Some(beams) = s.beams {
-        let prompt = Prompt {
-            tokens: prompt,
-            keep,
-            param: prompt_param,
-        };
-        return crate::beams::beam_response(st, shape, prompt, &s, beams).await;
-    }
+    Ok(policy)
+}
+
+/// Submits the request's `best_of` choices (sampled, not beams) and merges their events,
+/// each tagged with its choice's index.
+pub(crate) fn submit(
+    st: &Arc<AppState>,
+    prompt: &Prompt,
+    s: &GenSettings,
+    policy: ContextPolicy,
+    t0: Instant,
+) -> Result<UnboundedReceiver<(usize, Event)>, ApiError> {
     // `best_of` ranks the choices by their logprobs: have them computed.
     let mut sampling = s.sampling.clone();
     if s.best_of > s.n && sampling.logprobs.is_none() {
@@ -110,13 +93,13 @@ pub(crate) async fn generate(
         // Each choice draws from its own stream of the seed (independent of every other
         // request's and choice's).
         let req = GenRequest {
-            prompt_tokens: prompt.clone(),
+            prompt_tokens: prompt.tokens.clone(),
             sampling: sampling.for_choice(i),
             stop: s.stop.clone(),
             max_tokens: s.max_tokens,
             ignore_eos: s.ignore_eos,
             context_policy: policy,
-            keep_tokens: keep,
+            keep_tokens: prompt.keep,
             explain: s.explain,
         };
         // On failure the receivers already made are dropped, which cancels them.
@@ -133,7 +116,36 @@ pub(crate) async fn generate(
     for (i, rx) in rxs.into_iter().enumerate() {
         tokio::spawn(relay(i, rx, mtx.clone(), st.clone(), t0));
     }
-    drop(mtx);
+    Ok(mrx)
+}
+
+pub(crate) async fn generate(
+    st: Arc<AppState>,
+    ep: Endpoint,
+    prompt: Prompt,
+    s: GenSettings,
+    t0: Instant,
+) -> Result<Response, ApiError> {
+    let policy = check_fit(&st, &prompt, &s)?;
+    let id = st.new_id(match ep {
+        Endpoint::Completions => "cmpl",
+        Endpoint::Chat => "chatcmpl",
+    });
+    let shape = Shape {
+        ep,
+        id,
+        n: s.n,
+        policy,
+        want_logprobs: s.sampling.logprobs.is_some(),
+        want_explain: s.explain,
+        include_usage: s.include_usage,
+        tools: s.tools.as_ref().map(|t| t.names.clone()),
+        reasoning: s.reasoning,
+    };
+    if let Some(beams) = s.beams {
+        return crate::beams::beam_response(st, shape, prompt, &s, beams).await;
+    }
+    let mrx = submit(&st, &prompt, &s, policy, t0)?;
     if s.stream {
         Ok(stream_response(st, shape, mrx))
     } else {
@@ -171,4 +183,86 @@ pub(crate) async fn relay(
             _ = out.closed() => break,
         }
     }
+}
+
+/// What one choice's events told so far (for the routes that answer one choice).
+#[derive(Default, Debug)]
+pub(crate) struct Tally {
+    /// Token events seen (an ending EOS token has none).
+    pub tokens: usize,
+    pub last_token: Option<TokenId>,
+}
+
+impl Tally {
+    pub fn saw(&mut self, t: &nucleus::engine::scheduler::TokenEvent) {
+        self.tokens += 1;
+        self.last_token = Some(t.token);
+    }
+
+    /// The stop string of `stops` that ended the output, if one did: the output ended by
+    /// `Stop` without an end-of-generation token (which counts in `completion_tokens` but
+    /// sends no token event), and the last token's text holds the end of that stop string.
+    pub fn stop_string(&self, tok: &Tokenizer, f: &Finished, stops: &[String]) -> Option<String> {
+        if f.finish_reason != FinishReason::Stop || f.completion_tokens > self.tokens {
+            return None;
+        }
+        let piece = String::from_utf8_lossy(tok.piece(self.last_token?, false)).into_owned();
+        // The stop string whose longest tail appears in the last token's text.
+        let overlap = |s: &str| {
+            (1..=s.len())
+                .rev()
+                .find(|&k| s.is_char_boundary(s.len() - k) && piece.contains(&s[s.len() - k..]))
+                .unwrap_or(0)
+        };
+        stops
+            .iter()
+            .map(|s| (overlap(s), s))
+            .filter(|(k, _)| *k > 0)
+            .max_by_key(|(k, _)| *k)
+            .map(|(_, s)| s.clone())
+    }
+}
+
+/// One choice's whole output.
+pub(crate) struct Single {
+    pub text: String,
+    pub done: Finished,
+    pub tally: Tally,
+}
+
+/// Waits for the one choice of `rx`.
+pub(crate) async fn collect_single(
+    st: &AppState,
+    mut rx: UnboundedReceiver<(usize, Event)>,
+) -> Result<Single, ApiError> {
+    let mut text = String::new();
+    let mut tally = Tally::default();
+    while let Some((_, ev)) = rx.recv().await {
+        match ev {
+            Event::Token(t) => {
+                tally.saw(&t);
+                text.push_str(&t.text);
+            }
+            Event::Done(f) => {
+                text.push_str(&f.text);
+                return Ok(Single {
+                    text,
+                    done: f,
+                    tally,
+                });
+            }
+            Event::Error(e) => return Err(event_error(st, e)),
+        }
+    }
+    Err(event_error(st, "the engine stopped".into()))
+}
+
+/// The error of a failed sequence.
+pub(crate) fn event_error(st: &AppState, e: String) -> ApiError {
+    let status = if st.engine.is_shut_down() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    ApiError::new(status, "server_error", e)
 }

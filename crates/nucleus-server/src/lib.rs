@@ -1,6 +1,7 @@
 //! nucleus's OpenAI-compatible HTTP server (axum + tokio) over the continuous-batching engine.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/embeddings`,
+//! `POST /v1/messages` and `/v1/messages/count_tokens` (Anthropic's), `POST /v1/responses`,
 //! `GET /v1/models`, `POST /tokenize`, `POST /detokenize` (behind the optional API key),
 //! `GET /` (the chat page), `GET /health`, `GET /metrics` (Prometheus text; behind the key too with
 //! [`AppState::metrics_require_key`]). With [`AppState::set_cors_origins`], browsers on those
@@ -15,7 +16,9 @@ pub mod error;
 mod generate;
 pub mod kv_events;
 pub mod metrics;
+mod output;
 pub mod prompt;
+pub mod reasoning;
 mod respond;
 mod routes;
 pub mod structured;
@@ -70,6 +73,8 @@ pub struct AppState {
     embed_lock: tokio::sync::Mutex<()>,
     /// One beam search runs at a time.
     beam_lock: tokio::sync::Mutex<()>,
+    /// Conversations of past `/v1/responses` answers, for `previous_response_id`.
+    responses: routes::responses_input::Store,
     pub created: u64,
     /// The shutdown signal came: `/health` answers 503 (requests are still served until
     /// [`draining`](Self::draining)).
@@ -109,6 +114,7 @@ impl AppState {
             model: None,
             embed_lock: tokio::sync::Mutex::new(()),
             beam_lock: tokio::sync::Mutex::new(()),
+            responses: Default::default(),
             created: unix_now(),
             shutting_down: AtomicBool::new(false),
             draining: AtomicBool::new(false),
@@ -140,11 +146,14 @@ fn unix_now() -> u64 {
 
 /// The application's routes.
 pub fn router(state: Arc<AppState>) -> Router {
-    use routes::{completions, embeddings, info, page, tokens};
+    use routes::{completions, embeddings, info, messages, page, responses, tokens};
     let auth = || middleware::from_fn_with_state(state.clone(), access::auth);
     let v1 = Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(completions::chat_completions))
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(info::models))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/tokenize", post(tokens::tokenize))

@@ -1,7 +1,7 @@
 //! A request's prompt: the completions prompt (text or token ids) or the chat messages
 //! rendered through the model's template, tokenized, with what `truncate` keeps.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use nucleus::chat::{ChatTemplate, Message, ToolCall};
 use nucleus::engine::context::chat_keep_tokens;
@@ -122,17 +122,21 @@ fn tool_calls(i: usize, m: &ChatMessage) -> Result<Vec<ToolCall>, ApiError> {
         .collect()
 }
 
+/// A chat request's prompt, and whether it leaves a thinking block open (the output then
+/// starts inside it); `kwargs` are extra variables for the template.
 pub(crate) fn chat_prompt(
     st: &AppState,
     req: &ApiRequest,
     tools: Option<&ToolSettings>,
-) -> Result<Prompt, ApiError> {
-    chat_tokens(
+    kwargs: Option<&Map<String, Value>>,
+) -> Result<(Prompt, bool), ApiError> {
+    chat_tokens_with(
         &st.tokenizer,
         st.template.as_ref(),
         st.parse_special_in_messages,
         req,
         tools,
+        kwargs,
     )
 }
 
@@ -145,6 +149,27 @@ pub fn chat_tokens(
     req: &ApiRequest,
     tools: Option<&ToolSettings>,
 ) -> Result<Prompt, ApiError> {
+    chat_tokens_with(
+        tokenizer,
+        template,
+        parse_special_in_messages,
+        req,
+        tools,
+        None,
+    )
+    .map(|(p, _)| p)
+}
+
+/// [`chat_tokens`] with extra template variables; also says whether the prompt leaves a
+/// thinking block open.
+pub fn chat_tokens_with(
+    tokenizer: &Tokenizer,
+    template: Option<&ChatTemplate>,
+    parse_special_in_messages: bool,
+    req: &ApiRequest,
+    tools: Option<&ToolSettings>,
+    kwargs: Option<&Map<String, Value>>,
+) -> Result<(Prompt, bool), ApiError> {
     let msgs = match &req.messages {
         Some(m) if !m.is_empty() => m,
         Some(_) => return Err(ApiError::param("messages", "`messages` must not be empty")),
@@ -198,6 +223,7 @@ pub fn chat_tokens(
             })?);
         }
         msg.name = m.name.clone();
+        msg.reasoning_content = m.reasoning_content.clone();
         messages.push(msg);
     }
     let tools = tools.map(|t| t.tools.as_slice());
@@ -207,16 +233,27 @@ pub fn chat_tokens(
             "this model's chat template does not render tools",
         ));
     }
-    let encode = |msgs: &[Message], gen: bool| -> Result<Vec<TokenId>, ApiError> {
+    let encode_full = |msgs: &[Message], gen: bool| {
         template
-            .encode_with_tools(tokenizer, msgs, tools, gen, parse_special_in_messages)
+            .encode_with_kwargs(
+                tokenizer,
+                msgs,
+                tools,
+                gen,
+                parse_special_in_messages,
+                kwargs,
+            )
             .map_err(|e| ApiError::param("messages", e.to_string()))
     };
-    let tokens = encode(&messages, true)?;
+    let encode = |msgs: &[Message], gen: bool| encode_full(msgs, gen).map(|(ids, _)| ids);
+    let (tokens, opens) = encode_full(&messages, true)?;
     let keep = chat_keep_tokens(&messages, &tokens, encode)?;
-    Ok(Prompt {
-        tokens,
-        keep,
-        param: "messages",
-    })
+    Ok((
+        Prompt {
+            tokens,
+            keep,
+            param: "messages",
+        },
+        opens,
+    ))
 }

@@ -89,6 +89,9 @@ pub(crate) struct Shape {
     pub include_usage: bool,
     /// Chat with tools (their names): the output's calls become `tool_calls`.
     pub tools: Option<Vec<String>>,
+    /// Chat splitting a thinking block into `reasoning_content` (`Some(opened)`: see
+    /// [`crate::api::GenSettings::reasoning`]).
+    pub reasoning: Option<bool>,
 }
 
 /// One token's [`Explain`] record: the candidates left after each stage of the sampler chain,
@@ -164,6 +167,7 @@ pub(crate) async fn collect_response(
         want_logprobs,
         want_explain,
         tools,
+        reasoning,
         ..
     } = shape;
     let mut choices: Vec<Choice> = (0..sampled).map(|_| Choice::default()).collect();
@@ -235,8 +239,13 @@ pub(crate) async fn collect_response(
         .map(|(i, c)| {
             let mut v = match ep {
                 Endpoint::Chat => {
-                    let (message, reason) = if let Some(names) = &tools {
-                        let (m, calls) = crate::tools::message(&c.text, names, &mut new_id);
+                    let (message, reason) = if tools.is_some() || reasoning.is_some() {
+                        let (m, calls) = crate::tools::message_with(
+                            &c.text,
+                            reasoning,
+                            tools.as_deref(),
+                            &mut new_id,
+                        );
                         (m, tool_finish(c.finish, calls))
                     } else {
                         (json!({"role": "assistant", "content": c.text}), finish(c))
@@ -309,6 +318,7 @@ pub(crate) fn stream_response(
         want_explain,
         include_usage,
         tools,
+        reasoning,
     } = shape;
     let (btx, brx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
     let created = unix_now();
@@ -336,9 +346,13 @@ pub(crate) fn stream_response(
     };
     let mut streams: Vec<Option<ToolStream>> = (0..n)
         .map(|_| {
-            tools.as_ref().map(|names| {
+            (tools.is_some() || reasoning.is_some()).then(|| {
                 let st = st.clone();
-                ToolStream::new(names.clone(), Box::new(move || st.new_id("call")))
+                ToolStream::with(
+                    reasoning,
+                    tools.clone(),
+                    Box::new(move || st.new_id("call")),
+                )
             })
         })
         .collect();

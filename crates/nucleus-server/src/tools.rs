@@ -11,11 +11,11 @@
 
 use serde_json::{json, Value};
 
-use nucleus::chat::tools::{forced_call_grammar, ToolEvent, ToolSpec, CALL_CLOSE};
-use nucleus::chat::ToolCallParser;
+use nucleus::chat::tools::{forced_call_grammar, ToolSpec, CALL_CLOSE};
 use nucleus::sampling::GrammarSpec;
 
 use crate::api::ApiRequest;
+use crate::output::{OutputParser, Piece};
 use crate::ApiError;
 
 /// What the request asked of tools.
@@ -200,11 +200,11 @@ pub fn tool_settings(req: &ApiRequest) -> Result<Option<ToolSettings>, ApiError>
     }))
 }
 
-/// One choice's streamed output turned into chat deltas: text as `content`, calls as
-/// `tool_calls` entries (`index`, `id`, `type`, `function.name` first; then `arguments`
-/// fragments).
+/// One choice's streamed output turned into chat deltas: reasoning as `reasoning_content`,
+/// text as `content`, calls as `tool_calls` entries (`index`, `id`, `type`, `function.name`
+/// first; then `arguments` fragments).
 pub struct ToolStream {
-    parser: ToolCallParser,
+    parser: OutputParser,
     /// Makes a call id.
     new_id: Box<dyn FnMut() -> String + Send>,
 }
@@ -212,8 +212,17 @@ pub struct ToolStream {
 impl ToolStream {
     /// `names`: the tools, whose untagged call objects count as calls too.
     pub fn new(names: Vec<String>, new_id: Box<dyn FnMut() -> String + Send>) -> ToolStream {
+        ToolStream::with(None, Some(names), new_id)
+    }
+
+    /// `reasoning`: split off a thinking block (`Some(opened)`); `tools`: parse calls.
+    pub fn with(
+        reasoning: Option<bool>,
+        tools: Option<Vec<String>>,
+        new_id: Box<dyn FnMut() -> String + Send>,
+    ) -> ToolStream {
         ToolStream {
-            parser: ToolCallParser::new().bare_calls(names),
+            parser: OutputParser::new(reasoning, tools),
             new_id,
         }
     }
@@ -223,18 +232,19 @@ impl ToolStream {
         self.parser.calls()
     }
 
-    fn deltas(&mut self, events: Vec<ToolEvent>) -> Vec<Value> {
-        events
+    fn deltas(&mut self, pieces: Vec<Piece>) -> Vec<Value> {
+        pieces
             .into_iter()
-            .map(|e| match e {
-                ToolEvent::Text(t) => json!({"content": t}),
-                ToolEvent::Start { index, name } => json!({"tool_calls": [{
+            .map(|p| match p {
+                Piece::Reasoning(r) => json!({"reasoning_content": r}),
+                Piece::Text(t) => json!({"content": t}),
+                Piece::CallStart { index, name } => json!({"tool_calls": [{
                     "index": index,
                     "id": (self.new_id)(),
                     "type": "function",
                     "function": {"name": name, "arguments": ""},
                 }]}),
-                ToolEvent::Args { index, text } => {
+                Piece::CallArgs { index, text } => {
                     json!({"tool_calls": [{"index": index, "function": {"arguments": text}}]})
                 }
             })
@@ -243,31 +253,50 @@ impl ToolStream {
 
     /// The deltas a piece of output text completes.
     pub fn push(&mut self, text: &str) -> Vec<Value> {
-        let events = self.parser.push(text);
-        self.deltas(events)
+        let pieces = self.parser.push(text);
+        self.deltas(pieces)
     }
 
     /// The deltas held until the end.
     pub fn finish(&mut self) -> Vec<Value> {
-        let events = self.parser.finish();
-        self.deltas(events)
+        let pieces = self.parser.finish();
+        self.deltas(pieces)
     }
 }
 
 /// A whole answer's message: `content` (null when only calls) and `tool_calls`.
 pub fn message(text: &str, names: &[String], new_id: &mut dyn FnMut() -> String) -> (Value, usize) {
-    let parser = ToolCallParser::new().bare_calls(names.to_vec());
-    let (content, calls) = nucleus::chat::tools::parse_with(parser, text);
+    message_with(text, None, Some(names), new_id)
+}
+
+/// [`message`] with the reasoning split off (`reasoning: Some(opened)`) into
+/// `reasoning_content`, and calls parsed only with `tools`.
+pub fn message_with(
+    text: &str,
+    reasoning: Option<bool>,
+    tools: Option<&[String]>,
+    new_id: &mut dyn FnMut() -> String,
+) -> (Value, usize) {
+    let a = OutputParser::new(reasoning, tools.map(<[String]>::to_vec)).whole(text);
+    let content = match tools {
+        None => Value::String(a.text),
+        Some(_) if a.calls.is_empty() => json!(Some(a.text).filter(|t| !t.is_empty())),
+        Some(_) => json!(Some(a.text.trim().to_string()).filter(|t| !t.is_empty())),
+    };
     let mut m = json!({"role": "assistant", "content": content});
-    if !calls.is_empty() {
-        m["tool_calls"] = calls
+    if let Some(r) = a.reasoning {
+        m["reasoning_content"] = json!(r);
+    }
+    if !a.calls.is_empty() {
+        m["tool_calls"] = a
+            .calls
             .iter()
             .map(|(name, args)| {
                 json!({"id": new_id(), "type": "function", "function": {"name": name, "arguments": args}})
             })
             .collect();
     }
-    (m, calls.len())
+    (m, a.calls.len())
 }
 
 #[cfg(test)]

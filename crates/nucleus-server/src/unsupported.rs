@@ -25,7 +25,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("audio", "audio output is not supported"),
     ("modalities", "only text output is supported"),
     ("prediction", "predicted outputs are not supported"),
-    ("reasoning_effort", "this model has no reasoning mode"),
     ("web_search_options", "web search is not supported"),
     // vLLM's extensions
     ("guided_choice", "use `guided_regex` or `guided_grammar`"),

@@ -46,8 +46,10 @@ pub(crate) async fn chat_completions(
     let r = async {
         let body = body_bytes(body, st.max_body)?;
         let req = api::parse(&body)?;
-        let settings = req.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
-        let prompt = chat_prompt(&st, &req, settings.tools.as_ref())?;
+        let mut settings = req.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
+        let r = crate::reasoning::settings(&req, st.template.as_ref())?;
+        let (prompt, opened) = chat_prompt(&st, &req, settings.tools.as_ref(), r.kwargs.as_ref())?;
+        settings.reasoning = r.split.then_some(opened);
         generate(st.clone(), Endpoint::Chat, prompt, settings, t0).await
     }
     .await;

@@ -3,7 +3,11 @@
 pub(crate) mod completions;
 pub(crate) mod embeddings;
 pub(crate) mod info;
+pub(crate) mod messages;
+mod messages_input;
 pub(crate) mod page;
+pub(crate) mod responses;
+pub(crate) mod responses_input;
 pub(crate) mod tokens;
 
 use axum::body::Bytes;

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::reasoning::prompt_opens_reasoning;
 use super::{ChatError, ChatTemplate, Message};
 use crate::tokenizer::{Escapes, TokenId, Tokenizer, TokenizerError};
 
@@ -58,9 +59,36 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         parse_special_in_messages: bool,
     ) -> Result<Vec<TokenId>, ChatError> {
-        let mut ids = if parse_special_in_messages {
-            let text = self.render_with_tools(messages, tools, add_generation_prompt)?;
-            tok.encode(&text, false, true)?
+        self.encode_with_kwargs(
+            tok,
+            messages,
+            tools,
+            add_generation_prompt,
+            parse_special_in_messages,
+            None,
+        )
+        .map(|(ids, _)| ids)
+    }
+
+    /// [`Self::encode_with_tools`] with extra template variables (see
+    /// [`ChatTemplate::render_with_kwargs`]); also says whether the prompt leaves a thinking
+    /// block open (see [`super::reasoning::prompt_opens_reasoning`]), so that the output starts
+    /// inside it.
+    pub fn encode_with_kwargs(
+        &self,
+        tok: &Tokenizer,
+        messages: &[Message],
+        tools: Option<&[Value]>,
+        add_generation_prompt: bool,
+        parse_special_in_messages: bool,
+        kwargs: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<(Vec<TokenId>, bool), ChatError> {
+        let (mut ids, opens) = if parse_special_in_messages {
+            let text = self.render_with_kwargs(messages, tools, add_generation_prompt, kwargs)?;
+            (
+                tok.encode(&text, false, true)?,
+                prompt_opens_reasoning(&text),
+            )
         } else {
             let mut escapes = Escapes::new();
             let escaped: Vec<Message> = messages
@@ -68,6 +96,9 @@ impl ChatTemplate {
                 .map(|m| {
                     let mut e = m.clone();
                     e.content = tok.escape_plain(&m.content, &mut escapes);
+                    if let Some(r) = &m.reasoning_content {
+                        e.reasoning_content = Some(tok.escape_plain(r, &mut escapes));
+                    }
                     for c in &mut e.tool_calls {
                         c.function.name = tok.escape_plain(&c.function.name, &mut escapes);
                         c.function.arguments =
@@ -81,8 +112,12 @@ impl ChatTemplate {
                     .map(|v| escape_json(tok, v, &mut escapes))
                     .collect()
             });
-            let text = self.render_with_tools(&escaped, tools.as_deref(), add_generation_prompt)?;
-            tok.encode_escaped(&text, false, &escapes)?
+            let text =
+                self.render_with_kwargs(&escaped, tools.as_deref(), add_generation_prompt, kwargs)?;
+            (
+                tok.encode_escaped(&text, false, &escapes)?,
+                prompt_opens_reasoning(&text),
+            )
         };
         if tok.add_bos() {
             let bos = tok.bos().ok_or(TokenizerError::NoSpecialToken("bos"))?;
@@ -93,6 +128,6 @@ impl ChatTemplate {
         if tok.add_eos() {
             ids.push(tok.eos().ok_or(TokenizerError::NoSpecialToken("eos"))?);
         }
-        Ok(ids)
+        Ok((ids, opens))
     }
 }

@@ -2,6 +2,7 @@
 //! with minijinja and Python-compatible string methods, as Hugging Face renders it.
 
 mod pyjson;
+pub mod reasoning;
 pub mod tools;
 
 mod encode;
@@ -9,6 +10,7 @@ mod encode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use reasoning::{split_reasoning, ReasoningPiece, ReasoningSplitter};
 pub use tools::{ToolCall, ToolCallParser, ToolEvent, ToolSpec};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,6 +26,9 @@ pub struct Message {
     /// A `tool` message: the function's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// An assistant's reasoning (its thinking block), which templates such as Qwen3's render.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl Message {
@@ -34,6 +39,7 @@ impl Message {
             tool_calls: Vec::new(),
             tool_call_id: None,
             name: None,
+            reasoning_content: None,
         }
     }
 }
@@ -54,6 +60,8 @@ pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
     /// The template renders the `tools` variable.
     renders_tools: bool,
+    /// The template writes thinking blocks (`<think>`).
+    reasons: bool,
     bos: String,
     eos: String,
 }
@@ -84,6 +92,10 @@ impl ChatTemplate {
         Ok(ChatTemplate {
             env,
             renders_tools: source.contains("tools"),
+            reasons: source.contains(reasoning::THINK_CLOSE)
+                || source.contains(reasoning::THINK_OPEN)
+                || source.contains("enable_thinking")
+                || source.contains("reasoning_effort"),
             bos: bos.to_string(),
             eos: eos.to_string(),
         })
@@ -104,6 +116,13 @@ impl ChatTemplate {
         self.renders_tools
     }
 
+    /// Whether the model has a reasoning mode: its template writes thinking blocks or takes
+    /// `enable_thinking` / `reasoning_effort` (Qwen3, DeepSeek-R1, gpt-oss). Its output is then
+    /// worth splitting with [`ReasoningSplitter`].
+    pub fn reasons(&self) -> bool {
+        self.reasons
+    }
+
     /// [`render`](Self::render) with the functions the model may call (OpenAI's `tools`
     /// entries, `{"type": "function", "function": {...}}`), as the template's `tools`.
     pub fn render_with_tools(
@@ -112,18 +131,39 @@ impl ChatTemplate {
         tools: Option<&[Value]>,
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_with_kwargs(messages, tools, add_generation_prompt, None)
+    }
+
+    /// [`render_with_tools`](Self::render_with_tools) with extra variables for the template
+    /// (`chat_template_kwargs`: `enable_thinking`, `reasoning_effort`, ...). They cannot replace
+    /// the variables this function sets (`messages`, `tools`, ...).
+    pub fn render_with_kwargs(
+        &self,
+        messages: &[Message],
+        tools: Option<&[Value]>,
+        add_generation_prompt: bool,
+        kwargs: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<String, ChatError> {
         let tmpl = self
             .env
             .get_template("chat")
             .map_err(|e| ChatError::Template(e.to_string()))?;
-        tmpl.render(minijinja::context! {
-            messages => messages,
-            tools => tools,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos,
-            eos_token => self.eos,
-        })
-        .map_err(|e| ChatError::Template(e.to_string()))
+        let mut ctx: std::collections::BTreeMap<String, minijinja::Value> = kwargs
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), minijinja::Value::from_serialize(v)))
+            .collect();
+        use minijinja::Value as V;
+        ctx.insert("messages".into(), V::from_serialize(messages));
+        ctx.insert("tools".into(), V::from_serialize(tools));
+        ctx.insert(
+            "add_generation_prompt".into(),
+            V::from(add_generation_prompt),
+        );
+        ctx.insert("bos_token".into(), V::from(self.bos.clone()));
+        ctx.insert("eos_token".into(), V::from(self.eos.clone()));
+        tmpl.render(ctx)
+            .map_err(|e| ChatError::Template(e.to_string()))
     }
 }
 
