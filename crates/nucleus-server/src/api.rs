@@ -75,6 +75,9 @@ pub struct ApiRequest {
     pub frequency_penalty: Option<f32>,
     pub logit_bias: Option<HashMap<String, f32>>,
     pub echo: Option<bool>,
+    /// Completions: the text after the insertion point; the prompt is then the text before it
+    /// (fill-in-the-middle, see [`crate::infill`]).
+    pub suffix: Option<String>,
     /// Accepted and unused (OpenAI: an end-user id).
     pub user: Option<String>,
     /// Accepted and unused (OpenAI: up to 16 string key-value pairs stored with the request).

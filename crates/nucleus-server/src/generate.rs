@@ -39,6 +39,38 @@ pub(crate) fn submit_error(e: SubmitError) -> ApiError {
     }
 }
 
+/// Under the `error` policy: the 400 for a prompt (from `param`) that, with `max_tokens`, does
+/// not fit the context window.
+pub(crate) fn check_fits(
+    st: &AppState,
+    n_prompt: usize,
+    max_tokens: Option<usize>,
+    policy: ContextPolicy,
+    param: &str,
+) -> Result<(), ApiError> {
+    let n_ctx = st.engine.config().n_ctx;
+    if policy != ContextPolicy::Error {
+        return Ok(());
+    }
+    if n_prompt >= n_ctx {
+        return Err(ApiError::param(
+            param,
+            format!("the prompt is {n_prompt} tokens; the context window is {n_ctx}"),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    if let Some(m) = max_tokens.filter(|&m| n_prompt + m > n_ctx) {
+        return Err(ApiError::param(
+            "max_tokens",
+            format!(
+                "the prompt ({n_prompt} tokens) plus max_tokens ({m}) exceeds the context window of {n_ctx} tokens"
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    Ok(())
+}
+
 pub(crate) async fn generate(
     st: Arc<AppState>,
     ep: Endpoint,
@@ -54,30 +86,8 @@ pub(crate) async fn generate(
         keep,
         param: prompt_param,
     } = prompt;
-    let n_ctx = st.engine.config().n_ctx;
     let policy = s.context_policy.unwrap_or(st.context_policy);
-    if policy == ContextPolicy::Error && prompt.len() >= n_ctx {
-        return Err(ApiError::param(
-            prompt_param,
-            format!(
-                "the prompt is {} tokens; the context window is {n_ctx}",
-                prompt.len()
-            ),
-        )
-        .with_code("context_length_exceeded"));
-    }
-    if let Some(m) = s.max_tokens.filter(|_| policy == ContextPolicy::Error) {
-        if prompt.len() + m > n_ctx {
-            return Err(ApiError::param(
-                "max_tokens",
-                format!(
-                    "the prompt ({} tokens) plus max_tokens ({m}) exceeds the context window of {n_ctx} tokens",
-                    prompt.len()
-                ),
-            )
-            .with_code("context_length_exceeded"));
-        }
-    }
+    check_fits(&st, prompt.len(), s.max_tokens, policy, prompt_param)?;
     let id = st.new_id(match ep {
         Endpoint::Completions => "cmpl",
         Endpoint::Chat => "chatcmpl",

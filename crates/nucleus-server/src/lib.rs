@@ -1,6 +1,7 @@
 //! nucleus's OpenAI-compatible HTTP server (axum + tokio) over the continuous-batching engine.
 //!
-//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/embeddings`,
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /infill` (llama-server's
+//! fill-in-the-middle), `POST /v1/embeddings`,
 //! `GET /v1/models`, `POST /tokenize`, `POST /detokenize` (behind the optional API key),
 //! `GET /` (the chat page), `GET /health`, `GET /metrics` (Prometheus text; behind the key too with
 //! [`AppState::metrics_require_key`]). With [`AppState::set_cors_origins`], browsers on those
@@ -13,6 +14,7 @@ pub mod api;
 mod beams;
 pub mod error;
 mod generate;
+pub mod infill;
 pub mod metrics;
 pub mod prompt;
 mod respond;
@@ -133,11 +135,12 @@ fn unix_now() -> u64 {
 
 /// The application's routes.
 pub fn router(state: Arc<AppState>) -> Router {
-    use routes::{completions, embeddings, info, page, tokens};
+    use routes::{completions, embeddings, infill, info, page, tokens};
     let auth = || middleware::from_fn_with_state(state.clone(), access::auth);
     let v1 = Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(completions::chat_completions))
+        .route("/infill", post(infill::infill))
         .route("/v1/models", get(info::models))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/tokenize", post(tokens::tokenize))
