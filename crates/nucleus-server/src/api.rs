@@ -471,6 +471,13 @@ impl ApiRequest {
                 format!("`best_of` = {best_of} must be >= `n` = {n}"),
             ));
         }
+        if ep == Endpoint::Chat && self.suffix.is_some() {
+            return Err(ApiError::param(
+                "suffix",
+                "`suffix` (fill-in-the-middle) belongs to /v1/completions",
+            )
+            .with_code("unsupported_parameter"));
+        }
         let explain = self.explain.unwrap_or(false);
         let beams = self.beam_settings(best_of)?;
         let constraint = crate::structured::constraint(self)?;

@@ -185,6 +185,13 @@ fn a_model_without_fim_tokens_is_refused_naming_the_field() {
     );
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["error"]["param"], "suffix");
+    let r = post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "a"}], "suffix": "b"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "suffix");
     // An empty suffix asks for nothing.
     let r = post(
         s.addr,
