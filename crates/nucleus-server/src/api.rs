@@ -77,6 +77,9 @@ pub struct ApiRequest {
     pub frequency_penalty: Option<f32>,
     pub logit_bias: Option<HashMap<String, f32>>,
     pub echo: Option<bool>,
+    /// Completions: the text after the insertion point; the prompt is then the text before it
+    /// (fill-in-the-middle, see [`crate::infill`]).
+    pub suffix: Option<String>,
     /// Accepted and unused (OpenAI: an end-user id).
     pub user: Option<String>,
     /// Accepted and unused (OpenAI: up to 16 string key-value pairs stored with the request).
@@ -478,6 +481,13 @@ impl ApiRequest {
                 "best_of",
                 format!("`best_of` = {best_of} must be >= `n` = {n}"),
             ));
+        }
+        if ep == Endpoint::Chat && self.suffix.is_some() {
+            return Err(ApiError::param(
+                "suffix",
+                "`suffix` (fill-in-the-middle) belongs to /v1/completions",
+            )
+            .with_code("unsupported_parameter"));
         }
         let explain = self.explain.unwrap_or(false);
         let beams = self.beam_settings(best_of)?;

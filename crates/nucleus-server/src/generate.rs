@@ -41,6 +41,38 @@ pub(crate) fn submit_error(e: SubmitError) -> ApiError {
     }
 }
 
+/// Under the `error` policy: the 400 for a prompt (from `param`) that, with `max_tokens`, does
+/// not fit the context window.
+pub(crate) fn check_fits(
+    st: &AppState,
+    n_prompt: usize,
+    max_tokens: Option<usize>,
+    policy: ContextPolicy,
+    param: &str,
+) -> Result<(), ApiError> {
+    let n_ctx = st.engine.config().n_ctx;
+    if policy != ContextPolicy::Error {
+        return Ok(());
+    }
+    if n_prompt >= n_ctx {
+        return Err(ApiError::param(
+            param,
+            format!("the prompt is {n_prompt} tokens; the context window is {n_ctx}"),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    if let Some(m) = max_tokens.filter(|&m| n_prompt + m > n_ctx) {
+        return Err(ApiError::param(
+            "max_tokens",
+            format!(
+                "the prompt ({n_prompt} tokens) plus max_tokens ({m}) exceeds the context window of {n_ctx} tokens"
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    Ok(())
+}
+
 /// Checks that `prompt` fits the window under the request's policy; the policy.
 pub(crate) fn check_fit(
     st: &AppState,
@@ -50,27 +82,8 @@ pub(crate) fn check_fit(
     if st.draining.load(Ordering::SeqCst) {
         return Err(submit_error(SubmitError::ShuttingDown));
     }
-    let n_ctx = st.engine.config().n_ctx;
     let policy = s.context_policy.unwrap_or(st.context_policy);
-    let len = prompt.tokens.len();
-    if policy == ContextPolicy::Error && len >= n_ctx {
-        return Err(ApiError::param(
-            prompt.param,
-            format!("the prompt is {len} tokens; the context window is {n_ctx}"),
-        )
-        .with_code("context_length_exceeded"));
-    }
-    if let Some(m) = s.max_tokens.filter(|_| policy == ContextPolicy::Error) {
-        if len + m > n_ctx {
-            return Err(ApiError::param(
-                "max_tokens",
-                format!(
-                    "the prompt ({len} tokens) plus max_tokens ({m}) exceeds the context window of {n_ctx} tokens"
-                ),
-            )
-            .with_code("context_length_exceeded"));
-        }
-    }
+    check_fits(st, prompt.tokens.len(), s.max_tokens, policy, prompt.param)?;
     Ok(policy)
 }
 

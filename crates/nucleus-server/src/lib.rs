@@ -1,7 +1,8 @@
 //! nucleus's OpenAI-compatible HTTP server (axum + tokio) over the continuous-batching engine.
 //!
-//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/embeddings`,
-//! `POST /v1/messages` and `/v1/messages/count_tokens` (Anthropic's), `POST /v1/responses`,
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /infill` (llama-server's
+//! fill-in-the-middle), `POST /v1/embeddings`, `POST /v1/messages` and
+//! `/v1/messages/count_tokens` (Anthropic's), `POST /v1/responses`,
 //! `GET /v1/models`, `POST /tokenize`, `POST /detokenize` (behind the optional API key),
 //! `GET /` (the chat page), `GET /health`, `GET /metrics` (Prometheus text; behind the key too with
 //! [`AppState::metrics_require_key`]). With [`AppState::set_cors_origins`], browsers on those
@@ -14,6 +15,7 @@ pub mod api;
 mod beams;
 pub mod error;
 mod generate;
+pub mod infill;
 pub mod kv_events;
 pub mod metrics;
 mod output;
@@ -146,7 +148,7 @@ fn unix_now() -> u64 {
 
 /// The application's routes.
 pub fn router(state: Arc<AppState>) -> Router {
-    use routes::{completions, embeddings, info, messages, page, responses, tokens};
+    use routes::{completions, embeddings, infill, info, messages, page, responses, tokens};
     let auth = || middleware::from_fn_with_state(state.clone(), access::auth);
     let v1 = Router::new()
         .route("/v1/completions", post(completions::completions))
@@ -154,6 +156,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/messages", post(messages::messages))
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/responses", post(responses::responses))
+        .route("/infill", post(infill::infill))
         .route("/v1/models", get(info::models))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/tokenize", post(tokens::tokenize))

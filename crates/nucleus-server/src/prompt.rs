@@ -257,3 +257,51 @@ pub fn chat_tokens_with(
         opens,
     ))
 }
+
+/// A completions request with `suffix`: its `prompt` (text or token ids) before the insertion
+/// point, `suffix` after it, laid out with the model's FIM tokens as llama-server's `/infill`
+/// lays out `input_prefix` and `input_suffix` (see [`crate::infill`]). A model without FIM
+/// tokens takes an empty `suffix` as no suffix and refuses any other (naming `suffix`).
+pub(crate) fn fim_prompt(
+    st: &AppState,
+    req: &ApiRequest,
+    suffix: &str,
+) -> Result<Vec<TokenId>, ApiError> {
+    let tok = &st.tokenizer;
+    if suffix.is_empty() && crate::infill::required_tokens(tok, "suffix").is_err() {
+        return completion_prompt(st, req);
+    }
+    crate::infill::required_tokens(tok, "suffix")?;
+    let prefix = match &req.prompt {
+        None | Some(Value::Null) => return Err(ApiError::param("prompt", "`prompt` is required")),
+        Some(Value::Array(items)) => match items.as_slice() {
+            [one @ Value::String(_)] | [one @ Value::Array(_)] => {
+                crate::infill::mixed_tokens(tok, one, "prompt")?
+            }
+            xs if xs.len() > 1 && xs.iter().all(Value::is_string) => {
+                return Err(ApiError::param(
+                    "prompt",
+                    "batched prompts are not supported; send one prompt per request",
+                ))
+            }
+            _ => crate::infill::mixed_tokens(tok, &Value::Array(items.clone()), "prompt")?,
+        },
+        Some(v) => crate::infill::mixed_tokens(tok, v, "prompt")?,
+    };
+    let suffix = tok
+        .encode(suffix, false, false)
+        .map_err(|e| ApiError::param("suffix", format!("cannot tokenize `suffix`: {e}")))?;
+    let input = crate::infill::Infill {
+        prefix,
+        suffix,
+        extra: &[],
+        prompt: Vec::new(),
+    };
+    crate::infill::format_infill(
+        tok,
+        input,
+        crate::infill::N_BATCH,
+        crate::infill::N_PREDICT,
+        st.engine.config().n_ctx,
+    )
+}

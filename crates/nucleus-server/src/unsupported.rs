@@ -21,7 +21,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "function_call",
         "the legacy `function_call` is not supported: use `tool_choice`",
     ),
-    ("suffix", "insertion (`suffix`) is not supported"),
     ("audio", "audio output is not supported"),
     ("modalities", "only text output is supported"),
     ("prediction", "predicted outputs are not supported"),
@@ -60,6 +59,14 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("dynatemp_range", "dynamic temperature is not implemented"),
     ("tfs_z", "tail-free sampling is not implemented"),
     ("samplers", "the sampler order is fixed"),
+    (
+        "n_indent",
+        "the indentation stop of /infill is not implemented",
+    ),
+    (
+        "t_max_predict_ms",
+        "a time limit on generation is not implemented",
+    ),
 ];
 
 /// A value that asks for nothing (the field's default).
@@ -72,7 +79,7 @@ fn is_neutral(field: &str, v: &Value) -> bool {
         Value::Array(a) if field == "modalities" => a == &[Value::from("text")],
         Value::Number(x) => match field {
             "min_tokens" | "n_probs" | "mirostat" | "dry_multiplier" | "xtc_probability"
-            | "dynatemp_range" => x.as_f64() == Some(0.0),
+            | "dynatemp_range" | "n_indent" | "t_max_predict_ms" => x.as_f64() == Some(0.0),
             // llama-server's "off" values.
             "top_n_sigma" => x.as_f64().is_some_and(|v| v <= 0.0),
             "n_predict" => x.as_i64() == Some(-1),

@@ -13,7 +13,7 @@ use nucleus::engine::context::SINK_TOKENS;
 
 use crate::api::{self, Endpoint};
 use crate::generate::generate;
-use crate::prompt::{chat_prompt, completion_prompt, Prompt};
+use crate::prompt::{chat_prompt, completion_prompt, fim_prompt, Prompt};
 use crate::routes::body_bytes;
 use crate::{ApiError, AppState};
 
@@ -26,7 +26,10 @@ pub(crate) async fn completions(
         let body = body_bytes(body, st.max_body)?;
         let req = api::parse(&body)?;
         let settings = req.settings(Endpoint::Completions, st.tokenizer.vocab_size())?;
-        let tokens = completion_prompt(&st, &req)?;
+        let tokens = match req.suffix.as_deref() {
+            Some(suffix) => fim_prompt(&st, &req, suffix)?,
+            None => completion_prompt(&st, &req)?,
+        };
         let prompt = Prompt {
             tokens,
             keep: SINK_TOKENS,
@@ -56,7 +59,7 @@ pub(crate) async fn chat_completions(
     finish_response(&st, r)
 }
 
-fn finish_response(st: &AppState, r: Result<Response, ApiError>) -> Response {
+pub(crate) fn finish_response(st: &AppState, r: Result<Response, ApiError>) -> Response {
     let resp = r.unwrap_or_else(IntoResponse::into_response);
     st.metrics.count_status(resp.status().as_u16());
     resp

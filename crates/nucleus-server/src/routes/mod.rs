@@ -2,6 +2,7 @@
 
 pub(crate) mod completions;
 pub(crate) mod embeddings;
+pub(crate) mod infill;
 pub(crate) mod info;
 pub(crate) mod messages;
 mod messages_input;

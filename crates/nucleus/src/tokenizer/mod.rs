@@ -34,7 +34,8 @@ pub use escape::Escapes;
 pub use hf::HF_JSON_KEY;
 pub use stream::StreamDecoder;
 
-use names::{EOG_TEXTS, EOT_TEXTS, FIM_EOG_TEXTS, FIM_OTHER_TEXTS};
+pub use names::FimTokens;
+use names::{EOG_TEXTS, EOT_TEXTS};
 
 pub type TokenId = u32;
 
@@ -100,6 +101,7 @@ pub struct Tokenizer {
     add_eos: bool,
     add_space_prefix: bool,
     eog: Vec<TokenId>,
+    fim: FimTokens,
     bpe: Option<bpe::Bpe>,
     /// Hugging Face's tokenizer, when the vocabulary came with its `tokenizer.json`: it then
     /// encodes the plain text (instead of `bpe` or SentencePiece).
@@ -320,17 +322,8 @@ impl Tokenizer {
             }
         }
         let mut eog: Vec<TokenId> = Vec::new();
-        for names in FIM_EOG_TEXTS {
-            if let Some(id) = find_first(names) {
-                make_control(id, &mut attrs);
-                eog.push(id);
-            }
-        }
-        for names in FIM_OTHER_TEXTS {
-            if let Some(id) = find_first(names) {
-                make_control(id, &mut attrs);
-            }
-        }
+        let fim = FimTokens::load(meta, n, find_first, |id| make_control(id, &mut attrs));
+        eog.extend(fim.eog());
         // Control tokens named "unused…" are unused.
         for (i, t) in texts.iter().enumerate() {
             if attrs[i] & attr::CONTROL != 0 && t.contains("unused") {
@@ -412,6 +405,7 @@ impl Tokenizer {
             add_eos,
             add_space_prefix,
             eog,
+            fim,
             bpe: bpe_model,
             hf,
             chat_template: meta.get_str("tokenizer.chat_template").map(str::to_string),
@@ -570,6 +564,11 @@ impl Tokenizer {
     /// (`<|im_end|>`, `<|endoftext|>`, `<end_of_turn>`, `<|eot_id|>`, `<|end|>`, FIM pad/repo/sep…).
     pub fn is_eog(&self, id: TokenId) -> bool {
         self.eog.binary_search(&id).is_ok()
+    }
+
+    /// The fill-in-the-middle tokens (prefix, suffix, middle, pad, repo, file separator).
+    pub fn fim(&self) -> FimTokens {
+        self.fim
     }
 
     /// All end-of-generation tokens, sorted.

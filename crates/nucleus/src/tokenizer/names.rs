@@ -1,7 +1,7 @@
 //! Token texts llama.cpp recognises by name: ends of generation, end of turn, fill-in-the-middle;
 //! and its per-model attribute fix-ups, keyed by the model's name.
 
-use super::{attr, Tokenizer};
+use super::{attr, TokenId, Tokenizer};
 use crate::gguf::Metadata;
 
 /// Token texts llama.cpp treats as end of generation (`special_eog_ids`).
@@ -40,52 +40,130 @@ pub(super) const EOT_TEXTS: &[&str] = &[
     "<end_of_utterance>",
 ];
 
-/// FIM pad / repo / file-separator tokens: llama.cpp makes them control tokens and EOG.
-pub(super) const FIM_EOG_TEXTS: &[&[&str]] = &[
-    &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
-    &[
-        "<|fim_repo|>",
-        "<|repo_name|>",
-        "<fim-repo>",
-        "<REPO>",
-        "<reponame>",
-    ],
-    &["<|file_sep|>"],
+/// Fill-in-the-middle tokens, as llama.cpp's vocabulary loads them: from the GGUF's
+/// `tokenizer.ggml.fim_*_token_id` keys, else found by their text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FimTokens {
+    /// Before the prefix (`<|fim_prefix|>`).
+    pub pre: Option<TokenId>,
+    /// Before the suffix (`<|fim_suffix|>`).
+    pub suf: Option<TokenId>,
+    /// Before the middle, where generation starts (`<|fim_middle|>`).
+    pub mid: Option<TokenId>,
+    pub pad: Option<TokenId>,
+    /// Repository name (`<|repo_name|>`).
+    pub rep: Option<TokenId>,
+    /// File separator (`<|file_sep|>`).
+    pub sep: Option<TokenId>,
+}
+
+/// One FIM token: its GGUF key, the deprecated key (read after it, as llama.cpp does) and the
+/// texts llama.cpp looks for when both are absent.
+type FimKey = (&'static str, Option<&'static str>, &'static [&'static str]);
+
+/// pre, suf, mid, pad, rep, sep.
+const FIM_KEYS: [FimKey; 6] = [
+    (
+        "tokenizer.ggml.fim_pre_token_id",
+        Some("tokenizer.ggml.prefix_token_id"),
+        &[
+            "<|fim_prefix|>",
+            "<fim-prefix>",
+            "<fim_prefix>",
+            "<｜fim▁begin｜>",
+            "<PRE>",
+            "▁<PRE>",
+            "<|code_prefix|>",
+            "<|prefix|>",
+        ],
+    ),
+    (
+        "tokenizer.ggml.fim_suf_token_id",
+        Some("tokenizer.ggml.suffix_token_id"),
+        &[
+            "<|fim_suffix|>",
+            "<fim-suffix>",
+            "<fim_suffix>",
+            "<｜fim▁hole｜>",
+            "<SUF>",
+            "▁<SUF>",
+            "<|code_suffix|>",
+            "<|suffix|>",
+        ],
+    ),
+    (
+        "tokenizer.ggml.fim_mid_token_id",
+        Some("tokenizer.ggml.middle_token_id"),
+        &[
+            "<|fim_middle|>",
+            "<fim-middle>",
+            "<fim_middle>",
+            "<｜fim▁end｜>",
+            "<MID>",
+            "▁<MID>",
+            "<|code_middle|>",
+            "<|middle|>",
+        ],
+    ),
+    (
+        "tokenizer.ggml.fim_pad_token_id",
+        None,
+        &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
+    ),
+    (
+        "tokenizer.ggml.fim_rep_token_id",
+        None,
+        &[
+            "<|fim_repo|>",
+            "<|repo_name|>",
+            "<fim-repo>",
+            "<REPO>",
+            "<reponame>",
+        ],
+    ),
+    ("tokenizer.ggml.fim_sep_token_id", None, &["<|file_sep|>"]),
 ];
 
-/// Other FIM tokens: llama.cpp only marks them as control tokens.
-pub(super) const FIM_OTHER_TEXTS: &[&[&str]] = &[
-    &[
-        "<|fim_prefix|>",
-        "<fim-prefix>",
-        "<fim_prefix>",
-        "<｜fim▁begin｜>",
-        "<PRE>",
-        "▁<PRE>",
-        "<|code_prefix|>",
-        "<|prefix|>",
-    ],
-    &[
-        "<|fim_suffix|>",
-        "<fim-suffix>",
-        "<fim_suffix>",
-        "<｜fim▁hole｜>",
-        "<SUF>",
-        "▁<SUF>",
-        "<|code_suffix|>",
-        "<|suffix|>",
-    ],
-    &[
-        "<|fim_middle|>",
-        "<fim-middle>",
-        "<fim_middle>",
-        "<｜fim▁end｜>",
-        "<MID>",
-        "▁<MID>",
-        "<|code_middle|>",
-        "<|middle|>",
-    ],
-];
+impl FimTokens {
+    /// Reads the keys (an id outside the `n`-token vocabulary is ignored, as llama.cpp does),
+    /// then looks up by text (`find`) those still absent; `found` receives each id found by
+    /// text (llama.cpp makes it a control token).
+    pub(super) fn load(
+        meta: &Metadata,
+        n: usize,
+        find: impl Fn(&[&str]) -> Option<TokenId>,
+        mut found: impl FnMut(TokenId),
+    ) -> FimTokens {
+        let mut ids = [None; 6];
+        for (slot, (key, old, texts)) in ids.iter_mut().zip(FIM_KEYS) {
+            for k in std::iter::once(key).chain(old) {
+                if let Some(v) = meta.get_u64(k).filter(|&v| (v as usize) < n) {
+                    *slot = Some(v as TokenId);
+                }
+            }
+            if slot.is_none() {
+                *slot = find(texts);
+                if let Some(id) = *slot {
+                    found(id);
+                }
+            }
+        }
+        let [pre, suf, mid, pad, rep, sep] = ids;
+        FimTokens {
+            pre,
+            suf,
+            mid,
+            pad,
+            rep,
+            sep,
+        }
+    }
+
+    /// The FIM tokens that end generation (llama.cpp: pad, repo, file separator).
+    pub fn eog(&self) -> impl Iterator<Item = TokenId> {
+        [self.pad, self.rep, self.sep].into_iter().flatten()
+    }
+}
 
 impl Tokenizer {
     /// llama.cpp's per-model attribute fix-ups (left/right whitespace stripping around special

@@ -12,6 +12,11 @@ fn strings(v: &[String]) -> MetaValue {
 
 /// `<unk> <s> </s>`, the 256 byte tokens, a few pieces, and some special tokens.
 fn spm_meta(model: &str) -> Metadata {
+    spm_meta_with(model, &[])
+}
+
+/// [`spm_meta`] with `extra` normal tokens at the end.
+fn spm_meta_with(model: &str, extra: &[&str]) -> Metadata {
     let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
     let mut types: Vec<i64> = vec![2, 3, 3];
     for b in 0..=255u32 {
@@ -32,6 +37,10 @@ fn spm_meta(model: &str) -> Metadata {
     for (t, ty) in special {
         tokens.push(t.into());
         types.push(ty);
+    }
+    for t in extra {
+        tokens.push(t.to_string());
+        types.push(1);
     }
     // Longer pieces score higher, so they win.
     let scores: Vec<MetaValue> = tokens
@@ -151,6 +160,50 @@ fn special_ids_and_eog() {
     assert_eq!(t.token_text(id(&t, "▁a")), Some("▁a"));
     assert_eq!(t.chat_template(), Some("{{ messages }}"));
     assert_eq!(t.kind(), VocabKind::Spm);
+}
+
+#[test]
+fn fim_tokens_from_keys_else_by_text_as_llama_cpp() {
+    let fim = [
+        "<PRE>",
+        "<SUF>",
+        "<MID>",
+        "<|fim_pad|>",
+        "<|repo_name|>",
+        "<|file_sep|>",
+    ];
+    // No keys: found by text, made control tokens; pad, repo and file separator end generation.
+    let t = Tokenizer::from_gguf(&spm_meta_with("llama", &fim)).unwrap();
+    let f = t.fim();
+    let ids: Vec<TokenId> = fim.iter().map(|s| id(&t, s)).collect();
+    assert_eq!(
+        [f.pre, f.suf, f.mid, f.pad, f.rep, f.sep],
+        ids.iter().map(|&i| Some(i)).collect::<Vec<_>>()[..]
+    );
+    assert_eq!(
+        t.encode("a<PRE>", false, true).unwrap().last(),
+        Some(&ids[0])
+    );
+    for (i, &tid) in ids.iter().enumerate() {
+        assert_eq!(t.is_eog(tid), i >= 3, "{}", fim[i]);
+    }
+    // Keys win over texts (the deprecated `prefix_token_id` too); an id outside the vocabulary
+    // is ignored; a FIM pad given by key ends generation, the `<|fim_pad|>` text then does not.
+    let mut m = spm_meta_with("llama", &fim);
+    let (a, b) = (id(&t, "a"), id(&t, "b"));
+    m.insert("tokenizer.ggml.prefix_token_id".into(), MetaValue::U32(a));
+    m.insert("tokenizer.ggml.fim_pad_token_id".into(), MetaValue::U32(b));
+    m.insert(
+        "tokenizer.ggml.fim_mid_token_id".into(),
+        MetaValue::U32(1 << 20),
+    );
+    let t = Tokenizer::from_gguf(&m).unwrap();
+    let f = t.fim();
+    assert_eq!((f.pre, f.pad, f.mid), (Some(a), Some(b), Some(ids[2])));
+    assert!(t.is_eog(b));
+    assert!(!t.is_eog(ids[3]));
+    // None at all.
+    assert_eq!(spm().fim(), FimTokens::default());
 }
 
 #[test]
