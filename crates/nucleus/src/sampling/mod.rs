@@ -45,6 +45,8 @@
 
 pub mod beam;
 pub mod candidates;
+pub mod community;
+pub mod dry;
 pub mod grammar;
 pub mod logprobs;
 mod math;
@@ -56,12 +58,15 @@ pub mod stop;
 pub(crate) mod stat_tests;
 
 pub use beam::{beam_search, BeamError, BeamId, BeamModel, BeamParams, Hypothesis};
+pub use community::CommunityParams;
 pub use grammar::{Grammar, GrammarCompiler, GrammarError, GrammarSpec};
 pub use rng::Rng;
 pub use stop::{FinishReason, StopChecker, StopConditions, StopStep};
 
 use crate::tokenizer::Tokenizer;
 use candidates::Candidates;
+use community::Mirostat;
+use dry::{Breakers, DrySettings};
 use stages::Penalties;
 
 /// A token id, an index into the vocabulary and the logits vector.
@@ -132,6 +137,10 @@ pub struct SamplingParams {
     /// Constrain the output to a grammar (the chain's first stage); `None` = free text. A
     /// sampler with a grammar is built with [`Sampler::for_tokenizer`].
     pub grammar: Option<GrammarSpec>,
+    /// llama.cpp's community samplers: DRY, XTC, mirostat, top-n-σ, dynamic temperature
+    /// (see [`community`]); off by default. Flattened: the fields keep their own names.
+    #[serde(flatten)]
+    pub community: CommunityParams,
 }
 
 impl Default for SamplingParams {
@@ -152,6 +161,7 @@ impl Default for SamplingParams {
             stream: 0,
             logprobs: None,
             grammar: None,
+            community: CommunityParams::default(),
         }
     }
 }
@@ -225,7 +235,17 @@ impl SamplingParams {
                 );
             }
         }
-        Ok(())
+        self.community.validate()
+    }
+
+    fn dry(&self) -> DrySettings {
+        let c = &self.community;
+        DrySettings {
+            multiplier: c.dry_multiplier,
+            base: c.dry_base,
+            allowed_length: c.dry_allowed_length,
+            last_n: c.dry_penalty_last_n,
+        }
     }
 
     fn penalties(&self) -> Penalties {
@@ -254,6 +274,14 @@ pub enum Stage {
     TopP,
     MinP,
     TypicalP,
+    /// DRY's penalties (which only lower logits): the tokens it penalised.
+    Dry,
+    TopNSigma,
+    Xtc,
+    /// Dynamic temperature, applied after the truncations and XTC (as in llama.cpp).
+    DynaTemp,
+    /// Mirostat's truncation (in place of top-k to XTC).
+    Mirostat,
 }
 
 impl Stage {
@@ -268,6 +296,11 @@ impl Stage {
             Stage::TopP => "top_p",
             Stage::MinP => "min_p",
             Stage::TypicalP => "typical_p",
+            Stage::Dry => "dry",
+            Stage::TopNSigma => "top_n_sigma",
+            Stage::Xtc => "xtc",
+            Stage::DynaTemp => "dynatemp",
+            Stage::Mirostat => "mirostat",
         }
     }
 }
@@ -309,12 +342,25 @@ pub struct Sampler {
     scratch_ids: Vec<TokenId>,
     counts: Vec<(TokenId, u32)>,
     probs: Vec<f64>,
+    dry_breakers: Breakers,
+    dry_scratch: (Vec<TokenId>, Vec<usize>, Vec<(TokenId, usize)>),
+    /// Mirostat's state (`mu`), this sequence's own.
+    mirostat: Option<Mirostat>,
 }
 
 impl Sampler {
     /// Validate `params` and build the chain. A grammar needs the vocabulary: use
     /// [`for_tokenizer`](Self::for_tokenizer).
     pub fn new(params: SamplingParams) -> Result<Self, SamplingError> {
+        let c = &params.community;
+        if c.dry_on() && !c.dry_sequence_breakers.is_empty() {
+            return Err(SamplingError::InvalidParam {
+                name: "dry_sequence_breakers",
+                reason: "DRY's sequence breakers need the vocabulary: build the sampler with \
+                         Sampler::for_tokenizer"
+                    .into(),
+            });
+        }
         if params.grammar.is_some() {
             return Err(SamplingError::InvalidParam {
                 name: "grammar",
@@ -323,7 +369,7 @@ impl Sampler {
                     .into(),
             });
         }
-        Self::build(params, None)
+        Self::build(params, None, Breakers::default())
     }
 
     /// Validate `params` and build the chain, compiling its grammar (if any) for `tok`'s
@@ -334,16 +380,29 @@ impl Sampler {
             Some(spec) => Some(GrammarCompiler::for_tokenizer(tok)?.compile(spec)?),
             None => None,
         };
-        Self::build(params, grammar)
+        let c = &params.community;
+        let breakers = if c.dry_on() {
+            Breakers::for_tokenizer(tok, &c.dry_sequence_breakers)?
+        } else {
+            Breakers::default()
+        };
+        Self::build(params, grammar, breakers)
     }
 
     /// The chain with an already compiled `grammar` (from `params.grammar` or any other).
     pub fn with_grammar(params: SamplingParams, grammar: Grammar) -> Result<Self, SamplingError> {
-        Self::build(params, Some(grammar))
+        Self::build(params, Some(grammar), Breakers::default())
     }
 
-    fn build(params: SamplingParams, grammar: Option<Grammar>) -> Result<Self, SamplingError> {
+    fn build(
+        params: SamplingParams,
+        grammar: Option<Grammar>,
+        dry_breakers: Breakers,
+    ) -> Result<Self, SamplingError> {
         params.validate()?;
+        let c = &params.community;
+        let mirostat =
+            (c.mirostat > 0).then(|| Mirostat::new(c.mirostat, c.mirostat_tau, c.mirostat_eta));
         let rng = params
             .seed
             .map_or_else(Rng::from_entropy, |s| Rng::for_stream(s, params.stream));
@@ -358,6 +417,9 @@ impl Sampler {
             scratch_ids: Vec::new(),
             counts: Vec::new(),
             probs: Vec::new(),
+            dry_breakers,
+            dry_scratch: Default::default(),
+            mirostat,
         })
     }
 
@@ -410,10 +472,13 @@ impl Sampler {
         }
 
         // Raw-distribution logprobs, before anything edits the logits.
+        let cp = &p.community;
         let edits = self.grammar.is_some()
             || !p.logit_bias.is_empty()
             || !p.penalties().is_off()
-            || (p.no_repeat_ngram > 0 && !context.is_empty());
+            || (p.no_repeat_ngram > 0 && !context.is_empty())
+            || cp.dry_on()
+            || cp.top_n_sigma_on();
         let mut lse = 0.0;
         let mut top_logprobs = Vec::new();
         if let Some(n) = p.logprobs {
@@ -439,6 +504,18 @@ impl Sampler {
             &mut self.scratch_ids,
             &mut self.counts,
         );
+        if cp.dry_on() {
+            let hit = dry::apply_dry(
+                logits,
+                context,
+                &p.dry(),
+                &self.dry_breakers,
+                &mut self.dry_scratch,
+            );
+            if self.explain {
+                stages.push((Stage::Dry, hit));
+            }
+        }
         stages::ban_repeated_ngrams(logits, context, p.no_repeat_ngram);
 
         let (token, entropy, chosen_prob) = if p.temperature == 0.0 {
@@ -448,45 +525,13 @@ impl Sampler {
                 stages.push((Stage::Greedy, 1));
             }
             (t as TokenId, 0.0, 1.0)
+        } else if self.mirostat.is_some() {
+            self.pick_mirostat(logits, &mut stages)?
         } else {
-            let c = &mut self.cands;
-            // Top-k first: it commutes with temperature and shrinks the work for the rest.
-            let finite = c.fill_top_k(logits, p.top_k);
-            if c.is_empty() {
-                return Err(SamplingError::NoCandidates);
-            }
-            c.temperature(p.temperature);
-            let after_k = c.len();
-            c.top_p(p.top_p);
-            let after_p = c.len();
-            c.min_p(p.min_p);
-            let after_min_p = c.len();
-            c.typical_p(p.typical_p, &mut self.probs);
-            if self.explain {
-                stages.push((Stage::Penalties, finite));
-                stages.push((Stage::Temperature, finite));
-                stages.push((Stage::TopK, after_k));
-                stages.push((Stage::TopP, after_p));
-                stages.push((Stage::MinP, after_min_p));
-                stages.push((Stage::TypicalP, c.len()));
-            }
-            let i = c.pick(self.rng.next_f64());
-            let token = c.v[i].id;
-            let (mut h, mut q) = (0.0, 1.0);
-            if self.explain {
-                c.probs(&mut self.probs);
-                h = -self
-                    .probs
-                    .iter()
-                    .filter(|&&x| x > 0.0)
-                    .map(|&x| x * x.ln())
-                    .sum::<f64>();
-                q = self.probs[i];
-            }
-            (token, h as f32, q as f32)
+            self.pick_truncated(logits, &mut stages)?
         };
 
-        let logprob = p.logprobs.map(|_| {
+        let logprob = self.params.logprobs.map(|_| {
             let raw = if edits {
                 self.raw[token as usize]
             } else {
@@ -507,6 +552,117 @@ impl Sampler {
                 chosen_prob,
             }),
         })
+    }
+}
+
+impl Sampler {
+    /// Temperature > 0, llama.cpp's chain: top-n-σ, top-k, (temperature), top-p, min-p,
+    /// typical-p, XTC, dynamic temperature, the pick. Without dynamic temperature the
+    /// temperature is applied right after top-k (see the module's note on the order).
+    fn pick_truncated(
+        &mut self,
+        logits: &mut [f32],
+        stages: &mut Vec<(Stage, usize)>,
+    ) -> Result<(TokenId, f32, f32), SamplingError> {
+        let (p, cp) = (&self.params, &self.params.community);
+        let explain = self.explain;
+        if cp.top_n_sigma_on() {
+            if explain {
+                stages.push((Stage::Penalties, count_finite(logits)));
+            }
+            let left = community::top_n_sigma(logits, cp.top_n_sigma);
+            if explain {
+                stages.push((Stage::TopNSigma, left));
+            }
+        }
+        let c = &mut self.cands;
+        // Top-k first: it commutes with temperature and shrinks the work for the rest.
+        let finite = c.fill_top_k(logits, p.top_k);
+        if c.is_empty() {
+            return Err(SamplingError::NoCandidates);
+        }
+        let t_early = if cp.dynatemp_on() { 1.0 } else { p.temperature };
+        c.temperature(t_early);
+        let after_k = c.len();
+        c.top_p(p.top_p);
+        let after_p = c.len();
+        c.min_p(p.min_p);
+        let after_min_p = c.len();
+        c.typical_p(p.typical_p, &mut self.probs);
+        if explain {
+            if !cp.top_n_sigma_on() {
+                stages.push((Stage::Penalties, finite));
+            }
+            if !cp.dynatemp_on() {
+                stages.push((Stage::Temperature, finite));
+            }
+            stages.push((Stage::TopK, after_k));
+            stages.push((Stage::TopP, after_p));
+            stages.push((Stage::MinP, after_min_p));
+            stages.push((Stage::TypicalP, c.len()));
+        }
+        if cp.xtc_on() && c.len() >= 2 {
+            let coin = self.rng.next_f64();
+            community::xtc(c, cp.xtc_probability, cp.xtc_threshold, t_early, coin);
+            if explain {
+                stages.push((Stage::Xtc, c.len()));
+            }
+        }
+        if cp.dynatemp_on() {
+            let (t, r, e) = (p.temperature, cp.dynatemp_range, cp.dynatemp_exponent);
+            community::dynatemp(c, t, r, e, &mut self.probs);
+            if explain {
+                stages.push((Stage::DynaTemp, c.len()));
+            }
+        }
+        let i = c.pick(self.rng.next_f64());
+        Ok(self.picked(i))
+    }
+
+    /// Mirostat (llama.cpp: temperature, then mirostat in place of the truncations).
+    fn pick_mirostat(
+        &mut self,
+        logits: &mut [f32],
+        stages: &mut Vec<(Stage, usize)>,
+    ) -> Result<(TokenId, f32, f32), SamplingError> {
+        let c = &mut self.cands;
+        let finite = c.fill_top_k(logits, 0);
+        if c.is_empty() {
+            return Err(SamplingError::NoCandidates);
+        }
+        c.temperature(self.params.temperature);
+        let m = self.mirostat.as_mut().expect("mirostat is on");
+        let i = m.sample(c, logits.len(), self.rng.next_f64(), &mut self.probs);
+        if self.explain {
+            stages.push((Stage::Penalties, finite));
+            stages.push((Stage::Temperature, finite));
+            stages.push((Stage::Mirostat, c.len()));
+        }
+        Ok(self.picked(i))
+    }
+
+    /// The token at candidate `i`, with the entropy of the final distribution and its
+    /// probability there when explain is on.
+    fn picked(&mut self, i: usize) -> (TokenId, f32, f32) {
+        let c = &self.cands;
+        let token = c.v[i].id;
+        let (mut h, mut q) = (0.0, 1.0);
+        if self.explain {
+            c.probs(&mut self.probs);
+            h = -self
+                .probs
+                .iter()
+                .filter(|&&x| x > 0.0)
+                .map(|&x| x * x.ln())
+                .sum::<f64>();
+            q = self.probs[i];
+        }
+        (token, h as f32, q as f32)
+    }
+
+    /// Mirostat's current `mu` (its surprise budget), if it is on.
+    pub fn mirostat_mu(&self) -> Option<f32> {
+        self.mirostat.as_ref().map(|m| m.mu)
     }
 }
 
