@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod prompt;
 mod respond;
 mod routes;
+pub mod samplers;
 pub mod structured;
 pub mod tools;
 mod unsupported;

@@ -11,24 +11,38 @@
 //!    context: `logit > 0 ? logit / penalty : logit * penalty` (CTRL / llama.cpp form);
 //! 3. **presence and frequency penalties** — over the same window, OpenAI's
 //!    `logit -= count * frequency + (count > 0) * presence`;
-//! 4. **no-repeat-n-gram** — ban any token that would repeat an n-gram already in the context;
-//! 5. **temperature** — `logit / T`; `T == 0` means greedy argmax exactly (the stages below are
+//! 4. **DRY** — with `dry_multiplier > 0`, tokens that would extend a repeat of the context
+//!    lose `multiplier · base^(length − allowed_length)` (see [`dry`]);
+//! 5. **no-repeat-n-gram** — ban any token that would repeat an n-gram already in the context;
+//! 6. **temperature** — `logit / T`; `T == 0` means greedy argmax exactly (the stages below are
 //!    then skipped);
-//! 6. **top-k** — keep the `k` most likely tokens;
-//! 7. **top-p** — keep the smallest set, most likely first, whose mass reaches `p` (≥ 1 token);
-//! 8. **min-p** — keep tokens with `prob >= min_p * max_prob`;
-//! 9. **typical-p** — keep the smallest set of tokens closest to the expected surprise whose
-//!    mass reaches `p`;
-//! 10. **pick** — draw from what is left, renormalised, with a seeded RNG.
+//! 7. **top-n-σ** — with `top_n_sigma > 0`, keep `logit ≥ max − n·σ` (scale-free, so its place
+//!    before or after temperature is the same);
+//! 8. **top-k** — keep the `k` most likely tokens;
+//! 9. **top-p** — keep the smallest set, most likely first, whose mass reaches `p` (≥ 1 token);
+//! 10. **min-p** — keep tokens with `prob >= min_p * max_prob`;
+//! 11. **typical-p** — keep the smallest set of tokens closest to the expected surprise whose
+//!     mass reaches `p`;
+//! 12. **XTC** — with `xtc_probability`, drop the tokens at least `xtc_threshold` likely but the
+//!     least likely of them (judged on the untempered probabilities, as in llama.cpp);
+//! 13. **dynamic temperature** — with `dynatemp_range > 0` the temperature is not applied at 6
+//!     but here, chosen from the entropy of what is left (llama.cpp's `temp_ext`, last);
+//! 14. **pick** — draw from what is left, renormalised, with a seeded RNG.
 //!
-//! This is the Hugging Face order (temperature before the truncations, so top-p/min-p/typical
-//! see the tempered distribution). llama.cpp's default chain puts temperature last instead; with
-//! `T = 1` the two agree. Each truncation stage renormalises what survived the previous one.
+//! With `mirostat` 1 or 2, stages 7–13 are replaced by mirostat's own truncation (llama.cpp:
+//! temperature, then mirostat), whose state `mu` is the sequence's. The community samplers
+//! (DRY, top-n-σ, XTC, dynamic temperature, mirostat) follow llama.cpp's definitions and
+//! order ([`community`]).
+//!
+//! For the stages that existed before them, this is the Hugging Face order (temperature before
+//! the truncations, so top-p/min-p/typical see the tempered distribution). llama.cpp's default
+//! chain puts temperature last instead; with `T = 1`, or with dynamic temperature on, the two
+//! agree. Each truncation stage renormalises what survived the previous one.
 //! Ties between equal logits are broken by the lower token id everywhere, so with the same seed,
 //! settings and logits the same token comes out.
 //!
-//! Stages 1–4 edit the caller's logits vector in place (they touch only the few tokens they
-//! concern); the truncations work on a candidate list that starts as the top-k of the finite
+//! Stages 1–5 edit the caller's logits vector in place (they touch only the few tokens they
+//! concern; top-n-σ also masks it, in one pass); the truncations work on a candidate list that starts as the top-k of the finite
 //! logits, found in one pass without sorting the vocabulary (top-k commutes with temperature).
 //!
 //! Cost on a 262k vocabulary (release, one core): about 0.2 ms per token with top-k on, most of
@@ -45,6 +59,7 @@
 
 pub mod beam;
 pub mod candidates;
+mod chain;
 pub mod community;
 pub mod dry;
 pub mod grammar;
@@ -552,117 +567,6 @@ impl Sampler {
                 chosen_prob,
             }),
         })
-    }
-}
-
-impl Sampler {
-    /// Temperature > 0, llama.cpp's chain: top-n-σ, top-k, (temperature), top-p, min-p,
-    /// typical-p, XTC, dynamic temperature, the pick. Without dynamic temperature the
-    /// temperature is applied right after top-k (see the module's note on the order).
-    fn pick_truncated(
-        &mut self,
-        logits: &mut [f32],
-        stages: &mut Vec<(Stage, usize)>,
-    ) -> Result<(TokenId, f32, f32), SamplingError> {
-        let (p, cp) = (&self.params, &self.params.community);
-        let explain = self.explain;
-        if cp.top_n_sigma_on() {
-            if explain {
-                stages.push((Stage::Penalties, count_finite(logits)));
-            }
-            let left = community::top_n_sigma(logits, cp.top_n_sigma);
-            if explain {
-                stages.push((Stage::TopNSigma, left));
-            }
-        }
-        let c = &mut self.cands;
-        // Top-k first: it commutes with temperature and shrinks the work for the rest.
-        let finite = c.fill_top_k(logits, p.top_k);
-        if c.is_empty() {
-            return Err(SamplingError::NoCandidates);
-        }
-        let t_early = if cp.dynatemp_on() { 1.0 } else { p.temperature };
-        c.temperature(t_early);
-        let after_k = c.len();
-        c.top_p(p.top_p);
-        let after_p = c.len();
-        c.min_p(p.min_p);
-        let after_min_p = c.len();
-        c.typical_p(p.typical_p, &mut self.probs);
-        if explain {
-            if !cp.top_n_sigma_on() {
-                stages.push((Stage::Penalties, finite));
-            }
-            if !cp.dynatemp_on() {
-                stages.push((Stage::Temperature, finite));
-            }
-            stages.push((Stage::TopK, after_k));
-            stages.push((Stage::TopP, after_p));
-            stages.push((Stage::MinP, after_min_p));
-            stages.push((Stage::TypicalP, c.len()));
-        }
-        if cp.xtc_on() && c.len() >= 2 {
-            let coin = self.rng.next_f64();
-            community::xtc(c, cp.xtc_probability, cp.xtc_threshold, t_early, coin);
-            if explain {
-                stages.push((Stage::Xtc, c.len()));
-            }
-        }
-        if cp.dynatemp_on() {
-            let (t, r, e) = (p.temperature, cp.dynatemp_range, cp.dynatemp_exponent);
-            community::dynatemp(c, t, r, e, &mut self.probs);
-            if explain {
-                stages.push((Stage::DynaTemp, c.len()));
-            }
-        }
-        let i = c.pick(self.rng.next_f64());
-        Ok(self.picked(i))
-    }
-
-    /// Mirostat (llama.cpp: temperature, then mirostat in place of the truncations).
-    fn pick_mirostat(
-        &mut self,
-        logits: &mut [f32],
-        stages: &mut Vec<(Stage, usize)>,
-    ) -> Result<(TokenId, f32, f32), SamplingError> {
-        let c = &mut self.cands;
-        let finite = c.fill_top_k(logits, 0);
-        if c.is_empty() {
-            return Err(SamplingError::NoCandidates);
-        }
-        c.temperature(self.params.temperature);
-        let m = self.mirostat.as_mut().expect("mirostat is on");
-        let i = m.sample(c, logits.len(), self.rng.next_f64(), &mut self.probs);
-        if self.explain {
-            stages.push((Stage::Penalties, finite));
-            stages.push((Stage::Temperature, finite));
-            stages.push((Stage::Mirostat, c.len()));
-        }
-        Ok(self.picked(i))
-    }
-
-    /// The token at candidate `i`, with the entropy of the final distribution and its
-    /// probability there when explain is on.
-    fn picked(&mut self, i: usize) -> (TokenId, f32, f32) {
-        let c = &self.cands;
-        let token = c.v[i].id;
-        let (mut h, mut q) = (0.0, 1.0);
-        if self.explain {
-            c.probs(&mut self.probs);
-            h = -self
-                .probs
-                .iter()
-                .filter(|&&x| x > 0.0)
-                .map(|&x| x * x.ln())
-                .sum::<f64>();
-            q = self.probs[i];
-        }
-        (token, h as f32, q as f32)
-    }
-
-    /// Mirostat's current `mu` (its surprise budget), if it is on.
-    pub fn mirostat_mu(&self) -> Option<f32> {
-        self.mirostat.as_ref().map(|m| m.mu)
     }
 }
 

@@ -268,6 +268,20 @@ impl Parser<'_> {
     }
 }
 
+/// Does `text` define a GBNF rule (a line starting `name ::=`)? Lark never does: it is how a
+/// field that takes either tells them apart.
+pub fn looks_like_gbnf(text: &str) -> bool {
+    text.lines().any(|l| {
+        let l = l.trim_start();
+        let n = l
+            .chars()
+            .take_while(|c| is_word(*c))
+            .map(char::len_utf8)
+            .sum::<usize>();
+        n > 0 && l[n..].trim_start().starts_with("::=")
+    })
+}
+
 /// Translates a GBNF grammar (start rule `root`) to llguidance's Lark syntax.
 pub fn gbnf_to_lark(src: &str) -> Result<String, GrammarError> {
     let chars: Vec<char> = src.chars().collect();

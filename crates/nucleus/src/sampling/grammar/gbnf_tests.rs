@@ -3,7 +3,7 @@
 
 use super::super::tests::vocab;
 use super::super::{Grammar, GrammarCompiler, GrammarSpec};
-use super::gbnf_to_lark;
+use super::{gbnf_to_lark, looks_like_gbnf};
 
 const JSON: &str = include_str!("../../../tests/data/gbnf/json.gbnf");
 const ARITHMETIC: &str = include_str!("../../../tests/data/gbnf/arithmetic.gbnf");
@@ -59,6 +59,17 @@ fn translation_by_hand() {
          g_item: \"-\" \" \" /[^\\x{A}]/{1,3} ((\"x\")?) \"\\n\"\n\
          g_my_rule: /(?s:.)/\n"
     );
+}
+
+#[test]
+fn gbnf_is_told_from_lark() {
+    for g in [JSON, ARITHMETIC, LIST] {
+        assert!(looks_like_gbnf(g));
+    }
+    assert!(!looks_like_gbnf(
+        "start: \"a\" b\nb: /[0-9]+/ // ::= in a comment"
+    ));
+    assert!(!looks_like_gbnf("start: %json {\"type\": \"object\"}"));
 }
 
 #[test]

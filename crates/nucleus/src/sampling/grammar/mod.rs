@@ -37,7 +37,7 @@ use llguidance::Matcher;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-pub use gbnf::gbnf_to_lark;
+pub use gbnf::{gbnf_to_lark, looks_like_gbnf};
 pub use schema::close_objects;
 pub use vocab::{vocab_env, GrammarCompiler};
 

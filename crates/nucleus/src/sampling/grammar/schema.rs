@@ -109,4 +109,43 @@ mod tests {
         assert_eq!(closed(&p["properties"]), None);
         assert_eq!(closed(&c["$defs"]["D"]), Some(json!(false)));
     }
+
+    /// The schemas the openai SDK, langchain and instructor send for one Pydantic model
+    /// (tests/data/schemas, written by its capture.py with openai 2.54, langchain-openai 1.4.3,
+    /// instructor 1.17): the declared object passes, an invented key does not.
+    #[test]
+    fn client_library_schemas_admit_only_declared_keys() {
+        use super::super::tests::vocab;
+        use super::super::{GrammarCompiler, GrammarSpec};
+        let ok = r#"{"name": "Paris", "country": "France", "population": 2100000}"#;
+        let extra =
+            r#"{"name": "Paris", "country": "France", "population": 2100000, "area_km2": 105}"#;
+        let tok = vocab();
+        let compiler = GrammarCompiler::for_tokenizer(&tok).unwrap();
+        for (lib, text) in [
+            (
+                "openai",
+                include_str!("../../../tests/data/schemas/openai.json"),
+            ),
+            (
+                "langchain",
+                include_str!("../../../tests/data/schemas/langchain.json"),
+            ),
+            (
+                "instructor",
+                include_str!("../../../tests/data/schemas/instructor.json"),
+            ),
+        ] {
+            let schema: serde_json::Value = serde_json::from_str(text).unwrap();
+            let accepts = |t: &str| {
+                let mut g = compiler
+                    .compile(&GrammarSpec::JsonSchema(schema.clone()))
+                    .unwrap();
+                let toks: Vec<u32> = t.bytes().map(|b| 3 + b as u32).collect();
+                g.valid_prefix(&toks) == toks.len()
+            };
+            assert!(accepts(ok), "{lib}");
+            assert!(!accepts(extra), "{lib}: an undeclared key passed");
+        }
+    }
 }
