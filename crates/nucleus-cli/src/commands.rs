@@ -121,6 +121,7 @@ impl SamplingArgs {
             stream: 0,
             logprobs: self.logprobs,
             grammar: None,
+            community: self.community.params()?,
         };
         let req = GenerateRequest {
             sampling,

@@ -7,6 +7,7 @@ mod limits;
 mod perplexity;
 mod pull;
 mod quantize;
+mod samplers;
 mod serve;
 mod speculate;
 
@@ -129,6 +130,8 @@ pub struct SamplingArgs {
     /// entropy and the chosen token's probability.
     #[arg(long)]
     pub explain: bool,
+    #[command(flatten)]
+    pub community: samplers::CommunityArgs,
 }
 
 fn parse_logit_bias(s: &str) -> Result<(u32, f32), String> {

@@ -92,7 +92,7 @@ pub struct ApiRequest {
     pub tools: Option<Value>,
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<Value>,
-    // llama-server's: a grammar (here Lark, llguidance's syntax) or a JSON Schema.
+    // llama-server's: a grammar (GBNF; Lark when it has no `name ::=` rule) or a JSON Schema.
     pub grammar: Option<Value>,
     pub json_schema: Option<Value>,
     // vLLM's guided decoding.
@@ -114,6 +114,9 @@ pub struct ApiRequest {
     pub repetition_penalty: Option<f32>,
     pub repeat_last_n: Option<i64>,
     pub no_repeat_ngram: Option<i64>,
+    /// llama-server's DRY, XTC, mirostat, top-n-σ and dynamic temperature fields.
+    #[serde(flatten)]
+    pub samplers: crate::samplers::SamplerFields,
     pub ignore_eos: Option<bool>,
     /// `error`, `truncate` or `stream`: what to do when the prompt and the answer do not fit
     /// the context window (default: the server's `--context-policy`).
@@ -288,6 +291,11 @@ impl ApiRequest {
         );
         unused("logprobs", no_logprobs)?;
         unused("explain", self.explain != Some(true))?;
+        let mut community = nucleus::sampling::CommunityParams::default();
+        self.samplers.apply(&mut community)?;
+        if let Some(field) = self.samplers.first_set(&community) {
+            unused(field, false)?;
+        }
         if self.context_policy.as_deref() == Some("stream") {
             return Err(ApiError::param(
                 "context_policy",
@@ -412,6 +420,7 @@ impl ApiRequest {
                 }
             }
         };
+        self.samplers.apply(&mut p.community)?;
         p.validate().map_err(|e| match e {
             SamplingError::InvalidParam { name, .. } => ApiError::param(name, e.to_string()),
             other => ApiError::invalid(other.to_string()),

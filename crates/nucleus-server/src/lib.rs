@@ -23,6 +23,7 @@ pub mod prompt;
 pub mod reasoning;
 mod respond;
 mod routes;
+pub mod samplers;
 pub mod structured;
 pub mod tools;
 mod unsupported;

@@ -4,10 +4,14 @@
 //! - `response_format`: `{"type": "text"}` (nothing), `{"type": "json_object"}` (any JSON
 //!   object), `{"type": "json_schema", "json_schema": {"name", "schema", "strict",
 //!   "description"}}` (a value valid against `schema`; enforced whether `strict` is true or not);
-//! - `grammar` (llama-server's field; here a Lark grammar in llguidance's syntax), `json_schema`
-//!   (llama-server's: a schema object);
+//! - `grammar` (llama-server's field): a GBNF grammar, llama.cpp's format (start rule `root`);
+//!   a text with no `name ::=` rule is read as Lark in llguidance's syntax, as this field was
+//!   before GBNF; `json_schema` (llama-server's: a schema object);
 //! - vLLM's `guided_json` (a schema, as an object or a JSON string), `guided_regex`,
-//!   `guided_grammar` (Lark).
+//!   `guided_grammar` (always Lark: the name of its own for Lark grammars).
+//!
+//! Object schemas that declare `properties` and say nothing of `additionalProperties` admit
+//! only those properties, as llama.cpp reads them (see `nucleus::sampling::close_objects`).
 //!
 //! Whether the grammar compiles is found out when the request is submitted; the error names the
 //! field ([`field_error`]).
@@ -107,6 +111,15 @@ fn text_field(field: &'static str, v: &Value) -> Result<Option<String>, ApiError
     }
 }
 
+/// `grammar`'s text: GBNF when it defines a rule with `::=`, else Lark.
+fn grammar_field(text: String) -> GrammarSpec {
+    if nucleus::sampling::grammar::looks_like_gbnf(&text) {
+        GrammarSpec::Gbnf(text)
+    } else {
+        GrammarSpec::Lark(text)
+    }
+}
+
 /// The request's constraint, if it sets one; a 400 naming the field for a malformed value or a
 /// second constraint.
 pub fn constraint(req: &ApiRequest) -> Result<Option<Constraint>, ApiError> {
@@ -120,7 +133,7 @@ pub fn constraint(req: &ApiRequest) -> Result<Option<Constraint>, ApiError> {
         add("response_format", response_format(v)?);
     }
     if let Some(v) = req.grammar.as_ref().filter(|v| !v.is_null()) {
-        add("grammar", text_field("grammar", v)?.map(GrammarSpec::Lark));
+        add("grammar", text_field("grammar", v)?.map(grammar_field));
     }
     if !is_unset(&req.json_schema) {
         let v = req.json_schema.as_ref().expect("set");
@@ -219,6 +232,20 @@ mod tests {
                 .unwrap()
                 .spec,
             GrammarSpec::Regex("[0-9]+".into())
+        );
+        assert_eq!(
+            run(json!({"grammar": "root ::= [0-9]+"}))
+                .unwrap()
+                .unwrap()
+                .spec,
+            GrammarSpec::Gbnf("root ::= [0-9]+".into())
+        );
+        assert_eq!(
+            run(json!({"guided_grammar": "start: \"x\""}))
+                .unwrap()
+                .unwrap()
+                .spec,
+            GrammarSpec::Lark("start: \"x\"".into())
         );
         assert_eq!(run(json!({"grammar": ""})), Ok(None));
     }

@@ -52,11 +52,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     // llama-server's extensions
     ("n_predict", "use `max_tokens`"),
     ("n_probs", "use `logprobs`"),
-    ("mirostat", "mirostat sampling is not implemented"),
-    ("dry_multiplier", "DRY sampling is not implemented"),
-    ("xtc_probability", "XTC sampling is not implemented"),
-    ("top_n_sigma", "top-n-sigma sampling is not implemented"),
-    ("dynatemp_range", "dynamic temperature is not implemented"),
     ("tfs_z", "tail-free sampling is not implemented"),
     ("samplers", "the sampler order is fixed"),
     (
@@ -78,10 +73,8 @@ fn is_neutral(field: &str, v: &Value) -> bool {
         Value::Object(o) if o.is_empty() => true,
         Value::Array(a) if field == "modalities" => a == &[Value::from("text")],
         Value::Number(x) => match field {
-            "min_tokens" | "n_probs" | "mirostat" | "dry_multiplier" | "xtc_probability"
-            | "dynatemp_range" | "n_indent" | "t_max_predict_ms" => x.as_f64() == Some(0.0),
+            "min_tokens" | "n_probs" | "n_indent" | "t_max_predict_ms" => x.as_f64() == Some(0.0),
             // llama-server's "off" values.
-            "top_n_sigma" => x.as_f64().is_some_and(|v| v <= 0.0),
             "n_predict" => x.as_i64() == Some(-1),
             "tfs_z" => x.as_f64() == Some(1.0),
             _ => false,

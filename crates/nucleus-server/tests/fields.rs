@@ -115,7 +115,7 @@ fn unsupported_fields_that_change_the_output_are_named() {
         ("function_call", json!({"name": "f"})),
         ("guided_choice", json!(["a", "b"])),
         ("structured_outputs", json!({"regex": "a"})),
-        ("mirostat", json!(2)),
+        ("tfs_z", json!(0.9)),
         ("stop_token_ids", json!([5])),
     ] {
         let mut req = hi();

@@ -63,7 +63,11 @@ pub fn forced_call_grammar(tools: &[ToolSpec], parallel: bool) -> String {
                 "type": "object",
                 "properties": {
                     "name": {"const": t.name},
-                    "arguments": t.parameters.clone().unwrap_or_else(|| json!({"type": "object"})),
+                    // Closed as `response_format` schemas are (see `close_objects`).
+                    "arguments": t.parameters.clone().map_or_else(
+                        || json!({"type": "object"}),
+                        crate::sampling::grammar::close_objects,
+                    ),
                 },
                 "required": ["name", "arguments"],
                 "additionalProperties": false,

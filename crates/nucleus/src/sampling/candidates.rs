@@ -100,8 +100,13 @@ impl Candidates {
         self.sort_prefix(self.v.len());
     }
 
+    /// Forget the sorted prefix (after a stage reordered or dropped entries arbitrarily).
+    pub(super) fn mark_unsorted(&mut self) {
+        self.sorted = 0;
+    }
+
     /// Make the first `m` entries sorted (see the invariant).
-    fn sort_prefix(&mut self, m: usize) {
+    pub(super) fn sort_prefix(&mut self, m: usize) {
         let m = m.min(self.v.len());
         if m <= self.sorted {
             return;

@@ -11,24 +11,38 @@
 //!    context: `logit > 0 ? logit / penalty : logit * penalty` (CTRL / llama.cpp form);
 //! 3. **presence and frequency penalties** — over the same window, OpenAI's
 //!    `logit -= count * frequency + (count > 0) * presence`;
-//! 4. **no-repeat-n-gram** — ban any token that would repeat an n-gram already in the context;
-//! 5. **temperature** — `logit / T`; `T == 0` means greedy argmax exactly (the stages below are
+//! 4. **DRY** — with `dry_multiplier > 0`, tokens that would extend a repeat of the context
+//!    lose `multiplier · base^(length − allowed_length)` (see [`dry`]);
+//! 5. **no-repeat-n-gram** — ban any token that would repeat an n-gram already in the context;
+//! 6. **temperature** — `logit / T`; `T == 0` means greedy argmax exactly (the stages below are
 //!    then skipped);
-//! 6. **top-k** — keep the `k` most likely tokens;
-//! 7. **top-p** — keep the smallest set, most likely first, whose mass reaches `p` (≥ 1 token);
-//! 8. **min-p** — keep tokens with `prob >= min_p * max_prob`;
-//! 9. **typical-p** — keep the smallest set of tokens closest to the expected surprise whose
-//!    mass reaches `p`;
-//! 10. **pick** — draw from what is left, renormalised, with a seeded RNG.
+//! 7. **top-n-σ** — with `top_n_sigma > 0`, keep `logit ≥ max − n·σ` (scale-free, so its place
+//!    before or after temperature is the same);
+//! 8. **top-k** — keep the `k` most likely tokens;
+//! 9. **top-p** — keep the smallest set, most likely first, whose mass reaches `p` (≥ 1 token);
+//! 10. **min-p** — keep tokens with `prob >= min_p * max_prob`;
+//! 11. **typical-p** — keep the smallest set of tokens closest to the expected surprise whose
+//!     mass reaches `p`;
+//! 12. **XTC** — with `xtc_probability`, drop the tokens at least `xtc_threshold` likely but the
+//!     least likely of them (judged on the untempered probabilities, as in llama.cpp);
+//! 13. **dynamic temperature** — with `dynatemp_range > 0` the temperature is not applied at 6
+//!     but here, chosen from the entropy of what is left (llama.cpp's `temp_ext`, last);
+//! 14. **pick** — draw from what is left, renormalised, with a seeded RNG.
 //!
-//! This is the Hugging Face order (temperature before the truncations, so top-p/min-p/typical
-//! see the tempered distribution). llama.cpp's default chain puts temperature last instead; with
-//! `T = 1` the two agree. Each truncation stage renormalises what survived the previous one.
+//! With `mirostat` 1 or 2, stages 7–13 are replaced by mirostat's own truncation (llama.cpp:
+//! temperature, then mirostat), whose state `mu` is the sequence's. The community samplers
+//! (DRY, top-n-σ, XTC, dynamic temperature, mirostat) follow llama.cpp's definitions and
+//! order ([`community`]).
+//!
+//! For the stages that existed before them, this is the Hugging Face order (temperature before
+//! the truncations, so top-p/min-p/typical see the tempered distribution). llama.cpp's default
+//! chain puts temperature last instead; with `T = 1`, or with dynamic temperature on, the two
+//! agree. Each truncation stage renormalises what survived the previous one.
 //! Ties between equal logits are broken by the lower token id everywhere, so with the same seed,
 //! settings and logits the same token comes out.
 //!
-//! Stages 1–4 edit the caller's logits vector in place (they touch only the few tokens they
-//! concern); the truncations work on a candidate list that starts as the top-k of the finite
+//! Stages 1–5 edit the caller's logits vector in place (they touch only the few tokens they
+//! concern; top-n-σ also masks it, in one pass); the truncations work on a candidate list that starts as the top-k of the finite
 //! logits, found in one pass without sorting the vocabulary (top-k commutes with temperature).
 //!
 //! Cost on a 262k vocabulary (release, one core): about 0.2 ms per token with top-k on, most of
@@ -45,6 +59,9 @@
 
 pub mod beam;
 pub mod candidates;
+mod chain;
+pub mod community;
+pub mod dry;
 pub mod grammar;
 pub mod logprobs;
 mod math;
@@ -56,12 +73,15 @@ pub mod stop;
 pub(crate) mod stat_tests;
 
 pub use beam::{beam_search, BeamError, BeamId, BeamModel, BeamParams, Hypothesis};
+pub use community::CommunityParams;
 pub use grammar::{Grammar, GrammarCompiler, GrammarError, GrammarSpec};
 pub use rng::Rng;
 pub use stop::{FinishReason, StopChecker, StopConditions, StopStep};
 
 use crate::tokenizer::Tokenizer;
 use candidates::Candidates;
+use community::Mirostat;
+use dry::{Breakers, DrySettings};
 use stages::Penalties;
 
 /// A token id, an index into the vocabulary and the logits vector.
@@ -132,6 +152,10 @@ pub struct SamplingParams {
     /// Constrain the output to a grammar (the chain's first stage); `None` = free text. A
     /// sampler with a grammar is built with [`Sampler::for_tokenizer`].
     pub grammar: Option<GrammarSpec>,
+    /// llama.cpp's community samplers: DRY, XTC, mirostat, top-n-σ, dynamic temperature
+    /// (see [`community`]); off by default. Flattened: the fields keep their own names.
+    #[serde(flatten)]
+    pub community: CommunityParams,
 }
 
 impl Default for SamplingParams {
@@ -152,6 +176,7 @@ impl Default for SamplingParams {
             stream: 0,
             logprobs: None,
             grammar: None,
+            community: CommunityParams::default(),
         }
     }
 }
@@ -225,7 +250,17 @@ impl SamplingParams {
                 );
             }
         }
-        Ok(())
+        self.community.validate()
+    }
+
+    fn dry(&self) -> DrySettings {
+        let c = &self.community;
+        DrySettings {
+            multiplier: c.dry_multiplier,
+            base: c.dry_base,
+            allowed_length: c.dry_allowed_length,
+            last_n: c.dry_penalty_last_n,
+        }
     }
 
     fn penalties(&self) -> Penalties {
@@ -254,6 +289,14 @@ pub enum Stage {
     TopP,
     MinP,
     TypicalP,
+    /// DRY's penalties (which only lower logits): the tokens it penalised.
+    Dry,
+    TopNSigma,
+    Xtc,
+    /// Dynamic temperature, applied after the truncations and XTC (as in llama.cpp).
+    DynaTemp,
+    /// Mirostat's truncation (in place of top-k to XTC).
+    Mirostat,
 }
 
 impl Stage {
@@ -268,6 +311,11 @@ impl Stage {
             Stage::TopP => "top_p",
             Stage::MinP => "min_p",
             Stage::TypicalP => "typical_p",
+            Stage::Dry => "dry",
+            Stage::TopNSigma => "top_n_sigma",
+            Stage::Xtc => "xtc",
+            Stage::DynaTemp => "dynatemp",
+            Stage::Mirostat => "mirostat",
         }
     }
 }
@@ -309,12 +357,25 @@ pub struct Sampler {
     scratch_ids: Vec<TokenId>,
     counts: Vec<(TokenId, u32)>,
     probs: Vec<f64>,
+    dry_breakers: Breakers,
+    dry_scratch: (Vec<TokenId>, Vec<usize>, Vec<(TokenId, usize)>),
+    /// Mirostat's state (`mu`), this sequence's own.
+    mirostat: Option<Mirostat>,
 }
 
 impl Sampler {
     /// Validate `params` and build the chain. A grammar needs the vocabulary: use
     /// [`for_tokenizer`](Self::for_tokenizer).
     pub fn new(params: SamplingParams) -> Result<Self, SamplingError> {
+        let c = &params.community;
+        if c.dry_on() && !c.dry_sequence_breakers.is_empty() {
+            return Err(SamplingError::InvalidParam {
+                name: "dry_sequence_breakers",
+                reason: "DRY's sequence breakers need the vocabulary: build the sampler with \
+                         Sampler::for_tokenizer"
+                    .into(),
+            });
+        }
         if params.grammar.is_some() {
             return Err(SamplingError::InvalidParam {
                 name: "grammar",
@@ -323,7 +384,7 @@ impl Sampler {
                     .into(),
             });
         }
-        Self::build(params, None)
+        Self::build(params, None, Breakers::default())
     }
 
     /// Validate `params` and build the chain, compiling its grammar (if any) for `tok`'s
@@ -334,16 +395,29 @@ impl Sampler {
             Some(spec) => Some(GrammarCompiler::for_tokenizer(tok)?.compile(spec)?),
             None => None,
         };
-        Self::build(params, grammar)
+        let c = &params.community;
+        let breakers = if c.dry_on() {
+            Breakers::for_tokenizer(tok, &c.dry_sequence_breakers)?
+        } else {
+            Breakers::default()
+        };
+        Self::build(params, grammar, breakers)
     }
 
     /// The chain with an already compiled `grammar` (from `params.grammar` or any other).
     pub fn with_grammar(params: SamplingParams, grammar: Grammar) -> Result<Self, SamplingError> {
-        Self::build(params, Some(grammar))
+        Self::build(params, Some(grammar), Breakers::default())
     }
 
-    fn build(params: SamplingParams, grammar: Option<Grammar>) -> Result<Self, SamplingError> {
+    fn build(
+        params: SamplingParams,
+        grammar: Option<Grammar>,
+        dry_breakers: Breakers,
+    ) -> Result<Self, SamplingError> {
         params.validate()?;
+        let c = &params.community;
+        let mirostat =
+            (c.mirostat > 0).then(|| Mirostat::new(c.mirostat, c.mirostat_tau, c.mirostat_eta));
         let rng = params
             .seed
             .map_or_else(Rng::from_entropy, |s| Rng::for_stream(s, params.stream));
@@ -358,6 +432,9 @@ impl Sampler {
             scratch_ids: Vec::new(),
             counts: Vec::new(),
             probs: Vec::new(),
+            dry_breakers,
+            dry_scratch: Default::default(),
+            mirostat,
         })
     }
 
@@ -410,10 +487,13 @@ impl Sampler {
         }
 
         // Raw-distribution logprobs, before anything edits the logits.
+        let cp = &p.community;
         let edits = self.grammar.is_some()
             || !p.logit_bias.is_empty()
             || !p.penalties().is_off()
-            || (p.no_repeat_ngram > 0 && !context.is_empty());
+            || (p.no_repeat_ngram > 0 && !context.is_empty())
+            || cp.dry_on()
+            || cp.top_n_sigma_on();
         let mut lse = 0.0;
         let mut top_logprobs = Vec::new();
         if let Some(n) = p.logprobs {
@@ -439,6 +519,18 @@ impl Sampler {
             &mut self.scratch_ids,
             &mut self.counts,
         );
+        if cp.dry_on() {
+            let hit = dry::apply_dry(
+                logits,
+                context,
+                &p.dry(),
+                &self.dry_breakers,
+                &mut self.dry_scratch,
+            );
+            if self.explain {
+                stages.push((Stage::Dry, hit));
+            }
+        }
         stages::ban_repeated_ngrams(logits, context, p.no_repeat_ngram);
 
         let (token, entropy, chosen_prob) = if p.temperature == 0.0 {
@@ -448,45 +540,13 @@ impl Sampler {
                 stages.push((Stage::Greedy, 1));
             }
             (t as TokenId, 0.0, 1.0)
+        } else if self.mirostat.is_some() {
+            self.pick_mirostat(logits, &mut stages)?
         } else {
-            let c = &mut self.cands;
-            // Top-k first: it commutes with temperature and shrinks the work for the rest.
-            let finite = c.fill_top_k(logits, p.top_k);
-            if c.is_empty() {
-                return Err(SamplingError::NoCandidates);
-            }
-            c.temperature(p.temperature);
-            let after_k = c.len();
-            c.top_p(p.top_p);
-            let after_p = c.len();
-            c.min_p(p.min_p);
-            let after_min_p = c.len();
-            c.typical_p(p.typical_p, &mut self.probs);
-            if self.explain {
-                stages.push((Stage::Penalties, finite));
-                stages.push((Stage::Temperature, finite));
-                stages.push((Stage::TopK, after_k));
-                stages.push((Stage::TopP, after_p));
-                stages.push((Stage::MinP, after_min_p));
-                stages.push((Stage::TypicalP, c.len()));
-            }
-            let i = c.pick(self.rng.next_f64());
-            let token = c.v[i].id;
-            let (mut h, mut q) = (0.0, 1.0);
-            if self.explain {
-                c.probs(&mut self.probs);
-                h = -self
-                    .probs
-                    .iter()
-                    .filter(|&&x| x > 0.0)
-                    .map(|&x| x * x.ln())
-                    .sum::<f64>();
-                q = self.probs[i];
-            }
-            (token, h as f32, q as f32)
+            self.pick_truncated(logits, &mut stages)?
         };
 
-        let logprob = p.logprobs.map(|_| {
+        let logprob = self.params.logprobs.map(|_| {
             let raw = if edits {
                 self.raw[token as usize]
             } else {

@@ -16,11 +16,17 @@
 //! grammar forbids has probability 0 and is rejected, and the parser only ever sees the tokens
 //! that become output (no rollback is needed).
 //!
+//! An object schema with `properties` and no `additionalProperties` admits only its declared
+//! properties, as llama.cpp's `json-schema-to-grammar` reads it (and as OpenAI's strict mode
+//! requires); `"additionalProperties": true` or a schema opens it again ([`close_objects`]).
+//!
 //! JSON is generated in one line with Python's separators (`", "`, `": "`): llguidance's
 //! `x-guidance` options `{"whitespace_flexible": false, "item_separator": ", ",
 //! "key_separator": ": "}` are added to every schema that sets none, because free whitespace lets
 //! a small model at high temperature wander into runs of blank lines until `max_tokens`.
 
+mod gbnf;
+mod schema;
 mod vocab;
 
 use std::sync::Arc;
@@ -31,6 +37,8 @@ use llguidance::Matcher;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+pub use gbnf::{gbnf_to_lark, looks_like_gbnf};
+pub use schema::close_objects;
 pub use vocab::{vocab_env, GrammarCompiler};
 
 use super::TokenId;
@@ -47,6 +55,8 @@ pub enum GrammarSpec {
     JsonSchema(Value),
     /// A grammar in llguidance's Lark syntax (which may embed `%json { schema }` rules).
     Lark(String),
+    /// A grammar in llama.cpp's GBNF (start rule `root`), translated to Lark ([`gbnf`]).
+    Gbnf(String),
     /// A regular expression (Rust `regex` syntax) the whole output must match.
     Regex(String),
 }
@@ -62,17 +72,18 @@ impl GrammarSpec {
         schema
     }
 
-    pub(crate) fn top_level(&self) -> TopLevelGrammar {
-        match self {
+    pub(crate) fn top_level(&self) -> Result<TopLevelGrammar, GrammarError> {
+        Ok(match self {
             GrammarSpec::JsonObject => TopLevelGrammar::from_json_schema(Self::with_json_options(
                 json!({"type": "object"}),
             )),
             GrammarSpec::JsonSchema(s) => {
-                TopLevelGrammar::from_json_schema(Self::with_json_options(s.clone()))
+                TopLevelGrammar::from_json_schema(Self::with_json_options(close_objects(s.clone())))
             }
             GrammarSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+            GrammarSpec::Gbnf(g) => TopLevelGrammar::from_lark(gbnf_to_lark(g)?),
             GrammarSpec::Regex(r) => TopLevelGrammar::from_regex(r),
-        }
+        })
     }
 }
 

@@ -8,7 +8,7 @@ use crate::gguf::{MetaType, MetaValue, Metadata};
 use crate::sampling::{Sampler, SamplingError, SamplingParams, Stage};
 use crate::tokenizer::Tokenizer;
 
-fn vocab() -> Tokenizer {
+pub(super) fn vocab() -> Tokenizer {
     let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
     let mut types: Vec<i32> = vec![2, 3, 3];
     for b in 0..=255u32 {

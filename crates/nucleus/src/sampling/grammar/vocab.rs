@@ -135,7 +135,7 @@ impl GrammarCompiler {
     pub fn compile(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {
         let parser = self
             .factory
-            .create_parser(spec.top_level())
+            .create_parser(spec.top_level()?)
             .map_err(|e| GrammarError(e.to_string()))?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
