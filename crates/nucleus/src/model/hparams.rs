@@ -378,6 +378,11 @@ fn moe_params(
     let key = |k: &str| format!("{arch_name}.{k}");
     let get = |k: &str| meta.get_u64(&key(k));
     let always = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe);
+    // The dense architectures read no experts (llama.cpp builds their dense FFN whatever
+    // the metadata says).
+    if !always && arch != Arch::Llama {
+        return Ok(None);
+    }
     let n_expert = match get("expert_count") {
         Some(0) | None if !always => return Ok(None),
         None => {
@@ -388,12 +393,6 @@ fn moe_params(
         }
         Some(n) => n as usize,
     };
-    if !matches!(arch, Arch::Llama | Arch::Qwen3Moe | Arch::Olmoe) {
-        return Err(ModelError::Invalid(format!(
-            "{} = {n_expert}: experts are not supported for {arch_name}",
-            key("expert_count")
-        )));
-    }
     if !(2..=MAX_EXPERTS).contains(&n_expert) {
         return Err(ModelError::Invalid(format!(
             "{} = {n_expert} is out of range (2 to {MAX_EXPERTS})",
