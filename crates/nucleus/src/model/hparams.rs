@@ -538,6 +538,43 @@ mod tests {
         assert_eq!(p.rope_style, RopeStyle::Neox);
     }
 
+    /// llama.cpp's facts: qwen3moe and llama (Mixtral) call `build_moe_ffn` with
+    /// `norm_w = true`, olmoe with `false`; qwen3moe's experts are
+    /// `expert_feed_forward_length` wide, or n_ff / n_expert_used without it.
+    #[test]
+    fn moe_facts_follow_llama_cpp() {
+        let counts = [
+            ("expert_count", MetaValue::U32(8)),
+            ("expert_used_count", MetaValue::U32(2)),
+        ];
+        let moe = |arch: &str, extra: &[(&str, MetaValue)]| {
+            let all: Vec<_> = counts.iter().chain(extra).cloned().collect();
+            HParams::from_metadata(&meta(arch, &all), 100).unwrap().moe
+        };
+        let q = moe("qwen3moe", &[]).unwrap();
+        assert_eq!((q.n_expert, q.n_expert_used, q.n_ff_exp), (8, 2, 64));
+        assert!(q.norm_weights);
+        let q = moe(
+            "qwen3moe",
+            &[("expert_feed_forward_length", MetaValue::U32(32))],
+        );
+        assert_eq!(q.unwrap().n_ff_exp, 32);
+        let m = moe("llama", &[]).unwrap();
+        assert!(m.norm_weights && m.n_ff_exp == 128);
+        let o = moe("olmoe", &[]).unwrap();
+        assert!(!o.norm_weights && o.n_ff_exp == 128);
+        let o = HParams::from_metadata(&meta("olmoe", &counts), 100).unwrap();
+        assert_eq!(o.qk_norm, QkNorm::AllHeads);
+        // Dense: llama without experts, and architectures that read none.
+        assert_eq!(
+            HParams::from_metadata(&meta("llama", &[]), 100)
+                .unwrap()
+                .moe,
+            None
+        );
+        assert_eq!(moe("qwen3", &[]), None);
+    }
+
     #[test]
     fn unknown_architecture_is_named() {
         let err = HParams::from_metadata(&meta("mamba", &[]), 100)
