@@ -96,14 +96,45 @@ def cut_spm(name, n_keep, specials):
 
 
 class Builder:
-    def __init__(self, arch, seed):
+    def __init__(self, arch, seed, n_layer=N_LAYER, n_head_kv=N_HEAD_KV):
         self.arch = arch
         self.rng = np.random.default_rng(seed)
         self.tensors = []
+        self.n_layer = n_layer
+        self.n_head_kv = n_head_kv
 
-    def matrix(self, name, rows, cols, scale=1.0):
-        w = self.rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(scale / np.sqrt(cols))
-        self.tensors.append((name, gguf.quants.quantize(w, Q.Q8_0), Q.Q8_0))
+    def matrix(self, name, rows, cols, scale=1.0, ty=Q.Q8_0, n=None):
+        """A rows x cols matrix (n of them, a 3-D tensor, when n is given) of type ty."""
+        shape = (rows, cols) if n is None else (n, rows, cols)
+        w = self.rng.standard_normal(shape, dtype=np.float32) * np.float32(scale / np.sqrt(cols))
+        if ty == Q.F32:
+            self.tensors.append((name, w, Q.F32))
+        elif ty == Q.F16:
+            self.tensors.append((name, w.astype(np.float16), Q.F16))
+        else:
+            self.tensors.append((name, gguf.quants.quantize(w, ty), ty))
+
+    def moe_layers(self, n_expert, n_ff_exp, qk_norm=None, types=(Q.Q8_0, Q.Q8_0, Q.Q8_0)):
+        """Layers whose FFN is a mixture of n_expert experts of n_ff_exp: the router
+        (ffn_gate_inp, F32 as llama-quantize leaves it) and 3-D ffn_{gate,up,down}_exps of
+        the given types. qk_norm: None, "head" (per head) or "all" (over all heads, OLMoE)."""
+        q_dim, kv_dim = N_HEAD * HEAD_DIM, self.n_head_kv * HEAD_DIM
+        for i in range(self.n_layer):
+            b = f"blk.{i}."
+            self.norm(b + "attn_norm.weight", N_EMBD)
+            self.matrix(b + "attn_q.weight", q_dim, N_EMBD)
+            self.matrix(b + "attn_k.weight", kv_dim, N_EMBD)
+            self.matrix(b + "attn_v.weight", kv_dim, N_EMBD)
+            if qk_norm:
+                self.norm(b + "attn_q_norm.weight", HEAD_DIM if qk_norm == "head" else q_dim)
+                self.norm(b + "attn_k_norm.weight", HEAD_DIM if qk_norm == "head" else kv_dim)
+            self.matrix(b + "attn_output.weight", N_EMBD, q_dim)
+            self.norm(b + "ffn_norm.weight", N_EMBD)
+            self.matrix(b + "ffn_gate_inp.weight", n_expert, N_EMBD, scale=2.0, ty=Q.F32)
+            self.matrix(b + "ffn_gate_exps.weight", n_ff_exp, N_EMBD, ty=types[0], n=n_expert)
+            self.matrix(b + "ffn_up_exps.weight", n_ff_exp, N_EMBD, ty=types[1], n=n_expert)
+            self.matrix(b + "ffn_down_exps.weight", N_EMBD, n_ff_exp, ty=types[2], n=n_expert)
+        self.norm("output_norm.weight", N_EMBD)
 
     def norm(self, name, n):
         w = (1.0 + 0.2 * self.rng.standard_normal(n)).astype(np.float32)
@@ -145,17 +176,20 @@ class Builder:
         w = gguf.GGUFWriter(str(path), self.arch)
         a = self.arch
         w.add_name(f"tiny-{path.stem}")
-        w.add_uint32(f"{a}.block_count", N_LAYER)
+        w.add_uint32(f"{a}.block_count", self.n_layer)
         w.add_uint32(f"{a}.context_length", 4096)
         w.add_uint32(f"{a}.embedding_length", N_EMBD)
-        w.add_uint32(f"{a}.feed_forward_length", N_FF)
+        if "feed_forward_length" not in kv:
+            w.add_uint32(f"{a}.feed_forward_length", N_FF)
         w.add_uint32(f"{a}.attention.head_count", N_HEAD)
-        w.add_uint32(f"{a}.attention.head_count_kv", N_HEAD_KV)
+        w.add_uint32(f"{a}.attention.head_count_kv", self.n_head_kv)
         w.add_uint32(f"{a}.rope.dimension_count", HEAD_DIM)
         w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
         w.add_uint32("general.file_type", 7)  # mostly Q8_0
         for key, value in kv.items():
             full = f"{a}.{key}"
+            if value is None:
+                continue
             if isinstance(value, float):
                 w.add_float32(full, value)
             else:
@@ -289,6 +323,46 @@ def models():
     b.matrix("output.weight", nv, N_EMBD)
     out.append(("mistral-swa", b, {"attention.sliding_window": 8, "rope.freq_base": 10000.0}, voc,
                 [(p, True) for p in PROSE]))
+
+    # Mixtures of experts (llama.cpp's build_moe_ffn, softmax gating): 3 layers of 8 experts,
+    # 2 used per token, the router F32. Their expert tensors mix Q8_0 with F16, which
+    # llama.cpp's mul_mat_id computes row by row with its one-row kernels.
+    #
+    # Qwen3-MoE: Qwen3's attention, experts of expert_feed_forward_length (32, not the
+    # feed_forward_length of 128), top-2 weights renormalised.
+    b = Builder("qwen3moe", 307, n_layer=3)
+    voc, nv = bpe_vocab("qwen2", "qwen2", ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                        "<|endoftext|>", "<|im_end|>", False)
+    b.embedding(nv)
+    b.moe_layers(8, 32, qk_norm="head", types=(Q.Q8_0, Q.Q8_0, Q.F16))
+    b.matrix("output.weight", nv, N_EMBD)
+    chat = "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n"
+    out.append(("qwen3moe", b, {"rope.freq_base": 1000000.0, "expert_count": 8,
+                                "expert_used_count": 2, "expert_feed_forward_length": 32}, voc,
+                [(p, False) for p in PROSE] + [(chat, False)]))
+
+    # Mixtral: the llama architecture with experts (ffn_gate_inp, ffn_*_exps) of
+    # feed_forward_length, top-2 weights renormalised.
+    b = Builder("llama", 308, n_layer=3)
+    voc, nv = spm_vocab([])
+    b.embedding(nv)
+    b.moe_layers(8, 64, types=(Q.F16, Q.Q8_0, Q.Q8_0))
+    b.matrix("output.weight", nv, N_EMBD)
+    out.append(("mixtral", b, {"rope.freq_base": 1000000.0, "feed_forward_length": 64,
+                               "expert_count": 8, "expert_used_count": 2}, voc,
+                [(p, True) for p in PROSE]))
+
+    # OLMoE: no GQA (llama.cpp's olmoe shapes k like q), RMS norms of q and k over all heads,
+    # NeoX RoPE, top-2 weights as the softmax gives them (not renormalised).
+    b = Builder("olmoe", 309, n_layer=3, n_head_kv=N_HEAD)
+    voc, nv = bpe_vocab("gpt-2", "olmo", ["<|endoftext|>", "<|padding|>"],
+                        None, "<|endoftext|>", False)
+    b.embedding(nv)
+    b.moe_layers(8, 64, qk_norm="all")
+    b.matrix("output.weight", nv, N_EMBD)
+    out.append(("olmoe", b, {"rope.freq_base": 10000.0, "feed_forward_length": 64,
+                             "expert_count": 8, "expert_used_count": 2}, voc,
+                [(p, False) for p in PROSE]))
     return out
 
 

@@ -86,6 +86,23 @@ pub fn inspect_memory(spec: &str, ctx: Option<usize>, kv_type: KvType) -> Result
         "  weights               {:>10}  (memory-mapped from the file)",
         mb(plan.weights_bytes)
     );
+    if let Some(moe) = hp.moe {
+        let experts: usize = model
+            .file
+            .tensors
+            .iter()
+            .filter(|t| t.name.contains("_exps."))
+            .map(|t| t.size)
+            .sum();
+        let active = plan.weights_bytes - experts + experts / moe.n_expert * moe.n_expert_used;
+        println!(
+            "    experts             {:>10}  ({} per layer, {} used per token: a token reads {} of the weights)",
+            mb(experts),
+            moe.n_expert,
+            moe.n_expert_used,
+            mb(active)
+        );
+    }
     println!(
         "  KV per token          {:>10}  bytes: {} layers × {} KV heads × (key {} + value {} values) in {kv_type}",
         plan.kv.bytes_per_token(),

@@ -52,7 +52,7 @@ fn load_error(bytes: Vec<u8>) -> String {
 
 #[test]
 fn fixtures_load_unchanged() {
-    for stem in ["qwen3", "gemma2", "phi3"] {
+    for stem in ["qwen3", "gemma2", "phi3", "qwen3moe", "mixtral", "olmoe"] {
         let file = Arc::new(GgufFile::from_bytes(variant(stem, &[], &[], &[])).unwrap());
         Model::from_file_with(file, 1, Arithmetic::Exact).unwrap();
     }
@@ -68,7 +68,7 @@ fn unknown_architecture_is_named_with_the_supported_ones() {
     ));
     assert_eq!(
         err,
-        "architecture \"qwen9\" is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)"
+        "architecture \"qwen9\" is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, olmoe)"
     );
 }
 
@@ -128,5 +128,82 @@ fn gemma2_soft_cap_must_be_positive() {
     assert_eq!(
         err,
         "invalid model: gemma2.attn_logit_softcapping = -1 is not a positive number"
+    );
+}
+
+#[test]
+fn moe_without_its_expert_counts_names_the_key() {
+    let drop_key = |stem: &str, key: &str| {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/arch/{stem}.gguf"));
+        let file = GgufFile::open(path).unwrap();
+        let mut w = GgufWriter::new();
+        for (k, v) in file.metadata.iter() {
+            if k != key {
+                w.add_meta(k, v.clone());
+            }
+        }
+        for t in &file.tensors {
+            w.add_tensor(&t.name, &t.dims, t.ty, file.tensor_data(t).to_vec());
+        }
+        load_error(w.to_bytes())
+    };
+    assert_eq!(
+        drop_key("qwen3moe", "qwen3moe.expert_count"),
+        "invalid model: missing metadata qwen3moe.expert_count"
+    );
+    assert_eq!(
+        drop_key("olmoe", "olmoe.expert_used_count"),
+        "invalid model: missing metadata olmoe.expert_used_count"
+    );
+    // Without expert_count a llama file is dense, as in llama.cpp; its expert tensors say why
+    // it cannot load.
+    assert_eq!(
+        drop_key("mixtral", "llama.expert_count"),
+        "invalid model: missing metadata llama.expert_count (the file has expert tensors: blk.0.ffn_gate_inp.weight)"
+    );
+}
+
+#[test]
+fn moe_counts_contradicting_the_tensors_are_named() {
+    let err = load_error(variant(
+        "qwen3moe",
+        &[("qwen3moe.expert_count", MetaValue::U32(4))],
+        &[],
+        &[],
+    ));
+    assert_eq!(
+        err,
+        "invalid model: tensor blk.0.ffn_gate_inp.weight has shape [64, 8], expected [64, 4] (qwen3moe.expert_count = 4)"
+    );
+    let err = load_error(variant(
+        "qwen3moe",
+        &[("qwen3moe.expert_used_count", MetaValue::U32(9))],
+        &[],
+        &[],
+    ));
+    assert_eq!(
+        err,
+        "invalid model: qwen3moe.expert_used_count = 9 must be between 1 and qwen3moe.expert_count = 8"
+    );
+    let err = load_error(variant(
+        "qwen3moe",
+        &[("qwen3moe.expert_feed_forward_length", MetaValue::U32(64))],
+        &[],
+        &[],
+    ));
+    assert_eq!(
+        err,
+        "invalid model: tensor blk.0.ffn_gate_exps.weight has shape [64, 32, 8], expected [64, 64, 8] (qwen3moe.expert_count = 8, qwen3moe.expert_feed_forward_length = 64)"
+    );
+    let err = load_error(variant(
+        "mixtral",
+        &[],
+        &["blk.1.ffn_down_exps.weight"],
+        &[],
+    ));
+    assert_eq!(
+        err,
+        "invalid model: missing tensor blk.1.ffn_down_exps.weight"
     );
 }

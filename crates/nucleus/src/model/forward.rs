@@ -11,7 +11,9 @@ use crate::kv_cache::{KvCache, KvSlot, SeqId};
 use crate::quant::dequantize_row;
 use crate::tokenizer::TokenId;
 
+use super::moe::MoeState;
 use super::project::ActsCache;
+use super::weights::Ffn;
 use super::{Activation, Model, ModelError};
 
 /// Tokens to evaluate: each with its position, its sequence, and whether its logits are wanted.
@@ -109,6 +111,7 @@ pub struct ForwardState {
     slots: Vec<KvSlot>,
     cos_sin: Vec<(f32, f32)>,
     acts: ActsCache,
+    moe: MoeState,
     seq_counts: Vec<(SeqId, usize)>,
     /// Stop after the output norm: no logits, [`hidden`](ForwardState::hidden) holds the rows.
     hidden_only: bool,
@@ -147,7 +150,7 @@ fn resize(v: &mut Vec<f32>, n: usize) {
 
 /// Debugging aid: with `NUCLEUS_DUMP_DIR` set, intermediate tensors are written there as raw
 /// little-endian f32 (`NAME-LAYER.bin`, llama.cpp's callback names), to compare with llama.cpp's.
-fn dump(name: &str, il: usize, data: &[f32]) {
+pub(super) fn dump(name: &str, il: usize, data: &[f32]) {
     static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     if let Some(dir) = DIR.get_or_init(|| std::env::var_os("NUCLEUS_DUMP_DIR").map(Into::into)) {
         let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -250,9 +253,10 @@ impl Model {
                         .for_each(|row| ops::add_in_place(row, b));
                 }
             }
+            // Per head, or over all heads (OLMoE): each norm is as long as what it normalizes.
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                ops::rmsnorm_chunks_in(&self.pool, &mut st.q, qn, hp.rms_eps, hd);
-                ops::rmsnorm_chunks_in(&self.pool, &mut st.k, kn, hp.rms_eps, hd);
+                ops::rmsnorm_chunks_in(&self.pool, &mut st.q, qn, hp.rms_eps, qn.len());
+                ops::rmsnorm_chunks_in(&self.pool, &mut st.k, kn, hp.rms_eps, kn.len());
             }
             let base = hp.layer_rope_base(il);
             let ff = w.rope_freqs.as_deref();
@@ -320,34 +324,26 @@ impl Model {
                 hp.rms_eps,
                 e,
             );
-            st.acts.invalidate();
-            self.project_many(
-                &mut st.acts,
-                [
-                    (&layer.w_gate, &mut st.gate[..]),
-                    (&layer.w_up, &mut st.up[..]),
-                ],
-                (&st.xb, slots),
-                m,
-            );
-            dump("ffn_norm", il, &st.xb[..m * e]);
-            dump("ffn_gate", il, &st.gate[..m * hp.n_ff]);
-            dump("ffn_up", il, &st.up[..m * hp.n_ff]);
-            let (gate, up) = (&mut st.gate[..m * hp.n_ff], &st.up[..m * hp.n_ff]);
-            let act = match hp.activation {
-                Activation::Silu => ops::swiglu,
-                Activation::Gelu => ops::geglu,
-            };
-            ops::gated_in(&self.pool, act, gate, up);
-            dump("ffn_act", il, &st.gate[..m * hp.n_ff]);
-            st.acts.invalidate();
-            self.project(
-                &mut st.acts,
-                &layer.w_down,
-                (&st.gate, slots),
-                m,
-                &mut st.proj,
-            );
+            match &layer.ffn {
+                Ffn::Dense { gate, up, down } => self.dense_ffn(
+                    [gate, up, down],
+                    &mut st.acts,
+                    (&mut st.gate, &mut st.up),
+                    (&st.xb, slots),
+                    m,
+                    &mut st.proj,
+                    il,
+                ),
+                Ffn::Moe(moe) => self.moe_ffn(
+                    moe,
+                    &mut st.acts,
+                    &mut st.moe,
+                    (&st.xb, slots),
+                    m,
+                    &mut st.proj,
+                    il,
+                ),
+            }
             if let Some(pn) = &layer.post_ffn_norm {
                 ops::rmsnorm_chunks_in(&self.pool, &mut st.proj[..m * e], pn, hp.rms_eps, e);
             }
@@ -393,6 +389,40 @@ impl Model {
             }
         }
         Ok(())
+    }
+
+    /// y = down(act(gate·x) ⊙ up·x) for the `m` rows of x: the gated FFN of a dense layer.
+    #[allow(clippy::too_many_arguments)]
+    fn dense_ffn(
+        &self,
+        [w_gate, w_up, w_down]: [&super::weights::Matrix; 3],
+        acts: &mut ActsCache,
+        (gate, up): (&mut Vec<f32>, &mut Vec<f32>),
+        (x, slots): (&[f32], &[PromptSlot]),
+        m: usize,
+        y: &mut [f32],
+        il: usize,
+    ) {
+        let n_ff = self.hp.n_ff;
+        acts.invalidate();
+        self.project_many(
+            acts,
+            [(w_gate, &mut gate[..]), (w_up, &mut up[..])],
+            (x, slots),
+            m,
+        );
+        dump("ffn_norm", il, &x[..m * self.hp.n_embd]);
+        dump("ffn_gate", il, &gate[..m * n_ff]);
+        dump("ffn_up", il, &up[..m * n_ff]);
+        let (gate, up) = (&mut gate[..m * n_ff], &up[..m * n_ff]);
+        let act = match self.hp.activation {
+            Activation::Silu => ops::swiglu,
+            Activation::Gelu => ops::geglu,
+        };
+        ops::gated_in(&self.pool, act, gate, up);
+        dump("ffn_act", il, gate);
+        acts.invalidate();
+        self.project(acts, w_down, (gate, slots), m, y);
     }
 
     /// Checks a batch against the model and the cache, and reserves cache blocks for it. On

@@ -22,6 +22,12 @@ pub enum Arch {
     Gemma3,
     /// Phi-3 and Phi-4: q/k/v in one matrix, gate and up in one, NeoX RoPE, scaled queries.
     Phi3,
+    /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder): Qwen3's attention, a mixture-of-experts FFN
+    /// whose top-k weights are renormalised.
+    Qwen3Moe,
+    /// OLMoE: NeoX RoPE, RMS norms of q and k over all heads at once, a mixture-of-experts FFN
+    /// whose top-k weights are not renormalised.
+    Olmoe,
 }
 
 impl Arch {
@@ -33,6 +39,8 @@ impl Arch {
             "gemma2" => Some(Arch::Gemma2),
             "gemma3" => Some(Arch::Gemma3),
             "phi3" => Some(Arch::Phi3),
+            "qwen3moe" => Some(Arch::Qwen3Moe),
+            "olmoe" => Some(Arch::Olmoe),
             _ => None,
         }
     }
@@ -45,11 +53,14 @@ impl Arch {
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Olmoe => "olmoe",
         }
     }
 
-    pub const SUPPORTED: &'static [&'static str] =
-        &["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"];
+    pub const SUPPORTED: &'static [&'static str] = &[
+        "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3moe", "olmoe",
+    ];
 }
 
 /// How RoPE pairs up the dimensions of a head.
@@ -69,6 +80,35 @@ pub enum Activation {
     /// GeGLU with the tanh approximation of GELU.
     Gelu,
 }
+
+/// Which RMS norms q and k get before RoPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// One norm per head, its weight `head_dim` long (Qwen3, Gemma 3).
+    PerHead,
+    /// One norm over all heads of a token, its weight as long as q (or k) (OLMoE).
+    AllHeads,
+}
+
+/// The mixture-of-experts FFN of a model whose layers route each token to a few experts
+/// (llama.cpp's `build_moe_ffn` with softmax gating).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeParams {
+    /// `{arch}.expert_count`.
+    pub n_expert: usize,
+    /// `{arch}.expert_used_count`: the experts each token runs through.
+    pub n_expert_used: usize,
+    /// The hidden size of one expert (`{arch}.expert_feed_forward_length`, or the
+    /// architecture's default).
+    pub n_ff_exp: usize,
+    /// Whether the chosen experts' softmax weights are divided by their sum (Qwen3-MoE,
+    /// Mixtral), or used as they are (OLMoE).
+    pub norm_weights: bool,
+}
+
+/// The most experts a layer may have (llama.cpp's `LLAMA_MAX_EXPERTS`).
+pub const MAX_EXPERTS: usize = 512;
 
 #[derive(Clone, Debug)]
 pub struct HParams {
@@ -105,14 +145,17 @@ pub struct HParams {
     pub sliding_window: Option<usize>,
     /// With a sliding window: layer `il` is local unless `(il + 1) % swa_period == 0`.
     pub swa_period: usize,
-    /// Gemma-style q/k norms and post-attention / post-FFN norms.
-    pub qk_norm: bool,
+    /// RMS norms of q and k before RoPE.
+    pub qk_norm: QkNorm,
+    /// Gemma's post-attention / post-FFN norms.
     pub post_norms: bool,
     pub qkv_bias: bool,
     /// Attention scores become `cap · tanh(score / cap)` (Gemma 2).
     pub attn_softcap: Option<f32>,
     /// Logits become `cap · tanh(logit / cap)` (Gemma 2).
     pub final_softcap: Option<f32>,
+    /// The mixture-of-experts FFN, for models that have one (in every layer).
+    pub moe: Option<MoeParams>,
 }
 
 impl HParams {
@@ -136,7 +179,11 @@ impl HParams {
 
         let n_layers = req("block_count")?;
         let n_embd = req("embedding_length")?;
-        let n_ff = req("feed_forward_length")?;
+        // A mixture of experts may give only its experts' size (Qwen3-MoE).
+        let n_ff = match arch {
+            Arch::Qwen3Moe => opt("feed_forward_length").unwrap_or(0),
+            _ => req("feed_forward_length")?,
+        };
         let n_head = req("attention.head_count")?;
         let n_head_kv = opt("attention.head_count_kv").unwrap_or(n_head);
         if n_head_kv == 0 || n_head % n_head_kv != 0 {
@@ -200,11 +247,12 @@ impl HParams {
             scale_queries: false,
             sliding_window: None,
             swa_period: 0,
-            qk_norm: false,
+            qk_norm: QkNorm::None,
             post_norms: false,
             qkv_bias: false,
             attn_softcap: None,
             final_softcap: None,
+            moe: None,
         };
         // A positive, finite cap, or the architecture's default when the key is absent.
         let softcap = |k: &str, default: f32| -> Result<f32, ModelError> {
@@ -226,7 +274,15 @@ impl HParams {
             }
             Arch::Qwen3 => {
                 hp.rope_style = RopeStyle::Neox;
-                hp.qk_norm = true;
+                hp.qk_norm = QkNorm::PerHead;
+            }
+            Arch::Qwen3Moe => {
+                hp.rope_style = RopeStyle::Neox;
+                hp.qk_norm = QkNorm::PerHead;
+            }
+            Arch::Olmoe => {
+                hp.rope_style = RopeStyle::Neox;
+                hp.qk_norm = QkNorm::AllHeads;
             }
             Arch::Gemma2 => {
                 hp.rope_style = RopeStyle::Neox;
@@ -275,7 +331,7 @@ impl HParams {
                 hp.rope_style = RopeStyle::Neox;
                 hp.activation = Activation::Gelu;
                 hp.embd_scale = (n_embd as f32).sqrt();
-                hp.qk_norm = true;
+                hp.qk_norm = QkNorm::PerHead;
                 hp.post_norms = true;
                 // Five local (sliding-window) layers for every global one; the local layers keep
                 // the classic RoPE base.
@@ -287,6 +343,7 @@ impl HParams {
                 hp.scale_queries = true;
             }
         }
+        hp.moe = moe_params(meta, arch_name, arch, n_ff)?;
         Ok(hp)
     }
 
@@ -307,6 +364,70 @@ impl HParams {
             self.rope_base
         }
     }
+}
+
+/// The mixture-of-experts hyperparameters, as llama.cpp reads them: `expert_count` and
+/// `expert_used_count` (required by qwen3moe and olmoe; a llama file without them is dense),
+/// and the experts' size.
+fn moe_params(
+    meta: &Metadata,
+    arch_name: &str,
+    arch: Arch,
+    n_ff: usize,
+) -> Result<Option<MoeParams>, ModelError> {
+    let key = |k: &str| format!("{arch_name}.{k}");
+    let get = |k: &str| meta.get_u64(&key(k));
+    let always = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe);
+    // The dense architectures read no experts (llama.cpp builds their dense FFN whatever
+    // the metadata says).
+    if !always && arch != Arch::Llama {
+        return Ok(None);
+    }
+    let n_expert = match get("expert_count") {
+        Some(0) | None if !always => return Ok(None),
+        None => {
+            return Err(ModelError::Invalid(format!(
+                "missing metadata {}",
+                key("expert_count")
+            )))
+        }
+        Some(n) => n as usize,
+    };
+    if !(2..=MAX_EXPERTS).contains(&n_expert) {
+        return Err(ModelError::Invalid(format!(
+            "{} = {n_expert} is out of range (2 to {MAX_EXPERTS})",
+            key("expert_count")
+        )));
+    }
+    let n_expert_used = get("expert_used_count").ok_or_else(|| {
+        ModelError::Invalid(format!("missing metadata {}", key("expert_used_count")))
+    })? as usize;
+    if n_expert_used == 0 || n_expert_used > n_expert {
+        return Err(ModelError::Invalid(format!(
+            "{} = {n_expert_used} must be between 1 and {} = {n_expert}",
+            key("expert_used_count"),
+            key("expert_count")
+        )));
+    }
+    // Qwen3-MoE's experts are `expert_feed_forward_length` wide, or n_ff / n_expert_used
+    // without it (llama_model_qwen3moe::load_arch_tensors); the others' are n_ff wide.
+    let n_ff_exp = match (arch, get("expert_feed_forward_length")) {
+        (Arch::Qwen3Moe, Some(n)) => n as usize,
+        (Arch::Qwen3Moe, None) => n_ff / n_expert_used,
+        _ => n_ff,
+    };
+    if n_ff_exp == 0 || n_ff_exp >= 1 << 24 {
+        return Err(ModelError::Invalid(format!(
+            "{} = {n_ff_exp} is out of range",
+            key("expert_feed_forward_length")
+        )));
+    }
+    Ok(Some(MoeParams {
+        n_expert,
+        n_expert_used,
+        n_ff_exp,
+        norm_weights: arch != Arch::Olmoe,
+    }))
 }
 
 #[cfg(test)]
@@ -347,7 +468,7 @@ mod tests {
             [Some(4096), None, Some(4096), None]
         );
         assert_eq!(hp.layer_rope_base(0), hp.layer_rope_base(1));
-        assert!(hp.scale_queries && hp.post_norms && !hp.qk_norm);
+        assert!(hp.scale_queries && hp.post_norms && hp.qk_norm == QkNorm::None);
         assert_eq!(hp.attn_scale, 0.25);
     }
 
@@ -410,11 +531,48 @@ mod tests {
     #[test]
     fn qwen3_and_phi3_facts() {
         let q = HParams::from_metadata(&meta("qwen3", &[]), 100).unwrap();
-        assert!(q.qk_norm && !q.qkv_bias && !q.scale_queries);
+        assert!(q.qk_norm == QkNorm::PerHead && !q.qkv_bias && !q.scale_queries);
         assert_eq!(q.rope_style, RopeStyle::Neox);
         let p = HParams::from_metadata(&meta("phi3", &[]), 100).unwrap();
-        assert!(p.scale_queries && !p.qk_norm);
+        assert!(p.scale_queries && p.qk_norm == QkNorm::None);
         assert_eq!(p.rope_style, RopeStyle::Neox);
+    }
+
+    /// llama.cpp's facts: qwen3moe and llama (Mixtral) call `build_moe_ffn` with
+    /// `norm_w = true`, olmoe with `false`; qwen3moe's experts are
+    /// `expert_feed_forward_length` wide, or n_ff / n_expert_used without it.
+    #[test]
+    fn moe_facts_follow_llama_cpp() {
+        let counts = [
+            ("expert_count", MetaValue::U32(8)),
+            ("expert_used_count", MetaValue::U32(2)),
+        ];
+        let moe = |arch: &str, extra: &[(&str, MetaValue)]| {
+            let all: Vec<_> = counts.iter().chain(extra).cloned().collect();
+            HParams::from_metadata(&meta(arch, &all), 100).unwrap().moe
+        };
+        let q = moe("qwen3moe", &[]).unwrap();
+        assert_eq!((q.n_expert, q.n_expert_used, q.n_ff_exp), (8, 2, 64));
+        assert!(q.norm_weights);
+        let q = moe(
+            "qwen3moe",
+            &[("expert_feed_forward_length", MetaValue::U32(32))],
+        );
+        assert_eq!(q.unwrap().n_ff_exp, 32);
+        let m = moe("llama", &[]).unwrap();
+        assert!(m.norm_weights && m.n_ff_exp == 128);
+        let o = moe("olmoe", &[]).unwrap();
+        assert!(!o.norm_weights && o.n_ff_exp == 128);
+        let o = HParams::from_metadata(&meta("olmoe", &counts), 100).unwrap();
+        assert_eq!(o.qk_norm, QkNorm::AllHeads);
+        // Dense: llama without experts, and architectures that read none.
+        assert_eq!(
+            HParams::from_metadata(&meta("llama", &[]), 100)
+                .unwrap()
+                .moe,
+            None
+        );
+        assert_eq!(moe("qwen3", &[]), None);
     }
 
     #[test]

@@ -155,9 +155,20 @@ impl Model {
         // logits of the one row that wants them.
         let (q_dim, kv_dim) = (hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim);
         let att_dim = hp.n_head * hp.head_dim_v;
-        let per_token_f32 =
-            3 * hp.n_embd + q_dim + kv_dim + hp.n_head_kv * hp.head_dim_v + att_dim + 2 * hp.n_ff;
-        let per_token_q8 = hp.n_embd.max(att_dim) + hp.n_ff;
+        // A mixture of experts adds its router's probabilities, each chosen expert's output,
+        // and an expert's gathered inputs, gate, up and down rows (all of a chunk's tokens may
+        // choose one expert).
+        let moe_f32 = hp.moe.map_or(0, |m| {
+            m.n_expert + (m.n_expert_used + 2) * hp.n_embd + 2 * m.n_ff_exp
+        });
+        let per_token_f32 = 3 * hp.n_embd
+            + q_dim
+            + kv_dim
+            + hp.n_head_kv * hp.head_dim_v
+            + att_dim
+            + 2 * hp.n_ff
+            + moe_f32;
+        let per_token_q8 = hp.n_embd.max(att_dim) + hp.n_ff.max(hp.moe.map_or(0, |m| m.n_ff_exp));
         let scratch_bytes = chunk
             .saturating_mul(4 * per_token_f32 + per_token_q8 * 34 / 32)
             .saturating_add(4 * (hp.n_vocab + hp.n_embd));

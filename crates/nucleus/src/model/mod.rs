@@ -7,13 +7,14 @@ mod forward;
 mod hparams;
 mod kv_shift;
 mod memory;
+mod moe;
 mod project;
 mod weights;
 
 pub use attention::{arithmetic_class, TILED_MIN_BATCH};
 pub use embed::EMBED_CHUNK;
 pub use forward::{Batch, ForwardState};
-pub use hparams::{Activation, Arch, HParams, RopeStyle};
+pub use hparams::{Activation, Arch, HParams, MoeParams, QkNorm, RopeStyle};
 pub use memory::{available_memory, human_bytes, MemoryPlan, MAX_CONTEXT};
 
 use std::path::Path;
@@ -31,7 +32,7 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Checkpoint(#[from] crate::hf::HfError),
-    #[error("architecture {0:?} is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)")]
+    #[error("architecture {0:?} is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, olmoe)")]
     UnsupportedArch(String),
     #[error("invalid model: {0}")]
     Invalid(String),

@@ -8,7 +8,7 @@ use crate::kernels::interleaved::{pack, pack_releasing, Arithmetic, PackedMatrix
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{dequantize_row, GgmlType};
 
-use super::{Arch, HParams, ModelError};
+use super::{Arch, HParams, ModelError, MoeParams, QkNorm};
 
 /// A matrix in the file: `rows` outputs of `cols` inputs each.
 #[derive(Clone, Debug)]
@@ -62,10 +62,49 @@ pub struct Layer {
     pub k_norm: Option<Vec<f32>>,
     pub post_attn_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
-    pub w_gate: Matrix,
-    pub w_up: Matrix,
-    pub w_down: Matrix,
+    pub ffn: Ffn,
     pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// A layer's feed-forward network: one gated FFN, or a mixture of experts.
+pub enum Ffn {
+    Dense {
+        gate: Matrix,
+        up: Matrix,
+        down: Matrix,
+    },
+    Moe(MoeFfn),
+}
+
+/// A mixture-of-experts FFN: the router and each expert's gated FFN.
+pub struct MoeFfn {
+    pub params: MoeParams,
+    /// `ffn_gate_inp`: one row of `n_embd` per expert, whose product with the normed input
+    /// gives the expert logits.
+    pub router: Matrix,
+    /// Expert `i`'s matrices: slices of the 3-D `ffn_{gate,up,down}_exps` tensors (the same
+    /// bytes of the file).
+    pub experts: Vec<Expert>,
+}
+
+pub struct Expert {
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
+}
+
+impl Ffn {
+    /// Every matrix of the FFN, for repacking.
+    fn matrices_mut(&mut self) -> Vec<&mut Matrix> {
+        match self {
+            Ffn::Dense { gate, up, down } => vec![gate, up, down],
+            Ffn::Moe(m) => m
+                .experts
+                .iter_mut()
+                .flat_map(|x| [&mut x.gate, &mut x.up, &mut x.down])
+                .collect(),
+        }
+    }
 }
 
 pub struct Weights {
@@ -111,6 +150,37 @@ impl Loader<'_> {
         })
     }
 
+    /// A 3-D tensor of `n` matrices of `rows` × `cols` (`ffn_*_exps`), as one matrix per
+    /// expert. `why` names the metadata the expected shape comes from.
+    fn experts(
+        &self,
+        name: &str,
+        (cols, rows, n): (usize, usize, usize),
+        why: &str,
+    ) -> Result<Vec<Matrix>, ModelError> {
+        let info = self.info(name)?;
+        let want = [cols as u64, rows as u64, n as u64];
+        if info.dims != want {
+            return Err(ModelError::Invalid(format!(
+                "tensor {name} has shape {:?}, expected {want:?} ({why})",
+                info.dims
+            )));
+        }
+        if !info.ty.is_computable() || info.ty.row_bytes(cols).is_none() {
+            return Err(ModelError::UnsupportedTensorType {
+                name: name.to_string(),
+                ty: info.ty,
+            });
+        }
+        let all = Matrix {
+            info: info.clone(),
+            rows: rows * n,
+            cols,
+            packed: None,
+        };
+        Ok((0..n).map(|i| all.row_slice(i * rows, rows)).collect())
+    }
+
     fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
         let info = self.info(name)?;
         if info.n_elements() != len as u64 {
@@ -138,6 +208,67 @@ impl Loader<'_> {
     }
 }
 
+impl Loader<'_> {
+    /// Layer `i`'s FFN: dense, or the mixture of experts the hyperparameters call for.
+    fn ffn(&self, i: usize, hp: &HParams) -> Result<Ffn, ModelError> {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let e = hp.n_embd;
+        let arch = hp.arch.name();
+        let Some(moe) = hp.moe else {
+            let router = n("ffn_gate_inp.weight");
+            if self.file.tensor(&router).is_some() {
+                return Err(ModelError::Invalid(format!(
+                    "missing metadata {arch}.expert_count (the file has expert tensors: {router})"
+                )));
+            }
+            // Phi-3's ffn_up holds the gate's rows, then the up projection's.
+            let (gate, up) = if hp.arch == Arch::Phi3 {
+                let gate_up = self.matrix(&n("ffn_up.weight"), e, 2 * hp.n_ff)?;
+                (
+                    gate_up.row_slice(0, hp.n_ff),
+                    gate_up.row_slice(hp.n_ff, hp.n_ff),
+                )
+            } else {
+                (
+                    self.matrix(&n("ffn_gate.weight"), e, hp.n_ff)?,
+                    self.matrix(&n("ffn_up.weight"), e, hp.n_ff)?,
+                )
+            };
+            let down = self.matrix(&n("ffn_down.weight"), hp.n_ff, e)?;
+            return Ok(Ffn::Dense { gate, up, down });
+        };
+        let (x, f) = (moe.n_expert, moe.n_ff_exp);
+        let count = format!("{arch}.expert_count = {x}");
+        let router_name = n("ffn_gate_inp.weight");
+        let router = self.matrix(&router_name, e, x).map_err(|err| match err {
+            ModelError::Invalid(m) if self.file.tensor(&router_name).is_some() => {
+                ModelError::Invalid(format!("{m} ({count})"))
+            }
+            other => other,
+        })?;
+        let ff_key = if hp.arch == Arch::Qwen3Moe {
+            format!("{arch}.expert_feed_forward_length = {f}")
+        } else {
+            format!("{arch}.feed_forward_length = {f}")
+        };
+        let why = format!("{count}, {ff_key}");
+        let gate = self.experts(&n("ffn_gate_exps.weight"), (e, f, x), &why)?;
+        let up = self.experts(&n("ffn_up_exps.weight"), (e, f, x), &why)?;
+        let down = self.experts(&n("ffn_down_exps.weight"), (f, e, x), &why)?;
+        let experts = gate
+            .into_iter()
+            .zip(up)
+            .zip(down)
+            .map(|((gate, up), down)| Expert { gate, up, down })
+            .collect();
+        Ok(Ffn::Moe(MoeFfn {
+            params: moe,
+            router,
+            experts,
+        }))
+    }
+}
+
 impl Weights {
     /// The weight index of `file`; with [`Arithmetic::Fast`], the matrices it computes in its
     /// own arithmetic repacked (in memory; the file is never written).
@@ -159,15 +290,9 @@ impl Weights {
             .layers
             .iter_mut()
             .flat_map(|l| {
-                [
-                    &mut l.wq,
-                    &mut l.wk,
-                    &mut l.wv,
-                    &mut l.wo,
-                    &mut l.w_gate,
-                    &mut l.w_up,
-                    &mut l.w_down,
-                ]
+                let mut m = vec![&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo];
+                m.extend(l.ffn.matrices_mut());
+                m
             })
             .collect();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -218,6 +343,11 @@ impl Weights {
                 )));
             }
         }
+        let has_qk_norm = hp.qk_norm != QkNorm::None;
+        let qk_norm_len = match hp.qk_norm {
+            QkNorm::AllHeads => (q_dim, k_dim),
+            _ => (hp.head_dim, hp.head_dim),
+        };
         let mut layers = Vec::with_capacity(hp.n_layers);
         for i in 0..hp.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
@@ -236,19 +366,7 @@ impl Weights {
                     l.matrix(&n("attn_v.weight"), e, v_dim)?,
                 )
             };
-            // Phi-3's ffn_up holds the gate's rows, then the up projection's.
-            let (w_gate, w_up) = if hp.arch == Arch::Phi3 {
-                let gate_up = l.matrix(&n("ffn_up.weight"), e, 2 * hp.n_ff)?;
-                (
-                    gate_up.row_slice(0, hp.n_ff),
-                    gate_up.row_slice(hp.n_ff, hp.n_ff),
-                )
-            } else {
-                (
-                    l.matrix(&n("ffn_gate.weight"), e, hp.n_ff)?,
-                    l.matrix(&n("ffn_up.weight"), e, hp.n_ff)?,
-                )
-            };
+            let ffn = l.ffn(i, hp)?;
             let (bq, bk, bv) = if hp.qkv_bias {
                 (
                     Some(l.vector(&n("attn_q.bias"), q_dim)?),
@@ -279,13 +397,11 @@ impl Weights {
                 bq,
                 bk,
                 bv,
-                q_norm: norm("attn_q_norm.weight", hp.head_dim, hp.qk_norm)?,
-                k_norm: norm("attn_k_norm.weight", hp.head_dim, hp.qk_norm)?,
+                q_norm: norm("attn_q_norm.weight", qk_norm_len.0, has_qk_norm)?,
+                k_norm: norm("attn_k_norm.weight", qk_norm_len.1, has_qk_norm)?,
                 post_attn_norm: norm("post_attention_norm.weight", e, hp.post_norms)?,
                 ffn_norm: l.vector(&n("ffn_norm.weight"), e)?,
-                w_gate,
-                w_up,
-                w_down: l.matrix(&n("ffn_down.weight"), hp.n_ff, e)?,
+                ffn,
                 post_ffn_norm: norm("post_ffw_norm.weight", e, hp.post_norms)?,
             });
         }

@@ -1,0 +1,246 @@
+//! The mixture-of-experts FFN, as llama.cpp's `build_moe_ffn` computes it with softmax gating
+//! (Qwen3-MoE, Mixtral, OLMoE):
+//!
+//! 1. router logits = `ffn_gate_inp` · x, one per expert;
+//! 2. probabilities = softmax over all experts ([`softmax_ggml`]);
+//! 3. the `n_expert_used` most probable experts ([`top_k`]: `ggml_argsort_top_k`, ties to the
+//!    lower index);
+//! 4. their weights: the chosen probabilities, divided by their sum where the architecture
+//!    renormalises ([`expert_weights`]);
+//! 5. each chosen expert's gated FFN, down(silu(gate·x) ⊙ up·x), times its weight, summed in
+//!    the order of choice.
+//!
+//! The experts' products are grouped by expert: the tokens of a batch that chose an expert go
+//! through its matrices together, so each expert's rows are read once per batch (and a decode
+//! step reads only the experts its tokens chose). Every product here computes each row alone
+//! (nucleus's tiled kernels, or llama.cpp's one-row kernels, which its `mul_mat_id` uses for
+//! every row), so a token's result does not depend on which other tokens share its experts.
+
+use crate::kernels::matmul::PromptSlot;
+use crate::kernels::ops;
+
+use super::forward::dump;
+use super::project::ActsCache;
+use super::weights::MoeFfn;
+use super::Model;
+
+/// Scratch buffers of the MoE FFN.
+#[derive(Default)]
+pub(super) struct MoeState {
+    /// Router logits, then probabilities: one row of `n_expert` per token.
+    probs: Vec<f32>,
+    /// The chosen experts of each token (`n_expert_used` per token, in order of choice).
+    chosen: Vec<usize>,
+    /// Their weights, in the same order.
+    weights: Vec<f32>,
+    /// For the expert being computed: (token, place in the token's choice) of its tokens.
+    members: Vec<(usize, usize)>,
+    /// The inputs of the expert's tokens, gathered; its gate, up and down outputs.
+    x: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+    /// Each chosen expert's output: `n_expert_used` rows of `n_embd` per token.
+    out: Vec<f32>,
+}
+
+fn fit(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+impl Model {
+    /// y = the mixture-of-experts FFN of the `m` rows of `x` (the normed FFN inputs). `slots`
+    /// are the rows' places for the router's product (llama.cpp computes it as any matrix
+    /// product of the batch); the experts' products take every row alike.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn moe_ffn(
+        &self,
+        ffn: &MoeFfn,
+        acts: &mut ActsCache,
+        st: &mut MoeState,
+        (x, slots): (&[f32], &[PromptSlot]),
+        m: usize,
+        y: &mut [f32],
+        il: usize,
+    ) {
+        let p = &ffn.params;
+        let (e, nx, k, f) = (self.hp.n_embd, p.n_expert, p.n_expert_used, p.n_ff_exp);
+        fit(&mut st.probs, m * nx);
+        acts.invalidate();
+        self.project(acts, &ffn.router, (x, slots), m, &mut st.probs);
+        dump("ffn_moe_logits", il, &st.probs[..m * nx]);
+        st.chosen.clear();
+        st.weights.clear();
+        for probs in st.probs[..m * nx].chunks_exact_mut(nx) {
+            softmax_ggml(probs);
+            let first = st.chosen.len();
+            top_k(probs, k, &mut st.chosen);
+            expert_weights(probs, &st.chosen[first..], p.norm_weights, &mut st.weights);
+        }
+        dump("ffn_moe_probs", il, &st.probs[..m * nx]);
+        dump("ffn_moe_weights", il, &st.weights);
+
+        fit(&mut st.out, m * k * e);
+        for (expert, mats) in ffn.experts.iter().enumerate() {
+            st.members.clear();
+            st.members.extend(
+                st.chosen
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &c)| c == expert)
+                    .map(|(i, _)| (i / k, i % k)),
+            );
+            let n = st.members.len();
+            if n == 0 {
+                continue;
+            }
+            for buf in [&mut st.gate, &mut st.up] {
+                fit(buf, n * f);
+            }
+            fit(&mut st.x, n * e);
+            fit(&mut st.down, n * e);
+            for (r, &(t, _)) in st.members.iter().enumerate() {
+                st.x[r * e..(r + 1) * e].copy_from_slice(&x[t * e..(t + 1) * e]);
+            }
+            acts.invalidate();
+            self.project_many(
+                acts,
+                [(&mats.gate, &mut st.gate[..]), (&mats.up, &mut st.up[..])],
+                (&st.x, &[]),
+                n,
+            );
+            // ggml's SwiGLU takes each row alone (groups of 16, then the row's tail).
+            for (g, u) in st.gate[..n * f]
+                .chunks_exact_mut(f)
+                .zip(st.up[..n * f].chunks_exact(f))
+            {
+                ops::swiglu(g, u);
+            }
+            acts.invalidate();
+            self.project(acts, &mats.down, (&st.gate, &[]), n, &mut st.down);
+            for (r, &(t, j)) in st.members.iter().enumerate() {
+                let at = (t * k + j) * e;
+                st.out[at..at + e].copy_from_slice(&st.down[r * e..(r + 1) * e]);
+            }
+        }
+        combine(&st.out[..m * k * e], &st.weights, (k, e), &mut y[..m * e]);
+        dump("ffn_moe_out", il, &y[..m * e]);
+    }
+}
+
+/// Softmax in place, as ggml's AVX-512 `ggml_vec_soft_max_f32` computes it (its CPU
+/// `soft_max` with scale 1): e^(x − max) through [`ops::expf_ggml`] in groups of 16, each
+/// group summed as `_mm512_reduce_add_ps` sums it (halves added, four times) and the sums
+/// accumulated in f64; the rest (n mod 16) through the C library's `expf`, each added in
+/// f64; then every value times the f32 of 1/sum. The router's logits are few (8 to 128), but
+/// the choice of experts hangs on these bits.
+pub fn softmax_ggml(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    x.iter_mut().for_each(|v| *v -= max);
+    let n16 = x.len() / 16 * 16;
+    let mut sum = 0f64;
+    ops::expf_ggml_in_place(&mut x[..n16]);
+    for group in x[..n16].chunks_exact(16) {
+        let mut lanes = [0f32; 16];
+        lanes.copy_from_slice(group);
+        for half in [8, 4, 2, 1] {
+            for i in 0..half {
+                lanes[i] += lanes[i + half];
+            }
+        }
+        sum += lanes[0] as f64;
+    }
+    for v in &mut x[n16..] {
+        *v = v.exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// Appends the indices of the `k` largest of `probs` to `out`, largest first; equal values in
+/// the order of their indices. llama.cpp sorts a row of indices with `std::sort` and a
+/// greater-than comparison (`ggml_argsort`, descending); libstdc++ sorts up to 16 elements by
+/// insertion, which keeps equal values in index order, as this does for any count. (With more
+/// than 16 experts its introsort may order exactly equal probabilities otherwise.)
+pub fn top_k(probs: &[f32], k: usize, out: &mut Vec<usize>) {
+    let mut idx: Vec<usize> = (0..probs.len()).collect();
+    // A stable sort on "greater first" keeps ties in index order.
+    idx.sort_by(|&a, &b| {
+        probs[b]
+            .partial_cmp(&probs[a])
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    out.extend_from_slice(&idx[..k]);
+}
+
+/// Appends the weights of the `chosen` experts to `out`: their probabilities, divided by their
+/// sum when `normalise` (ggml's `sum_rows` in f64, clamped below at 2^-14, then `div`).
+pub fn expert_weights(probs: &[f32], chosen: &[usize], normalise: bool, out: &mut Vec<f32>) {
+    let first = out.len();
+    out.extend(chosen.iter().map(|&c| probs[c]));
+    if normalise {
+        let sum = out[first..].iter().map(|&w| w as f64).sum::<f64>() as f32;
+        let sum = sum.max(6.103_515_6e-5);
+        out[first..].iter_mut().for_each(|w| *w /= sum);
+    }
+}
+
+/// y row t = Σ_j weights[t, j] · out[t, j], each product rounded and the sum taken in the
+/// order of choice (llama.cpp's `ggml_mul` by the weights, then one `ggml_add` per expert).
+fn combine(out: &[f32], weights: &[f32], (k, e): (usize, usize), y: &mut [f32]) {
+    for (t, yt) in y.chunks_exact_mut(e).enumerate() {
+        for j in 0..k {
+            let w = weights[t * k + j];
+            let o = &out[(t * k + j) * e..(t * k + j + 1) * e];
+            if j == 0 {
+                yt.iter_mut().zip(o).for_each(|(y, &o)| *y = o * w);
+            } else {
+                yt.iter_mut().zip(o).for_each(|(y, &o)| *y += o * w);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_sums_to_one_and_keeps_order() {
+        for n in [8, 16, 60, 64] {
+            let mut x: Vec<f32> = (0..n).map(|i| ((i * 37 % 11) as f32) * 0.3 - 1.0).collect();
+            let orig = x.clone();
+            softmax_ggml(&mut x);
+            let s: f32 = x.iter().sum();
+            assert!((s - 1.0).abs() < 1e-5, "{n}: {s}");
+            for i in 0..n {
+                for j in 0..n {
+                    if orig[i] > orig[j] {
+                        assert!(x[i] >= x[j]);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn top_k_breaks_ties_by_index() {
+        let mut out = vec![];
+        top_k(&[0.1, 0.3, 0.2, 0.3, 0.1], 3, &mut out);
+        assert_eq!(out, [1, 3, 2]);
+    }
+
+    #[test]
+    fn weights_renormalise_only_when_asked() {
+        let probs = [0.1, 0.4, 0.2, 0.3];
+        let mut w = vec![];
+        expert_weights(&probs, &[1, 3], false, &mut w);
+        assert_eq!(w, [0.4, 0.3]);
+        w.clear();
+        expert_weights(&probs, &[1, 3], true, &mut w);
+        assert!((w[0] - 4.0 / 7.0).abs() < 1e-7 && (w[1] - 3.0 / 7.0).abs() < 1e-7);
+    }
+}
