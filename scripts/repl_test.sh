@@ -89,7 +89,7 @@ n=$(prompts)
 # History: Up brings back the last message; Ctrl-C clears the line again.
 tmux send-keys -t "$S" Up
 sleep 1
-screen | tail -n 3 | grep -q "learns to bake bread" || fail "Up did not bring back the last message"
+screen | grep -v "^\s*$" | tail -n 2 | grep -q "learns to bake bread" || fail "Up did not bring back the last message"
 tmux send-keys -t "$S" C-c
 wait_for ">>> " $((n + 1))
 
