@@ -270,8 +270,9 @@ fn print_answer(out: &mut impl Write, text: &str) {
 fn speed_line(gen: &Generation) -> String {
     let t = &gen.timings;
     format!(
-        "[{} tokens, {:.1} tok/s; prompt {} tokens, {} cached, {:.1} tok/s]",
+        "[{} token{}, {:.1} tok/s; prompt {} tokens, {} cached, {:.1} tok/s]",
         t.generated_tokens,
+        if t.generated_tokens == 1 { "" } else { "s" },
         t.generate_tokens_per_s,
         t.prompt_tokens,
         gen.cached_tokens,
