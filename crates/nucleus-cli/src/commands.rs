@@ -1,13 +1,12 @@
 //! The subcommands. Each turns its arguments into calls of the nucleus library and prints the
 //! result; errors bubble up to `main` and are printed as one line.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use nucleus::chat::{ChatTemplate, Message};
-use nucleus::engine::context::{chat_keep_tokens, truncate_to_window, SINK_TOKENS};
+use nucleus::engine::context::{truncate_to_window, SINK_TOKENS};
 use nucleus::engine::{ContextPolicy, GenerateRequest, SequenceStep, Session};
 use nucleus::gguf::GgufFile;
 use nucleus::model::Model;
@@ -15,7 +14,6 @@ use nucleus::sampling::{SamplingError, SamplingParams};
 use nucleus::tokenizer::{TokenId, Tokenizer};
 
 use crate::catalog::{self, CATALOG, DEFAULT_MODEL};
-use crate::speculate::SpeculateArgs;
 use crate::{GenerateArgs, ModelArgs, SamplingArgs};
 
 /// A catalog name (pulled on first use), a path to a GGUF file or a Hugging Face checkpoint
@@ -57,7 +55,7 @@ fn with_tokenizer(model: Model, path: &std::path::Path) -> Result<Loaded> {
     Ok(Loaded { model, tokenizer })
 }
 
-fn load(args: &ModelArgs, spec: Option<&str>) -> Result<Loaded> {
+pub(crate) fn load(args: &ModelArgs, spec: Option<&str>) -> Result<Loaded> {
     let path = resolve_model(args.model.as_deref().or(spec))?;
     match &args.quantize {
         Some(ty) => load_quantized(&path, ty, args.threads),
@@ -93,13 +91,13 @@ fn load_quantized(path: &std::path::Path, ty: &str, threads: usize) -> Result<Lo
     with_tokenizer(model, path)
 }
 
-fn context_size(args: &ModelArgs, model: &Model) -> Result<usize> {
+pub(crate) fn context_size(args: &ModelArgs, model: &Model) -> Result<usize> {
     crate::limits::context(args.ctx, args.allow_long_context, model)
 }
 
 impl SamplingArgs {
     /// The request these flags describe; invalid values give one error naming the flag.
-    fn request(
+    pub(crate) fn request(
         &self,
         max_tokens: usize,
         ignore_eos: bool,
@@ -153,12 +151,12 @@ impl SamplingArgs {
 
 /// `--context-policy`, or the command's default: `stream` for `chat` (a conversation goes on
 /// past the window), `error` otherwise.
-fn policy_of(args: &ModelArgs, default: ContextPolicy) -> ContextPolicy {
+pub(crate) fn policy_of(args: &ModelArgs, default: ContextPolicy) -> ContextPolicy {
     args.context_policy.unwrap_or(default)
 }
 
 /// A session with room for the request's beams.
-fn session_for<'m>(
+pub(crate) fn session_for<'m>(
     args: &ModelArgs,
     model: &'m Model,
     n_ctx: usize,
@@ -180,7 +178,7 @@ fn session_for<'m>(
 /// `max_tokens` (at least a quarter of the window is left to answer): unchanged, truncated
 /// after its first `keep` tokens (`truncate`; a note says how many were dropped), or refused.
 /// `stream` takes any prompt.
-fn fit_prompt(
+pub(crate) fn fit_prompt(
     policy: ContextPolicy,
     prompt: Vec<TokenId>,
     keep: usize,
@@ -204,7 +202,7 @@ fn fit_prompt(
 }
 
 /// What `--explain` and `--logprobs` print to stderr for one token (nothing otherwise).
-fn report_step(tokenizer: &Tokenizer, step: &SequenceStep, logprobs_to_stderr: bool) {
+pub(crate) fn report_step(tokenizer: &Tokenizer, step: &SequenceStep, logprobs_to_stderr: bool) {
     let show = |id: TokenId| format!("{:?}", String::from_utf8_lossy(tokenizer.piece(id, false)));
     if let Some(ex) = &step.explain {
         let stages: Vec<String> = ex
@@ -305,83 +303,6 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 );
             }
         }
-    }
-    Ok(())
-}
-
-pub fn chat(
-    args: ModelArgs,
-    name: Option<String>,
-    system: Option<String>,
-    max_tokens: usize,
-    parse_special_in_messages: bool,
-    sampling: SamplingArgs,
-    speculate: SpeculateArgs,
-) -> Result<()> {
-    let Loaded { model, tokenizer } = load(&args, name.as_deref())?;
-    let mut req = sampling.request(max_tokens, false, model.hp.n_vocab)?;
-    let method = speculate.method(req.beams)?;
-    let draft = speculate.load_draft(method, args.threads)?;
-    let source = tokenizer
-        .chat_template()
-        .ok_or(nucleus::chat::ChatError::NoTemplate)?;
-    let text_of = |id: Option<TokenId>| {
-        id.and_then(|i| tokenizer.token_text(i))
-            .unwrap_or("")
-            .to_string()
-    };
-    let template = ChatTemplate::new(source, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?;
-    let n_ctx = context_size(&args, &model)?;
-    // Beams do not stream: with --beams the default stays `error`.
-    let default = if req.beams > 1 {
-        ContextPolicy::Error
-    } else {
-        ContextPolicy::Stream
-    };
-    let policy = policy_of(&args, default);
-    let mut session = session_for(&args, &model, n_ctx, &req, policy)?;
-    let mut speculator =
-        speculate.speculator(method, draft.as_ref(), &tokenizer, n_ctx, args.kv_type)?;
-    let mut messages = Vec::new();
-    if let Some(s) = system {
-        messages.push(Message::new("system", &s));
-    }
-    let stdin = std::io::stdin();
-    let mut stdout = std::io::stdout();
-    eprintln!(
-        "Chatting with {} (empty line or Ctrl-D to quit).",
-        model.hp.arch.name()
-    );
-    for turn in 0u64.. {
-        eprint!("> ");
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
-            break;
-        }
-        messages.push(Message::new("user", line.trim_end()));
-        // Only the template's own text becomes special tokens (unless
-        // --parse-special-in-messages), and BOS comes once.
-        let encode = |msgs: &[Message], gen: bool| -> Result<Vec<TokenId>> {
-            Ok(template.encode(&tokenizer, msgs, gen, parse_special_in_messages)?)
-        };
-        let tokens = encode(&messages, true)?;
-        // `truncate` keeps the system message (when it fits) and drops the oldest turns.
-        let keep = chat_keep_tokens(&messages, &tokens, encode)?;
-        let (tokens, _) = fit_prompt(policy, tokens, keep, n_ctx, req.max_tokens)?;
-        // Each turn is the whole conversation as one prompt, computed as a fresh run would
-        // compute it; the prefix cache gives back the blocks of the earlier turns' prompts, so
-        // only the new part is computed.
-        session.reset();
-        // A different stream each turn, reproducible with --seed.
-        req.sampling.stream = turn;
-        let gen =
-            session.generate_with(&tokenizer, &tokens, &req, speculator.as_mut(), |step| {
-                report_step(&tokenizer, step, true);
-                let _ = stdout.write_all(step.text.as_bytes());
-                let _ = stdout.flush();
-            })?;
-        println!();
-        messages.push(Message::new("assistant", &gen.text));
     }
     Ok(())
 }

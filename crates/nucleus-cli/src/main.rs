@@ -1,12 +1,14 @@
 //! The `nucleus` command line.
 
 mod catalog;
+mod chat;
 mod commands;
 mod inspect;
 mod limits;
 mod perplexity;
 mod pull;
 mod quantize;
+mod repl_commands;
 mod samplers;
 mod serve;
 mod speculate;
@@ -311,7 +313,7 @@ fn main() {
             parse_special_in_messages,
             sampling,
             speculate,
-        } => commands::chat(
+        } => chat::chat(
             model,
             name,
             system,

@@ -1,6 +1,8 @@
 //! One sequence's generation: prefill the prompt in chunks through the batched forward, then
 //! decode token by token until an end-of-generation token, a stop, or the token limit.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::context::{check_stream_window, slide_window, ContextError, ContextPolicy, SINK_BLOCKS};
@@ -92,6 +94,8 @@ pub struct Session<'m> {
     sink_blocks: usize,
     /// Tokens evicted from the KV cache by the streamed window (`ContextPolicy::Stream`).
     n_evicted: usize,
+    /// Set from outside (Ctrl-C in `nucleus chat`): sampling ends after the current token.
+    interrupt: Option<Arc<AtomicBool>>,
 }
 
 impl<'m> Session<'m> {
@@ -153,6 +157,7 @@ impl<'m> Session<'m> {
             policy: ContextPolicy::Error,
             sink_blocks: SINK_BLOCKS,
             n_evicted: 0,
+            interrupt: None,
         })
     }
 
@@ -209,6 +214,19 @@ impl<'m> Session<'m> {
     pub fn set_sink_blocks(&mut self, n: usize) {
         assert!(n <= PINNED_BLOCKS, "at most {PINNED_BLOCKS} sink blocks");
         self.sink_blocks = n;
+    }
+
+    /// A flag that, once set, ends [`generate_with`](Self::generate_with)'s sampling after the
+    /// current token (finish reason `length`, as a caller's own limit), with or without
+    /// speculation. Beam search does not look at it.
+    pub fn set_interrupt(&mut self, flag: Arc<AtomicBool>) {
+        self.interrupt = Some(flag);
+    }
+
+    pub(crate) fn interrupted(&self) -> bool {
+        self.interrupt
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
     }
 
     /// Tokens the streamed window has evicted from the cache so far.
@@ -533,6 +551,10 @@ impl Session<'_> {
                 let step = seq.step(&mut logits)?;
                 on_event(&step);
                 if step.finish.is_some() {
+                    break;
+                }
+                if self.interrupted() {
+                    seq.abort(FinishReason::Length);
                     break;
                 }
                 logits = self.feed(&[step.token], 1, false)?;

@@ -35,6 +35,7 @@ use serde::Serialize;
 use super::sequence::{Sequence, SequenceStep};
 use super::session::{EngineError, Session};
 use crate::model::ModelError;
+use crate::sampling::FinishReason;
 use crate::tokenizer::TokenId;
 
 /// The most tokens proposed at once (`--draft-max`).
@@ -241,6 +242,10 @@ impl<'p> Speculator<'p> {
         let mut step = seq.step(&mut logits)?;
         on_event(&step);
         while step.finish.is_none() {
+            if session.interrupted() {
+                seq.abort(FinishReason::Length);
+                break;
+            }
             let pending = step.token;
             // Room for the pending token and the drafts, in the window and in max_tokens.
             let left = max_tokens.saturating_sub(seq.tokens().len());
