@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import msgpack
@@ -44,8 +45,11 @@ def free_port():
 def post(base, path, body):
     req = urllib.request.Request(base + path, json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.load(r)
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        sys.exit(f"{path}: HTTP {e.code}: {e.read().decode(errors='replace')}")
 
 
 def get(base, path):
@@ -94,7 +98,7 @@ def run(base, zport):
               "library with short, correct examples. ") * 3
     prompts = [shared + f"Question {i}: how do I use the module number {i}?" for i in range(6)]
     # Long distinct prompts: more blocks than the pool keeps, so cached blocks are evicted.
-    prompts += [" ".join(f"word{j}_{i}" for j in range(120)) for i in range(8)]
+    prompts += [" ".join(f"word{j}_{i}" for j in range(60)) for i in range(8)]
     prompts += [shared + "Question 0: how do I use the module number 0?"]  # a cache hit
 
     def complete(p):
