@@ -286,8 +286,8 @@ fn events_replay_into_exactly_the_cached_blocks() {
     c.set_prefix_caching(true);
     c.set_events(true);
     let mut seen = std::collections::HashSet::new();
-    let mut check = |c: &mut KvCache| {
-        replay(&mut seen, c.take_events());
+    let check = |seen: &mut std::collections::HashSet<BlockHash>, c: &mut KvCache| {
+        replay(seen, c.take_events());
         let mut want = c.cached_hashes();
         want.sort_unstable();
         let mut got: Vec<BlockHash> = seen.iter().copied().collect();
@@ -318,22 +318,22 @@ fn events_replay_into_exactly_the_cached_blocks() {
     );
     replay(&mut seen, events);
     let sb = filled(&mut c, &b);
-    check(&mut c);
+    check(&mut seen, &mut c);
     c.free_seq(sa).unwrap();
     c.free_seq(sb).unwrap();
-    check(&mut c);
+    check(&mut seen, &mut c);
     // New prompts evict the least recently used blocks: removals.
     let d: Vec<TokenId> = (200..220).collect();
     let sd = filled(&mut c, &d);
     let events = c.take_events();
     assert!(events.iter().any(|e| matches!(e, KvEvent::Removed { .. })));
     replay(&mut seen, events);
-    check(&mut c);
+    check(&mut seen, &mut c);
     // Cut back into a cached block: it leaves the cache.
     c.truncate(sd, 6).unwrap();
-    check(&mut c);
+    check(&mut seen, &mut c);
     c.free_seq(sd).unwrap();
     c.set_prefix_caching(false);
-    check(&mut c);
+    check(&mut seen, &mut c);
     assert!(seen.is_empty());
 }
