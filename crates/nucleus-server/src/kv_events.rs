@@ -82,7 +82,11 @@ fn now() -> f64 {
 
 fn encode_cleared() -> Vec<u8> {
     let mut p = Pack::default();
-    p.array(2).float(now()).array(1).array(1).str("AllBlocksCleared");
+    p.array(2)
+        .float(now())
+        .array(1)
+        .array(1)
+        .str("AllBlocksCleared");
     p.0
 }
 
@@ -111,7 +115,10 @@ pub fn encode_batch(events: &[KvEvent], block_size: usize) -> Vec<u8> {
                 parent,
                 tokens,
             } => {
-                p.array(5).str("BlockStored").array(1).uint(wire_hash(*hash));
+                p.array(5)
+                    .str("BlockStored")
+                    .array(1)
+                    .uint(wire_hash(*hash));
                 match parent {
                     Some(h) => p.uint(wire_hash(*h)),
                     None => p.nil(),
