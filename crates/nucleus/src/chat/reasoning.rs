@@ -146,13 +146,13 @@ impl ReasoningSplitter {
         let held = std::mem::take(&mut self.held);
         let piece = match self.state {
             // Whitespace, or an unfinished `<think>`: text after all.
-            State::Start => (!held.is_empty()).then(|| ReasoningPiece::Content(held)),
+            State::Start => (!held.is_empty()).then_some(ReasoningPiece::Content(held)),
             State::ReasoningStart | State::Reasoning => {
                 let t = held.trim_end();
                 (!t.is_empty()).then(|| ReasoningPiece::Reasoning(t.to_string()))
             }
             State::ContentStart | State::Content => {
-                (!held.is_empty()).then(|| ReasoningPiece::Content(held))
+                (!held.is_empty()).then_some(ReasoningPiece::Content(held))
             }
         };
         self.state = State::Content;
