@@ -83,7 +83,7 @@ MALFORMED = [
     ("unknown_role", "POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, None, {400}),
     ("prompt_too_long", "POST", "/v1/completions", {"prompt": "word " * 6000, "max_tokens": 4}, None, {400}),
     ("deep_nesting", "POST", "/v1/chat/completions", _nested(100000), None, {400}),
-    ("unsupported_suffix", "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 3, "suffix": "x"}, None, {400}),
+    ("unsupported_tfs_z", "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 3, "tfs_z": 0.5}, None, {400}),
     ("best_of_huge", "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 3, "best_of": 100000}, None, {400}),
     ("oversized_body", "POST", "/v1/completions", b'{"prompt": "' + b"a" * (3 << 20) + b'"}', None, {413}),
     ("unknown_route", "POST", "/v1/nothing", _chat(), None, {404}),
