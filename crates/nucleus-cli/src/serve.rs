@@ -232,16 +232,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             }
         );
         if let Some(events) = kv_events_config(&args, &model_id, cfg.block_size) {
-            let socket = nucleus_server::kv_events::open(&events)
-                .await
-                .map_err(anyhow::Error::msg)?;
-            if let Some(rx) = state.engine.take_kv_events() {
-                eprintln!(
-                    "nucleus serve: KV events on {} (topic {})",
-                    events.endpoint, events.topic
-                );
-                tokio::spawn(nucleus_server::kv_events::publish(socket, events, rx));
-            }
+            publish_kv_events(events, &state).await?;
         }
         let stopped = nucleus_server::serve(
             listener,
@@ -264,6 +255,24 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Opens the KV events' socket and publishes the engine's events on it from a task.
+async fn publish_kv_events(
+    events: nucleus_server::kv_events::KvEventsConfig,
+    state: &AppState,
+) -> Result<()> {
+    let socket = nucleus_server::kv_events::open(&events)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    if let Some(rx) = state.engine.take_kv_events() {
+        eprintln!(
+            "nucleus serve: KV events on {} (topic {})",
+            events.endpoint, events.topic
+        );
+        tokio::spawn(nucleus_server::kv_events::publish(socket, events, rx));
+    }
+    Ok(())
 }
 
 /// Where the KV events go, with `--kv-events`.
