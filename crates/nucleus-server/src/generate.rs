@@ -41,6 +41,18 @@ pub(crate) fn submit_error(e: SubmitError) -> ApiError {
     }
 }
 
+/// [`submit_error`], with a grammar that does not compile named by the request field that
+/// carried it (`response_format`, `grammar`, ...).
+pub(crate) fn request_submit_error(s: &GenSettings, e: SubmitError) -> ApiError {
+    match &e {
+        SubmitError::Sampling(se) => s
+            .grammar_field
+            .and_then(|f| crate::structured::field_error(f, se))
+            .unwrap_or_else(|| submit_error(e)),
+        _ => submit_error(e),
+    }
+}
+
 /// Under the `error` policy: the 400 for a prompt (from `param`) that, with `max_tokens`, does
 /// not fit the context window.
 pub(crate) fn check_fits(
@@ -116,13 +128,10 @@ pub(crate) fn submit(
             explain: s.explain,
         };
         // On failure the receivers already made are dropped, which cancels them.
-        let rx = st.engine.submit(req).map_err(|e| match &e {
-            SubmitError::Sampling(se) => s
-                .grammar_field
-                .and_then(|f| crate::structured::field_error(f, se))
-                .unwrap_or_else(|| submit_error(e)),
-            _ => submit_error(e),
-        })?;
+        let rx = st
+            .engine
+            .submit(req)
+            .map_err(|e| request_submit_error(s, e))?;
         rxs.push(rx);
     }
     let (mtx, mrx) = unbounded_channel();

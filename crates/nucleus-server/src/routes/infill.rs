@@ -24,7 +24,7 @@ use nucleus::sampling::FinishReason;
 use nucleus::tokenizer::TokenId;
 
 use crate::api::{self, Endpoint, GenSettings};
-use crate::generate::{check_fits, relay, submit_error};
+use crate::generate::{check_fits, relay, request_submit_error, submit_error};
 use crate::infill::{self, Infill};
 use crate::respond::sse;
 use crate::routes::body_bytes;
@@ -154,13 +154,10 @@ async fn run(
         keep_tokens: SINK_TOKENS,
         explain: false,
     };
-    let rx = st.engine.submit(req).map_err(|e| match &e {
-        SubmitError::Sampling(se) => s
-            .grammar_field
-            .and_then(|f| crate::structured::field_error(f, se))
-            .unwrap_or_else(|| submit_error(e)),
-        _ => submit_error(e),
-    })?;
+    let rx = st
+        .engine
+        .submit(req)
+        .map_err(|e| request_submit_error(&s, e))?;
     let t_submit = Instant::now();
     let (mtx, mut mrx) = unbounded_channel();
     tokio::spawn(relay(0, rx, mtx, st.clone(), t0));
