@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${LLAMA_CPP_ROOT:-$PWD/.bench/llama.cpp}
 src="$root/llama_cpp_python-0.3.36/vendor/llama.cpp"
-if [ ! -x "$src/build/bin/llama-bench" ] || [ ! -x "$src/build/bin/llama-server" ]; then
+if [ ! -x "$src/build/bin/llama-bench" ] || [ ! -x "$src/build/bin/llama-server" ] || [ ! -x "$src/build/bin/llama-simple" ]; then
   mkdir -p "$root"
   if [ ! -d "$src" ]; then
     python3 -m pip download --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 -d "$root" >&2
@@ -22,6 +22,6 @@ if [ ! -x "$src/build/bin/llama-bench" ] || [ ! -x "$src/build/bin/llama-server"
   command -v cmake >/dev/null || python3 -m pip install -q cmake ninja >&2
   cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF ${LLAMA_CPP_CMAKE_ARGS:-} >&2
-  cmake --build "$src/build" -j"$(nproc)" --target llama-bench llama-server llama-batched-bench >&2
+  cmake --build "$src/build" -j"$(nproc)" --target llama-bench llama-server llama-batched-bench llama-simple >&2
 fi
 echo "$src"

@@ -377,7 +377,9 @@ pub fn bench(
     reps: usize,
     json: bool,
 ) -> Result<()> {
+    let load_start = Instant::now();
     let Loaded { model, .. } = load(&args, name.as_deref())?;
+    let load_s = load_start.elapsed().as_secs_f64();
     let n_ctx = (n_prompt.max(n_gen + 1)).max(16);
     let vocab = model.hp.n_vocab as u64;
     // Deterministic pseudo-random prompt, as llama-bench uses random tokens.
@@ -434,13 +436,23 @@ pub fn bench(
                 "kv_bytes_per_token": kv_bytes,
                 "kv_window_bytes": window_bytes,
                 "kv_type": args.kv_type.name(),
+                "load_s": load_s,
+                "kernels": nucleus::quant::simd_level().name(),
+                "arithmetic": arithmetic_name(),
+                "amx": nucleus::quant::amx_status(),
             })
         );
     } else {
         println!(
-            "model: {} ({} threads)",
+            "model: {} ({} threads), loaded in {load_s:.2} s",
             model.hp.arch.name(),
             model.n_threads()
+        );
+        println!(
+            "kernels: {} ({} arithmetic); AMX: {}",
+            nucleus::quant::simd_level().name(),
+            arithmetic_name(),
+            nucleus::quant::amx_status()
         );
         println!("prefill pp{n_prompt}: {best_pp:.1} tok/s");
         println!("decode  tg{n_gen}: {best_tg:.1} tok/s");
@@ -453,4 +465,12 @@ pub fn bench(
         }
     }
     Ok(())
+}
+
+/// `exact` or `fast`: which arithmetic the models of this process compute with.
+fn arithmetic_name() -> &'static str {
+    match nucleus::kernels::interleaved::Arithmetic::from_env() {
+        nucleus::kernels::interleaved::Arithmetic::Exact => "exact",
+        nucleus::kernels::interleaved::Arithmetic::Fast => "fast",
+    }
 }

@@ -3,9 +3,12 @@
 //! interleaved ones for repacked matrices, llama.cpp's one-row or batched ones otherwise).
 
 use crate::kernels::interleaved::{
-    matmul_packed, matmul_packed_many, packed_act_type, Arithmetic, PackedActs, PackedMatrix,
+    matmul_packed, matmul_packed_chain, matmul_packed_many, packed_act_type, Arithmetic, Chain,
+    PackedActs, PackedMatrix,
 };
-use crate::kernels::matmul::{matmul_rows, PromptSlot, QuantizedActs};
+use crate::kernels::matmul::{
+    matmul_rows, PromptSlot, QuantizedActs, CLASS_UBATCH_8, CLASS_WHOLE_FOUR,
+};
 use crate::kernels::pool::ThreadPool;
 use crate::quant::{vec_dot_type, GgmlType};
 
@@ -97,7 +100,9 @@ impl Model {
     ) {
         let x = &x[..n * w.cols];
         let y = &mut y[..n * w.rows];
-        // Only nucleus's arithmetic repacks matrices (`Weights::load`).
+        if let (Some(p), Arithmetic::Exact) = (&w.packed, self.arithmetic) {
+            return self.project_exact(acts, w, p, (x, slots), n, y);
+        }
         if let Some(p) = &w.packed {
             if packed_act_type(p.ty()) == GgmlType::Q8_K {
                 let q = acts.get(&self.pool, x, n, w.cols, GgmlType::Q8_K);
@@ -115,6 +120,59 @@ impl Model {
         };
         let q = acts.get(&self.pool, x, n, w.cols, vec_dot_type(w.info.ty));
         matmul_rows(&self.pool, &w.q(&self.file), q, y, slots);
+    }
+
+    /// [`Self::project`] in llama.cpp's arithmetic for a matrix `--exact` repacked (Q4_K and
+    /// Q6_K, `Weights::load`): each run of rows that llama.cpp computes with the same kernel
+    /// goes to the interleaved kernel with that kernel's float chain, where there is one (Q4_K:
+    /// the gemm's pairs for rows in whole groups of four, the gemv's chain for the others;
+    /// Q6_K: the tiled kernel's for rows of a micro-batch of 8+), else to llama.cpp's one-row
+    /// kernels reading the file (Q6_K's generated tokens). The same bits as `matmul_rows` for
+    /// every row (kernels/interleaved/tests.rs), at the interleaved kernels' speed.
+    fn project_exact(
+        &self,
+        acts: &mut ActsCache,
+        w: &Matrix,
+        p: &PackedMatrix,
+        (x, slots): (&[f32], &[PromptSlot]),
+        n: usize,
+        y: &mut [f32],
+    ) {
+        let route = |t: usize| {
+            let class = slots.get(t).copied().unwrap_or_default().matmul_class();
+            match p.ty() {
+                GgmlType::Q4_K if class & CLASS_WHOLE_FOUR != 0 => Some(Chain::Q4kPairs),
+                GgmlType::Q4_K => Some(Chain::Default),
+                _ if class & CLASS_UBATCH_8 != 0 => Some(Chain::Default),
+                _ => None,
+            }
+        };
+        let ty = vec_dot_type(w.info.ty);
+        let mut start = 0;
+        while start < n {
+            let r = route(start);
+            let end = (start..n).find(|&t| route(t) != r).unwrap_or(n);
+            let (xs, ys) = (
+                &x[start * w.cols..end * w.cols],
+                &mut y[start * w.rows..end * w.rows],
+            );
+            // One run (the usual case): the input as quantized for the other products.
+            let mut own = QuantizedActs::new();
+            let q = if end - start == n {
+                acts.get(&self.pool, x, n, w.cols, ty)
+            } else {
+                own.quantize_in(&self.pool, xs, end - start, w.cols, ty);
+                &own
+            };
+            match r {
+                Some(chain) => matmul_packed_chain(&self.pool, p, q, &PackedActs::new(), ys, chain),
+                None => {
+                    let run = &slots[start.min(slots.len())..end.min(slots.len())];
+                    matmul_rows(&self.pool, &w.q(&self.file), q, ys, run)
+                }
+            }
+            start = end;
+        }
     }
 
     /// [`Self::project`] for matrices that read the same input: in nucleus's arithmetic, when

@@ -270,30 +270,35 @@ impl Loader<'_> {
 }
 
 impl Weights {
-    /// The weight index of `file`; with [`Arithmetic::Fast`], the matrices it computes in its
-    /// own arithmetic repacked (in memory; the file is never written).
+    /// The weight index of `file`, the matrices the arithmetic computes from a repacked copy
+    /// repacked (in memory; the file is never written): with [`Arithmetic::Fast`] every one
+    /// that [`pack`] takes; with [`Arithmetic::Exact`] the Q4_K and Q6_K layer matrices of a
+    /// dense model, for which the interleaved kernels have llama.cpp's bits (see
+    /// `Model::project_exact`).
     pub fn load(
         file: &GgufFile,
         hp: &HParams,
         arithmetic: Arithmetic,
     ) -> Result<Weights, ModelError> {
         let mut w = Self::index(file, hp)?;
-        if arithmetic == Arithmetic::Fast {
-            w.pack(file);
-        }
+        w.pack(file, arithmetic);
         Ok(w)
     }
 
-    /// Repacks every layer matrix that [`pack`] takes, the matrices spread over the cores.
-    fn pack(&mut self, file: &GgufFile) {
+    /// Repacks the layer matrices `arithmetic` computes repacked, spread over the cores.
+    fn pack(&mut self, file: &GgufFile, arithmetic: Arithmetic) {
+        let exact = arithmetic == Arithmetic::Exact;
         let mut todo: Vec<&mut Matrix> = self
             .layers
             .iter_mut()
             .flat_map(|l| {
                 let mut m = vec![&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo];
-                m.extend(l.ffn.matrices_mut());
+                if !exact || matches!(l.ffn, Ffn::Dense { .. }) {
+                    m.extend(l.ffn.matrices_mut());
+                }
                 m
             })
+            .filter(|m| !exact || matches!(m.info.ty, GgmlType::Q4_K | GgmlType::Q6_K))
             .collect();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = todo.len().div_ceil(threads).max(1);
@@ -302,13 +307,19 @@ impl Weights {
                 s.spawn(move || {
                     for m in part.iter_mut() {
                         m.packed = pack(&m.q(file)).map(Arc::new);
-                        if m.packed.is_some() {
+                        // `--exact` computes a Q6_K matrix's generated tokens from the file
+                        // (llama.cpp's one-row kernel): its pages stay.
+                        let keeps_file = exact && m.info.ty == GgmlType::Q6_K;
+                        if m.packed.is_some() && !keeps_file {
                             file.release_pages(&m.info);
                         }
                     }
                 });
             }
         });
+        if exact {
+            return;
+        }
         // The output projection too (`pack` spreads one matrix this large over the cores): its
         // decode tiles read the groups as stored, as fast as llama.cpp's one-row kernel streams
         // the matrix for one row and 1.7x as fast for four (`MATMUL_SHAPE=151936,896

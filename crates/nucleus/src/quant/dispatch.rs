@@ -26,6 +26,34 @@ pub enum SimdLevel {
     Avx512Vnni,
 }
 
+impl SimdLevel {
+    /// The name `nucleus bench` reports and `NUCLEUS_SIMD` takes (`avx512` for both AVX-512
+    /// levels: the environment caps, the CPU decides).
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Scalar => "scalar",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
+            SimdLevel::Avx512Vnni => "avx512-vnni",
+        }
+    }
+}
+
+/// Whether this CPU lists AMX's 8-bit tiles (CPUID leaf 7: AMX-TILE and AMX-INT8), said as
+/// `nucleus bench` reports it. nucleus has no tile kernels yet: where AMX is listed the
+/// AVX-512 kernels still run.
+pub fn amx_status() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Leaf 7 reads as zeros on a CPU that lacks it: no AMX, which is the answer.
+        let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+        if edx & (1 << 24) != 0 && edx & (1 << 25) != 0 {
+            return "listed by the CPU, unused (no tile kernels yet)";
+        }
+    }
+    "not listed by the CPU"
+}
+
 pub(crate) struct Kernels {
     #[allow(dead_code)]
     pub level: SimdLevel,

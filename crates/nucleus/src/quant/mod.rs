@@ -29,7 +29,7 @@ mod tests_quantizers;
 pub(crate) use blocks::scale_min_k4;
 pub use blocks::{dequantize_row, quantize_row, quantize_row_act};
 pub(crate) use blocks_low_bit::KVALUES_IQ4NL;
-pub use dispatch::{available_levels, simd_level, SimdLevel};
+pub use dispatch::{amx_status, available_levels, simd_level, SimdLevel};
 /// The arithmetic of llama.cpp's tiled Q6_K kernel, which the interleaved Q6_K products keep.
 #[cfg(test)]
 pub(crate) use scalar::dot_q6_k_batched;

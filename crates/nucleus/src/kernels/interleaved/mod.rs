@@ -230,11 +230,25 @@ type UnpackFn = fn(ty: GgmlType, blocks: usize, src: &[u8], scales: &mut [f32], 
 /// `tile.blocks` blocks, and the CPU has the kernel's features.
 pub(crate) type TileFn = unsafe fn(group: &GroupView, tile: &Tile);
 
+/// Which float chain a packed product follows, where its type has more than one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Chain {
+    /// The one every type has: the one-row kernels' (for Q4_K, llama.cpp's repacked gemv:
+    /// one FMA per super-block).
+    #[default]
+    Default,
+    /// Q4_K only: llama.cpp's repacked gemm, one FMA per pair of sub-blocks, which `--exact`
+    /// takes for a prompt's rows in whole groups of four.
+    Q4kPairs,
+}
+
 /// The kernels for `ty`: the AVX2 ones when `avx2`, else the scalar ones (same bits).
-fn kernels(ty: GgmlType, avx2: bool) -> (TileFn, UnpackFn) {
+fn kernels(ty: GgmlType, avx2: bool, chain: Chain) -> (TileFn, UnpackFn) {
+    let pairs = chain == Chain::Q4kPairs && ty == GgmlType::Q4_K;
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         return match ty {
+            GgmlType::Q4_K if pairs => (q4_k::tile_avx2_pairs, pack::unpack_group_scalar),
             GgmlType::Q4_K => (q4_k::tile_avx2, pack::unpack_group_scalar),
             GgmlType::Q6_K => (q6_k::tile_unpacked, |_, blocks, src, _, values| {
                 q6_k::unpack_group(blocks, src, values)
@@ -251,6 +265,7 @@ fn kernels(ty: GgmlType, avx2: bool) -> (TileFn, UnpackFn) {
         });
     }
     let tile: TileFn = match ty {
+        GgmlType::Q4_K if pairs => q4_k::tile_scalar_pairs,
         GgmlType::Q4_K => q4_k::tile_scalar,
         GgmlType::Q5_0 => scalar::tile_u5,
         GgmlType::Q4_0 => scalar::tile_u4,
@@ -315,7 +330,19 @@ pub fn matmul_packed(
     acts: &PackedActs,
     y: &mut [f32],
 ) {
-    matmul_packed_with(pool, &mut [(w, y)], x, acts, true)
+    matmul_packed_with(pool, &mut [(w, y)], x, acts, true, Chain::Default)
+}
+
+/// [`matmul_packed`] with the float chain `chain` (`--exact`'s choice for a prompt's rows).
+pub fn matmul_packed_chain(
+    pool: &ThreadPool,
+    w: &PackedMatrix,
+    x: &QuantizedActs,
+    acts: &PackedActs,
+    y: &mut [f32],
+    chain: Chain,
+) {
+    matmul_packed_with(pool, &mut [(w, y)], x, acts, true, chain)
 }
 
 /// [`matmul_packed`] for several matrices that read the same input (q, k and v; gate and up),
@@ -326,7 +353,7 @@ pub fn matmul_packed_many(
     x: &QuantizedActs,
     acts: &PackedActs,
 ) {
-    matmul_packed_with(pool, products, x, acts, true)
+    matmul_packed_with(pool, products, x, acts, true, Chain::Default)
 }
 
 /// One matrix of a [`matmul_packed_with`] call, as its work items see it.
@@ -370,6 +397,7 @@ fn matmul_packed_with(
     x: &QuantizedActs,
     acts: &PackedActs,
     simd: bool,
+    chain: Chain,
 ) {
     let nt = x.n_tokens();
     let blocks32 = x.cols() / QK;
@@ -412,7 +440,7 @@ fn matmul_packed_with(
         } else {
             GROUPS_PER_CHUNK
         };
-        let (tile_fn, unpack) = kernels(w.ty(), avx2);
+        let (tile_fn, unpack) = kernels(w.ty(), avx2, chain);
         list.push(Product {
             w,
             out: OutPtr(y.as_mut_ptr()),

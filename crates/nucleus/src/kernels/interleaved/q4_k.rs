@@ -62,6 +62,25 @@ pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
 /// # Safety
 /// As [`super::TileFn`], the activations being Q8_K rows of `tile.blocks` super-blocks.
 pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { tile_scalar_chain::<false>(group, t) }
+}
+
+/// [`tile_scalar`] with the float chain of llama.cpp's repacked Q4_K gemm (`PAIRS`), which
+/// `--exact` takes for a prompt's rows in whole groups of four
+/// (`quant::scalar::dot_q4_k_gemm`): one FMA per pair of sub-blocks instead of one per
+/// super-block, on the same integer sums.
+///
+/// # Safety
+/// As [`tile_scalar`].
+pub(crate) unsafe fn tile_scalar_pairs(group: &GroupView, t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { tile_scalar_chain::<true>(group, t) }
+}
+
+/// # Safety
+/// As [`tile_scalar`].
+unsafe fn tile_scalar_chain<const PAIRS: bool>(group: &GroupView, t: &Tile) {
     for n in 0..t.nx {
         // SAFETY: the caller guarantees token n's activation row and 8 output floats.
         let (x, out) = unsafe {
@@ -81,8 +100,8 @@ pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
                 s(2 * j) + s(2 * j + 1)
             };
             for r in 0..GROUP_ROWS {
-                let mut isum = 0i32;
-                let mut imin = 0i32;
+                // Per pair of sub-blocks: the scaled integer sum and the min sum.
+                let mut pairs = [(0i32, 0i32); 4];
                 for j in 0..8 {
                     let (p, high) = (j / 2, j % 2 == 1);
                     let mut sub = 0i32;
@@ -91,13 +110,22 @@ pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
                         let q = if high { byte >> 4 } else { byte & 0xF } as i32;
                         sub += q * xq(64 * p + 32 * high as usize + i);
                     }
-                    isum += g[SCALES + 8 * j + r] as i32 * sub;
-                    imin += g[MINS + 16 * p + 2 * r + j % 2] as i32 * bsum(j);
+                    pairs[p].0 += g[SCALES + 8 * j + r] as i32 * sub;
+                    pairs[p].1 += g[MINS + 16 * p + 2 * r + j % 2] as i32 * bsum(j);
                 }
                 let f16 = |at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).to_f32();
-                let (d, dmin) = (f16(2 * r), f16(16 + 2 * r));
-                acc[r] = (isum as f32).mul_add(d * dy, acc[r]);
-                acc_min[r] = (imin as f32).mul_add(dmin * dy, acc_min[r]);
+                let (d, dmin) = (f16(2 * r) * dy, f16(16 + 2 * r) * dy);
+                if PAIRS {
+                    for (isum, imin) in pairs {
+                        acc[r] = (isum as f32).mul_add(d, acc[r]);
+                        acc_min[r] = (imin as f32).mul_add(dmin, acc_min[r]);
+                    }
+                } else {
+                    let isum: i32 = pairs.iter().map(|p| p.0).sum();
+                    let imin: i32 = pairs.iter().map(|p| p.1).sum();
+                    acc[r] = (isum as f32).mul_add(d, acc[r]);
+                    acc_min[r] = (imin as f32).mul_add(dmin, acc_min[r]);
+                }
             }
         }
         for r in 0..GROUP_ROWS {
@@ -107,7 +135,7 @@ pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::tile_avx2;
+pub(crate) use x86::{tile_avx2, tile_avx2_pairs};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -126,11 +154,37 @@ mod x86 {
     /// As [`tile_scalar`]; the CPU has AVX2, FMA and F16C.
     pub(crate) unsafe fn tile_avx2(group: &GroupView, tile: &Tile) {
         assert!(group.values.len() >= group.stride * (tile.blocks - 1) + GROUP_BLOCK);
-        kernel_by_level!(tile_nx, group, &GroupView, tile)
+        kernel_by_level!(tile_sums, group, &GroupView, tile)
+    }
+
+    /// [`tile_avx2`] with [`super::tile_scalar_pairs`]'s float chain (the same bits).
+    ///
+    /// # Safety
+    /// As [`tile_avx2`].
+    pub(crate) unsafe fn tile_avx2_pairs(group: &GroupView, tile: &Tile) {
+        assert!(group.values.len() >= group.stride * (tile.blocks - 1) + GROUP_BLOCK);
+        kernel_by_level!(tile_pairs, group, &GroupView, tile)
     }
 
     #[inline(always)]
-    unsafe fn tile_nx<const VNNI: bool, const NX: usize>(group: &GroupView, t: &Tile) {
+    unsafe fn tile_sums<const VNNI: bool, const NX: usize>(group: &GroupView, t: &Tile) {
+        // SAFETY: forwarded.
+        unsafe { tile_nx::<VNNI, NX, false>(group, t) }
+    }
+
+    #[inline(always)]
+    unsafe fn tile_pairs<const VNNI: bool, const NX: usize>(group: &GroupView, t: &Tile) {
+        // SAFETY: forwarded.
+        unsafe { tile_nx::<VNNI, NX, true>(group, t) }
+    }
+
+    /// `PAIRS`: one FMA per pair of sub-blocks (llama.cpp's gemm) instead of one per
+    /// super-block (its gemv).
+    #[inline(always)]
+    unsafe fn tile_nx<const VNNI: bool, const NX: usize, const PAIRS: bool>(
+        group: &GroupView,
+        t: &Tile,
+    ) {
         let m4 = _mm256_set1_epi8(0x0F);
         let mut acc = [_mm256_setzero_ps(); NX];
         let mut acc_min = [_mm256_setzero_ps(); NX];
@@ -146,7 +200,21 @@ mod x86 {
                 }
                 let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
                 let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(g as *const _));
+                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(g.add(16) as *const _));
+                let dy = |n: usize| _mm256_set1_ps((xb(n) as *const f32).read_unaligned());
+                let d_dy: [__m256; NX] = std::array::from_fn(|n| _mm256_mul_ps(d, dy(n)));
+                let dmin_dy: [__m256; NX] = std::array::from_fn(|n| _mm256_mul_ps(dmin, dy(n)));
+                // A pair's scaled sum: into the block's integer sum, or (PAIRS) into the float
+                // accumulator at once.
                 let mut isum = [_mm256_setzero_si256(); NX];
+                let mut fold = |n: usize, s: __m256i| {
+                    if PAIRS {
+                        acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d_dy[n], acc[n]);
+                    } else {
+                        isum[n] = _mm256_add_epi32(isum[n], s);
+                    }
+                };
                 for p in 0..4 {
                     let mut s_lo = [_mm256_setzero_si256(); NX];
                     let mut s_hi = [_mm256_setzero_si256(); NX];
@@ -181,7 +249,7 @@ mod x86 {
                                 _mm256_mullo_epi32(s_lo[n], sc_lo),
                                 _mm256_mullo_epi32(s_hi[n], sc_hi),
                             );
-                            isum[n] = _mm256_add_epi32(isum[n], s);
+                            fold(n, s);
                         }
                     } else {
                         // Row r's scale in 16-bit lanes 2r and 2r + 1.
@@ -195,12 +263,10 @@ mod x86 {
                                 _mm256_madd_epi16(s_lo[n], sc_lo),
                                 _mm256_madd_epi16(s_hi[n], sc_hi),
                             );
-                            isum[n] = _mm256_add_epi32(isum[n], s);
+                            fold(n, s);
                         }
                     }
                 }
-                let d = _mm256_cvtph_ps(_mm_loadu_si128(g as *const _));
-                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(g.add(16) as *const _));
                 for n in 0..NX {
                     // The sub-blocks' activation sums: pairs of the 16-value sums (i16).
                     let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
@@ -220,19 +286,19 @@ mod x86 {
                     {
                         let mins =
                             _mm256_cvtepu8_epi16(_mm_loadu_si128(g.add(MINS + 16 * p) as *const _));
-                        imin = _mm256_add_epi32(
-                            imin,
-                            _mm256_madd_epi16(mins, _mm256_set1_epi32(pair)),
-                        );
+                        let m = _mm256_madd_epi16(mins, _mm256_set1_epi32(pair));
+                        if PAIRS {
+                            acc_min[n] =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), dmin_dy[n], acc_min[n]);
+                        } else {
+                            imin = _mm256_add_epi32(imin, m);
+                        }
                     }
-                    let dy = _mm256_set1_ps((xb(n) as *const f32).read_unaligned());
-                    acc[n] =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[n]), _mm256_mul_ps(d, dy), acc[n]);
-                    acc_min[n] = _mm256_fmadd_ps(
-                        _mm256_cvtepi32_ps(imin),
-                        _mm256_mul_ps(dmin, dy),
-                        acc_min[n],
-                    );
+                    if !PAIRS {
+                        acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[n]), d_dy[n], acc[n]);
+                        acc_min[n] =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), dmin_dy[n], acc_min[n]);
+                    }
                 }
             }
             for n in 0..NX {

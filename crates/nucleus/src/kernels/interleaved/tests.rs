@@ -168,8 +168,22 @@ fn q4_k_packed_has_the_one_row_kernels_bits() {
             let mut want = vec![0f32; nt * rows];
             crate::kernels::matmul::matmul(&pool, &qm, &x, &mut want);
             let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
-            matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &none, true);
-            matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &none, false);
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut simd)],
+                &x,
+                &none,
+                true,
+                Chain::Default,
+            );
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut scalar)],
+                &x,
+                &none,
+                false,
+                Chain::Default,
+            );
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(&scalar),
@@ -179,6 +193,60 @@ fn q4_k_packed_has_the_one_row_kernels_bits() {
             assert_eq!(bits(&simd), bits(&want), "{rows}x{cols}, {nt} tokens: SIMD");
         }
     }
+}
+
+/// Repacked Q4_K with the pairs chain computes what `--exact` computes for a prompt's rows in
+/// whole groups of four (llama.cpp's repacked Q4_K gemm, one FMA per pair of sub-blocks), bit
+/// for bit, with the SIMD kernels and the scalar ones; and it is not the default chain's result
+/// (the test would not see a kernel that ignored the chain).
+#[test]
+fn q4_k_packed_pairs_have_the_gemms_bits() {
+    use crate::kernels::matmul::{matmul_rows, PromptSlot};
+    let mut rng = Rng(16);
+    let pool = ThreadPool::new(2);
+    let ty = GgmlType::Q4_K;
+    let mut differs = 0;
+    for (rows, cols) in [(8, 256), (24, 768), (64, 4864)] {
+        let data = random_q4_k(&mut rng, rows, cols);
+        let qm = QMatrix {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        };
+        let w = pack(&qm).unwrap();
+        for nt in [1, 3, 4, 8, 9, 40] {
+            let x = wide_q8_k_acts(&mut rng, nt, cols);
+            let none = PackedActs::new();
+            let mut want = vec![0f32; nt * rows];
+            matmul_rows(&pool, &qm, &x, &mut want, &vec![PromptSlot::BATCHED; nt]);
+            let (mut simd, mut scalar, mut sums) = (
+                vec![0f32; nt * rows],
+                vec![0f32; nt * rows],
+                vec![0f32; nt * rows],
+            );
+            let pairs = Chain::Q4kPairs;
+            matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &none, true, pairs);
+            matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &none, false, pairs);
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut sums)],
+                &x,
+                &none,
+                true,
+                Chain::Default,
+            );
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&scalar), bits(&want), "{rows}x{cols}, {nt}: scalar");
+            assert_eq!(bits(&simd), bits(&want), "{rows}x{cols}, {nt}: SIMD");
+            differs += bits(&sums)
+                .iter()
+                .zip(bits(&want))
+                .filter(|(a, b)| *a != b)
+                .count();
+        }
+    }
+    assert!(differs > 0, "the two chains gave the same bits everywhere");
 }
 
 #[test]
@@ -200,8 +268,15 @@ fn simd_matches_scalar_and_tokens_do_not_depend_on_each_other() {
             for nt in [9, 37, 133] {
                 let (x, xa) = acts(&mut rng, nt, cols);
                 let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
-                matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &xa, true);
-                matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &xa, false);
+                matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &xa, true, Chain::Default);
+                matmul_packed_with(
+                    &pool,
+                    &mut [(&w, &mut scalar)],
+                    &x,
+                    &xa,
+                    false,
+                    Chain::Default,
+                );
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(
                     bits(&simd),
@@ -399,7 +474,7 @@ fn extreme_values_do_not_saturate() {
                 one.quantize(&xf[..n * cols], n, cols, GgmlType::Q8_0);
                 let mut oa = PackedActs::new();
                 oa.prepare(&one);
-                matmul_packed_with(&pool, &mut [(&w, &mut y)], &one, &oa, simd);
+                matmul_packed_with(&pool, &mut [(&w, &mut y)], &one, &oa, simd, Chain::Default);
                 for t in 0..n {
                     let mut xd = vec![0f32; cols];
                     dequantize_row(GgmlType::Q8_0, x.row(t), &mut xd);
@@ -443,8 +518,15 @@ fn q4_0_and_iq4_nl_packed_have_llama_cpps_repacked_bits() {
                 let mut want = vec![0f32; nt * rows];
                 crate::kernels::matmul::matmul(&pool, &qm, &x, &mut want);
                 let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
-                matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &xa, true);
-                matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &xa, false);
+                matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &xa, true, Chain::Default);
+                matmul_packed_with(
+                    &pool,
+                    &mut [(&w, &mut scalar)],
+                    &x,
+                    &xa,
+                    false,
+                    Chain::Default,
+                );
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 let at = format!("{ty} {rows}x{cols}, {nt} tokens");
                 assert_eq!(bits(&scalar), bits(&want), "{at}: scalar");
@@ -503,8 +585,22 @@ fn q6_k_packed_has_the_tiled_kernels_bits() {
                 .collect();
             let none = PackedActs::new();
             let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
-            matmul_packed_with(&pool, &mut [(&w, &mut simd)], &x, &none, true);
-            matmul_packed_with(&pool, &mut [(&w, &mut scalar)], &x, &none, false);
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut simd)],
+                &x,
+                &none,
+                true,
+                Chain::Default,
+            );
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut scalar)],
+                &x,
+                &none,
+                false,
+                Chain::Default,
+            );
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(&scalar),

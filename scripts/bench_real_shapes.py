@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""nucleus beside llama.cpp on random-weight GGUFs of real models' shapes (scripts/real_shapes.py),
+in one run, with the machine's measured ceilings (scripts/machine_limits.c) beside them. Prints
+the markdown table that leads BENCHMARKS.md. Not run in CI (a timing, and files of 1-5 GB).
+
+    python3 -m venv .bench/venv && .bench/venv/bin/pip install numpy pyyaml
+    .bench/venv/bin/python scripts/bench_real_shapes.py [NAME ...]
+
+For every file: read twice first (a file benchmarked while the page cache still writes it back
+runs at half speed), then ROUNDS rounds, each running llama-bench, nucleus and nucleus --exact
+one after the other (alternating, so that a noisy neighbour hits both), each round's figure kept:
+a cell shows the range over the rounds. Load: seconds from the command's start to its exit after
+one generated token (llama-simple and `nucleus run -n 1`, page cache warm), and the peak RSS.
+Decode bandwidth: the bytes a decode step reads (every matrix but the token embeddings, of which
+it reads one row; the output matrix, which is the embeddings when they are tied) times decode
+tokens/s, beside the measured DRAM read bandwidth.
+
+Environment: THREADS (default 2), PP (512), TG (64), ROUNDS (2), NUCLEUS (default: built here,
+release), LLAMA_CPP_ROOT (default .bench/llama.cpp-avx512 when it exists, else .bench/llama.cpp;
+built by scripts/build_llama_cpp.sh when missing, which needs LLAMA_CPP_CMAKE_ARGS for a
+non-native build: see that script).
+"""
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import real_shapes  # noqa: E402
+
+THREADS = int(os.environ.get("THREADS", "2"))
+PP = int(os.environ.get("PP", "512"))
+TG = int(os.environ.get("TG", "64"))
+ROUNDS = int(os.environ.get("ROUNDS", "2"))
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def tools():
+    nucleus = os.environ.get("NUCLEUS")
+    if not nucleus:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "nucleus-cli"], cwd=ROOT, check=True)
+        nucleus = str(ROOT / "target/release/nucleus")
+    env = dict(os.environ)
+    if "LLAMA_CPP_ROOT" not in env and (ROOT / ".bench/llama.cpp-avx512").exists():
+        env["LLAMA_CPP_ROOT"] = str(ROOT / ".bench/llama.cpp-avx512")
+    src = Path(sh([str(ROOT / "scripts/build_llama_cpp.sh")], env=env).strip())
+    limits = ROOT / ".bench/machine_limits"
+    subprocess.run(["cc", "-O3", "-march=native", "-pthread", str(ROOT / "scripts/machine_limits.c"),
+                    "-o", str(limits)], check=True)
+    return nucleus, src / "build/bin", limits
+
+
+def decode_bytes(path):
+    """Bytes one decode step reads: every tensor but the token embeddings (one row of them),
+    unless they are the output matrix too."""
+    r = real_shapes.gguf.GGUFReader(path)
+    names = {t.name for t in r.tensors}
+    total = 0
+    for t in r.tensors:
+        if t.name == "token_embd.weight" and "output.weight" in names:
+            total += int(t.n_bytes) // int(t.shape[1])
+        else:
+            total += int(t.n_bytes)
+    return total
+
+
+def llama_bench(bin_dir, path):
+    out = sh([str(bin_dir / "llama-bench"), "-m", str(path), "-t", str(THREADS), "-p", str(PP),
+              "-n", str(TG), "-r", "1", "-o", "json"])
+    rows = json.loads(out)
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0)
+    return pp, tg
+
+
+def nucleus_bench(nucleus, path, exact):
+    cmd = [nucleus, "bench", str(path), "-t", str(THREADS), "-p", str(PP), "-g", str(TG), "--json"]
+    j = json.loads(sh(cmd + (["--exact"] if exact else [])))
+    return j["prefill_tokens_per_s"], j["decode_tokens_per_s"], j
+
+
+def timed(cmd):
+    """(seconds, peak RSS in GB) of a command run to its end."""
+    t = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-f", "RSS %M"] + cmd, capture_output=True, text=True)
+    secs = time.perf_counter() - t
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed: {p.stderr[-2000:]}")
+    rss = int(re.findall(r"RSS (\d+)", p.stderr)[-1]) * 1024 / 1e9
+    return secs, rss
+
+
+def load_times(nucleus, bin_dir, path):
+    ll = timed([str(bin_dir / "llama-simple"), "-m", str(path), "-n", "1", "Hello"])
+    nu = timed([nucleus, "run", "-t", str(THREADS), "-n", "1", str(path), "Hello"])
+    return ll, nu
+
+
+def rng(vals, digits=1):
+    lo, hi = min(vals), max(vals)
+    f = f"{{:.{digits}f}}"
+    return f.format(lo) if f.format(lo) == f.format(hi) else f"{f.format(lo)}–{f.format(hi)}"
+
+
+def ratio(a, b):
+    lo, hi = min(a) / max(b), max(a) / min(b)
+    return f"{lo:.2f}×" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}×"
+
+
+def main():
+    names = sys.argv[1:] or real_shapes.DEFAULT
+    nucleus, bin_dir, limits = tools()
+    out_dir = ROOT / ".bench/real-shapes"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for n in names:
+        p = out_dir / f"{n}-random.gguf"
+        if not p.exists():
+            real_shapes.write(n, out_dir, 1)
+        paths.append((n, p))
+    lim = json.loads(sh([str(limits), str(THREADS), "--json"]))
+    log("limits:", lim)
+    rows = []
+    info = None
+    for name, path in paths:
+        log(f"== {name}: warming the page cache")
+        for _ in range(2):
+            subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+        res = {"ll": [], "nu": [], "ex": []}
+        for r in range(ROUNDS):
+            log(f"   round {r + 1}: load {os.getloadavg()[0]:.2f}")
+            res["ll"].append(llama_bench(bin_dir, path))
+            *nu, info = nucleus_bench(nucleus, path, False)
+            res["nu"].append(nu)
+            res["ex"].append(nucleus_bench(nucleus, path, True)[:2])
+        (ll_s, ll_rss), (nu_s, nu_rss) = load_times(nucleus, bin_dir, path)
+        gb = path.stat().st_size / 1e9
+        step = decode_bytes(path) / 1e9
+        col = {k: ([v[0] for v in res[k]], [v[1] for v in res[k]]) for k in res}
+        nu_bw = [t * step for t in col["nu"][1]]
+        ll_bw = [t * step for t in col["ll"][1]]
+        rows.append(
+            f"| {name} | {gb:.2f} | {rng(col['ll'][0])} / {rng(col['ll'][1], 2)} "
+            f"| {rng(col['nu'][0])} / {rng(col['nu'][1], 2)} "
+            f"| {ratio(col['nu'][0], col['ll'][0])} / {ratio(col['nu'][1], col['ll'][1])} "
+            f"| {rng(col['ex'][0])} / {rng(col['ex'][1], 2)} "
+            f"| {ratio(col['ex'][0], col['ll'][0])} / {ratio(col['ex'][1], col['ll'][1])} "
+            f"| {rng(nu_bw)} ({100 * max(nu_bw) / lim['read_gb_s']:.0f} %) / {rng(ll_bw)} "
+            f"({100 * max(ll_bw) / lim['read_gb_s']:.0f} %) "
+            f"| {nu_s:.1f} / {ll_s:.1f} | {nu_rss:.2f} / {ll_rss:.2f} |")
+    cpu = "unknown"
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "").split()
+    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
+                       "amx_int8") if f in flags]
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs ({cpu}; "
+          f"{' '.join(isa)}), Linux {platform.release()}, {THREADS} threads, "
+          f"pp{PP} / tg{TG}, {ROUNDS} alternating rounds (ranges), nucleus kernels "
+          f"{info['kernels']}, AMX: {info['amx']}; llama.cpp (.bench/{bin_dir.parents[4].name}) built "
+          f"from the vendored source")
+    print()
+    print(f"Machine ceilings (scripts/machine_limits.c, {THREADS} threads): DRAM read "
+          f"{lim['read_gb_s']:.1f} GB/s ({lim['read_gb_s_1']:.1f} on one thread); int8 multiply-adds "
+          f"vpdpbusd zmm {lim['vnni512_gmac_s']:.0f} G/s, ymm {lim['vnni256_gmac_s']:.0f} G/s, "
+          f"vpmaddubsw {lim['avx2_gmac_s']:.0f} G/s; AMX: {lim['amx']}"
+          + (f" ({lim['amx_gmac_s']:.0f} G/s)" if lim['amx_gmac_s'] else ""))
+    print()
+    print("| file | GB | llama.cpp pp / tg (tok/s) | nucleus pp / tg | ratio pp / tg "
+          "| `--exact` pp / tg | ratio pp / tg | decode GB/s (% of DRAM): nucleus / llama.cpp "
+          "| load to 1st token s: nucleus / llama.cpp | peak RSS GB: nucleus / llama.cpp |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(r)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Random-weight GGUFs with the exact shapes and quantization mixes of models people run, for
+speed measurements at real sizes (scripts/bench_real_shapes.sh). A random file costs what the
+real one costs: the same tensors, types, byte counts and layout; only the values differ (and a
+forward pass reads every byte whatever its value).
+
+    python3 -m venv .bench/venv && .bench/venv/bin/pip install numpy pyyaml
+    .bench/venv/bin/python scripts/real_shapes.py [--out DIR] [NAME ...]   # default: all
+    .bench/venv/bin/python scripts/real_shapes.py --list
+
+Each NAME is `<shape>-<mix>`: shapes qwen2.5-1.5b, qwen2.5-7b, llama-3.1-8b (hyper-parameters
+from the models' config.json), mixes q4_k_m, q6_k, q8_0. The Q4_K_M mix is llama-quantize's
+(`llama_tensor_get_type` in the vendored src/llama-quant.cpp): Q4_K everywhere but attn_v and
+ffn_down in the layers `use_more_bits` picks (Q6_K), the output matrix (Q6_K; the token
+embeddings too where they are tied to it); norms and biases F32. Q6_K and Q8_0: every matrix.
+
+Values: quantized blocks of random bytes with block scales of a sane size (f16 around 2^-10), so
+no NaN or infinity reaches the arithmetic. Vocabulary: the catalog Qwen2.5-Coder file's
+(~/.cache/nucleus/models; padded with unused tokens to the embedding's rows, as Qwen's own GGUFs
+are) for the Qwen shapes, llama.cpp's models/ggml-vocab-llama-bpe.gguf (Llama 3's 128,256
+tokens) for Llama. Deterministic for a given seed. Needs the vendored llama.cpp source (for
+gguf-py): scripts/build_llama_cpp.sh, or LLAMA_CPP_SRC=DIR.
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def find_llama_cpp():
+    if "LLAMA_CPP_SRC" in os.environ:
+        return Path(os.environ["LLAMA_CPP_SRC"])
+    for root in (".bench/llama.cpp", ".bench/llama.cpp-avx512"):
+        p = ROOT / root / "llama_cpp_python-0.3.36/vendor/llama.cpp"
+        if (p / "gguf-py").exists():
+            return p
+    sys.exit("llama.cpp's vendored source was not found under .bench/: run "
+             "scripts/build_llama_cpp.sh or set LLAMA_CPP_SRC")
+
+
+LLAMA_CPP = find_llama_cpp()
+sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+import gguf  # noqa: E402
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+
+CATALOG_QWEN = Path.home() / ".cache/nucleus/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+# config.json of Qwen/Qwen2.5-1.5B-Instruct, Qwen/Qwen2.5-7B-Instruct, meta-llama/Llama-3.1-8B.
+SHAPES = {
+    "qwen2.5-1.5b": dict(arch="qwen2", n_layer=28, n_embd=1536, n_head=12, n_head_kv=2,
+                         n_ff=8960, n_vocab=151936, tied=True, qkv_bias=True,
+                         rope_theta=1e6, eps=1e-6, ctx=32768),
+    "qwen2.5-7b": dict(arch="qwen2", n_layer=28, n_embd=3584, n_head=28, n_head_kv=4,
+                       n_ff=18944, n_vocab=152064, tied=False, qkv_bias=True,
+                       rope_theta=1e6, eps=1e-6, ctx=32768),
+    "llama-3.1-8b": dict(arch="llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8,
+                         n_ff=14336, n_vocab=128256, tied=False, qkv_bias=False,
+                         rope_theta=5e5, eps=1e-5, ctx=131072),
+}
+MIXES = {"q4_k_m": 15, "q6_k": 18, "q8_0": 7}  # llama_ftype of each mix
+DEFAULT = ["qwen2.5-1.5b-q4_k_m", "qwen2.5-7b-q4_k_m", "llama-3.1-8b-q4_k_m",
+           "qwen2.5-1.5b-q8_0", "qwen2.5-1.5b-q6_k"]
+
+
+def use_more_bits(i, n):
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def matrix_type(mix, name, layer, n_layer, tied):
+    """llama-quantize's choice for a 2-D weight of a llama/qwen2 model (rows a multiple of 256)."""
+    if mix == "q8_0":
+        return Q.Q8_0
+    if mix == "q6_k":
+        return Q.Q6_K
+    if name == "output.weight" or (tied and name == "token_embd.weight"):
+        return Q.Q6_K
+    if name.endswith(("attn_v.weight", "ffn_down.weight")) and use_more_bits(layer, n_layer):
+        return Q.Q6_K
+    return Q.Q4_K
+
+
+def random_blocks(rng, ty, n_blocks):
+    """n_blocks blocks of `ty` of random bytes, their f16 scales set to about 2^-10."""
+    size = gguf.GGML_QUANT_SIZES[ty][1]
+    b = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+
+    def scales(col):
+        d = (rng.random(n_blocks, dtype=np.float32) * 0.75 + 0.25) * np.float32(2 ** -10)
+        b[:, col:col + 2] = d.astype(np.float16).view(np.uint8).reshape(n_blocks, 2)
+
+    if ty == Q.Q8_0:
+        scales(0)
+    elif ty == Q.Q4_K:
+        scales(0)
+        scales(2)
+    elif ty == Q.Q6_K:
+        scales(208)
+        b[:, 192:208] &= 0x3F  # int8 sub-block scales: 0..63
+    else:
+        raise ValueError(ty)
+    return b
+
+
+def tensors(shape, mix):
+    """(name, rows, cols, type) of every tensor, in llama.cpp's order."""
+    s = shape
+    head = s["n_embd"] // s["n_head"]
+    q, kv = s["n_head"] * head, s["n_head_kv"] * head
+    out = []
+
+    def mat(name, rows, cols, layer=-1):
+        out.append((name, rows, cols, matrix_type(mix, name, layer, s["n_layer"], s["tied"])))
+
+    mat("token_embd.weight", s["n_vocab"], s["n_embd"])
+    for i in range(s["n_layer"]):
+        b = f"blk.{i}."
+        out.append((b + "attn_norm.weight", 1, s["n_embd"], Q.F32))
+        mat(b + "attn_q.weight", q, s["n_embd"], i)
+        mat(b + "attn_k.weight", kv, s["n_embd"], i)
+        mat(b + "attn_v.weight", kv, s["n_embd"], i)
+        if s["qkv_bias"]:
+            for n, rows in (("q", q), ("k", kv), ("v", kv)):
+                out.append((b + f"attn_{n}.bias", 1, rows, Q.F32))
+        mat(b + "attn_output.weight", s["n_embd"], q, i)
+        out.append((b + "ffn_norm.weight", 1, s["n_embd"], Q.F32))
+        mat(b + "ffn_gate.weight", s["n_ff"], s["n_embd"], i)
+        mat(b + "ffn_up.weight", s["n_ff"], s["n_embd"], i)
+        mat(b + "ffn_down.weight", s["n_embd"], s["n_ff"], i)
+    out.append(("output_norm.weight", 1, s["n_embd"], Q.F32))
+    if not s["tied"]:
+        mat("output.weight", s["n_vocab"], s["n_embd"])
+    return out
+
+
+def read_vocab(path):
+    r = gguf.GGUFReader(path)
+
+    def field(key):
+        f = r.fields.get(key)
+        if f is None:
+            return None
+        vals = [f.parts[i] for i in f.data]
+        if f.types[-1] == gguf.GGUFValueType.STRING:
+            return [bytes(v).decode("utf-8") for v in vals]
+        return [v.tolist()[0] for v in vals]
+
+    keys = ("model", "pre", "tokens", "token_type", "merges", "eos_token_id", "bos_token_id")
+    return {k: field(f"tokenizer.ggml.{k}") for k in keys}
+
+
+def vocabulary(shape_name, n_vocab):
+    if shape_name.startswith("qwen"):
+        if not CATALOG_QWEN.exists():
+            sys.exit(f"{CATALOG_QWEN} is missing: run `nucleus pull qwen2.5-coder-0.5b-instruct`")
+        v = read_vocab(CATALOG_QWEN)
+    else:
+        v = read_vocab(LLAMA_CPP / "models/ggml-vocab-llama-bpe.gguf")
+    pad = n_vocab - len(v["tokens"])
+    if pad < 0:
+        sys.exit(f"{shape_name}: the vocabulary has {len(v['tokens'])} tokens, more than {n_vocab}")
+    v["tokens"] += [f"[PAD{i}]" for i in range(pad)]
+    v["token_type"] += [5] * pad  # unused
+    return v
+
+
+def write(name, out_dir, seed):
+    shape_name, mix = name.rsplit("-", 1)
+    if shape_name not in SHAPES or mix not in MIXES:
+        sys.exit(f"unknown file {name!r}: shapes {list(SHAPES)}, mixes {list(MIXES)}")
+    s = SHAPES[shape_name]
+    path = out_dir / f"{name}-random.gguf"
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), s["arch"])
+    a = s["arch"]
+    w.add_name(f"{shape_name} random weights ({mix})")
+    w.add_file_type(MIXES[mix])
+    w.add_quantization_version(2)
+    w.add_uint32(f"{a}.block_count", s["n_layer"])
+    w.add_uint32(f"{a}.context_length", s["ctx"])
+    w.add_uint32(f"{a}.embedding_length", s["n_embd"])
+    w.add_uint32(f"{a}.feed_forward_length", s["n_ff"])
+    w.add_uint32(f"{a}.attention.head_count", s["n_head"])
+    w.add_uint32(f"{a}.attention.head_count_kv", s["n_head_kv"])
+    w.add_float32(f"{a}.rope.freq_base", s["rope_theta"])
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", s["eps"])
+    v = vocabulary(shape_name, s["n_vocab"])
+    w.add_string("tokenizer.ggml.model", v["model"][0] if isinstance(v["model"], list) else v["model"])
+    if v["pre"]:
+        w.add_string("tokenizer.ggml.pre", v["pre"][0] if isinstance(v["pre"], list) else v["pre"])
+    w.add_array("tokenizer.ggml.tokens", v["tokens"])
+    w.add_array("tokenizer.ggml.token_type", v["token_type"])
+    w.add_array("tokenizer.ggml.merges", v["merges"])
+    for k in ("eos_token_id", "bos_token_id"):
+        if v[k] is not None:
+            w.add_uint32(f"tokenizer.ggml.{k}", v[k][0] if isinstance(v[k], list) else v[k])
+    plan = tensors(s, mix)
+    for tname, rows, cols, ty in plan:
+        if ty == Q.F32:
+            w.add_tensor_info(tname, (cols,), np.dtype(np.float32), 4 * cols)
+        else:
+            block, size = gguf.GGML_QUANT_SIZES[ty]
+            w.add_tensor_info(tname, (rows, cols), np.dtype(np.float32),
+                              rows * cols // block * size, raw_dtype=ty)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    total = 0
+    for tname, rows, cols, ty in plan:
+        if ty == Q.F32:
+            if tname.endswith("bias"):
+                data = (0.02 * rng.standard_normal(cols)).astype(np.float32)
+            else:
+                data = np.ones(cols, dtype=np.float32)
+        else:
+            block, _ = gguf.GGML_QUANT_SIZES[ty]
+            # One block row at a time: the largest matrix is a few hundred MB.
+            data = random_blocks(rng, ty, rows * cols // block)
+        w.write_tensor_data(data)
+        total += data.nbytes
+    w.close()
+    counts = {}
+    for _, rows, cols, ty in plan:
+        counts[ty.name] = counts.get(ty.name, 0) + 1
+    print(f"{path}: {total / 1e9:.2f} GB of tensors, {counts}", file=sys.stderr)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", help="files to write (default: %s)" % " ".join(DEFAULT))
+    ap.add_argument("--out", type=Path, default=ROOT / ".bench/real-shapes")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--list", action="store_true", help="print the default names and exit")
+    ap.add_argument("--force", action="store_true", help="rewrite files that exist")
+    args = ap.parse_args()
+    if args.list:
+        print("\n".join(DEFAULT))
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.names or DEFAULT:
+        path = args.out / f"{name}-random.gguf"
+        if path.exists() and not args.force:
+            print(path)
+            continue
+        print(write(name, args.out, args.seed))
+
+
+if __name__ == "__main__":
+    main()
