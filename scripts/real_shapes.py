@@ -8,8 +8,9 @@ forward pass reads every byte whatever its value).
     .bench/venv/bin/python scripts/real_shapes.py [--out DIR] [NAME ...]   # default: all
     .bench/venv/bin/python scripts/real_shapes.py --list
 
-Each NAME is `<shape>-<mix>`: shapes qwen2.5-1.5b, qwen2.5-7b, llama-3.1-8b (hyper-parameters
-from the models' config.json), mixes q4_k_m, q6_k, q8_0. The Q4_K_M mix is llama-quantize's
+Each NAME is `<shape>-<mix>`: shapes qwen2.5-1.5b, qwen2.5-7b, llama-3.1-8b, and the mixtures
+of experts qwen3-30b-a3b-24l (24 of its 48 layers) and olmoe-1b-7b (hyper-parameters from the
+models' config.json), mixes q4_k_m, q6_k, q8_0. `--moe` writes the two MoE Q4_K_M files. The Q4_K_M mix is llama-quantize's
 (`llama_tensor_get_type` in the vendored src/llama-quant.cpp): Q4_K everywhere but attn_v and
 ffn_down in the layers `use_more_bits` picks (Q6_K), the output matrix (Q6_K; the token
 embeddings too where they are tied to it); norms and biases F32. Q6_K and Q8_0: every matrix.
@@ -61,10 +62,22 @@ SHAPES = {
     "llama-3.1-8b": dict(arch="llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8,
                          n_ff=14336, n_vocab=128256, tied=False, qkv_bias=False,
                          rope_theta=5e5, eps=1e-5, ctx=131072),
+    # Mixtures of experts (config.json of Qwen/Qwen3-30B-A3B, allenai/OLMoE-1B-7B-0924).
+    # Qwen3-30B-A3B keeps 24 of its 48 layers (9.4 GB of 18.6): the file and nucleus's repacked
+    # copy of it must fit in this machine's 24 GB together while the engines alternate.
+    "qwen3-30b-a3b-24l": dict(arch="qwen3moe", n_layer=24, n_embd=2048, n_head=32, n_head_kv=4,
+                              head_dim=128, n_ff=6144, n_vocab=151936, tied=False,
+                              qkv_bias=False, qk_norm="head", n_expert=128, n_expert_used=8,
+                              n_ff_exp=768, rope_theta=1e6, eps=1e-6, ctx=40960),
+    "olmoe-1b-7b": dict(arch="olmoe", n_layer=16, n_embd=2048, n_head=16, n_head_kv=16,
+                        n_ff=1024, n_vocab=50304, tied=False, qkv_bias=False, qk_norm="all",
+                        n_expert=64, n_expert_used=8, n_ff_exp=1024, rope_theta=1e4, eps=1e-5,
+                        ctx=4096),
 }
 MIXES = {"q4_k_m": 15, "q6_k": 18, "q8_0": 7}  # llama_ftype of each mix
 DEFAULT = ["qwen2.5-1.5b-q4_k_m", "qwen2.5-7b-q4_k_m", "llama-3.1-8b-q4_k_m",
            "qwen2.5-1.5b-q8_0", "qwen2.5-1.5b-q6_k"]
+MOE = ["qwen3-30b-a3b-24l-q4_k_m", "olmoe-1b-7b-q4_k_m"]
 
 
 def use_more_bits(i, n):
@@ -79,7 +92,8 @@ def matrix_type(mix, name, layer, n_layer, tied):
         return Q.Q6_K
     if name == "output.weight" or (tied and name == "token_embd.weight"):
         return Q.Q6_K
-    if name.endswith(("attn_v.weight", "ffn_down.weight")) and use_more_bits(layer, n_layer):
+    if name.endswith(("attn_v.weight", "ffn_down.weight", "ffn_down_exps.weight")) and \
+            use_more_bits(layer, n_layer):
         return Q.Q6_K
     return Q.Q4_K
 
@@ -107,31 +121,50 @@ def random_blocks(rng, ty, n_blocks):
 
 
 def tensors(shape, mix):
-    """(name, rows, cols, type) of every tensor, in llama.cpp's order."""
+    """(name, rows, cols, type, experts) of every tensor, in llama.cpp's order (experts: the
+    count of a 3-D expert tensor, else 0)."""
     s = shape
-    head = s["n_embd"] // s["n_head"]
+    head = s.get("head_dim", s["n_embd"] // s["n_head"])
     q, kv = s["n_head"] * head, s["n_head_kv"] * head
     out = []
 
-    def mat(name, rows, cols, layer=-1):
-        out.append((name, rows, cols, matrix_type(mix, name, layer, s["n_layer"], s["tied"])))
+    def mat(name, rows, cols, layer=-1, experts=0):
+        ty = matrix_type(mix, name, layer, s["n_layer"], s["tied"])
+        out.append((name, rows, cols, ty, experts))
+
+    def vec(name, n):
+        out.append((name, 1, n, Q.F32, 0))
 
     mat("token_embd.weight", s["n_vocab"], s["n_embd"])
     for i in range(s["n_layer"]):
         b = f"blk.{i}."
-        out.append((b + "attn_norm.weight", 1, s["n_embd"], Q.F32))
+        vec(b + "attn_norm.weight", s["n_embd"])
         mat(b + "attn_q.weight", q, s["n_embd"], i)
         mat(b + "attn_k.weight", kv, s["n_embd"], i)
         mat(b + "attn_v.weight", kv, s["n_embd"], i)
         if s["qkv_bias"]:
             for n, rows in (("q", q), ("k", kv), ("v", kv)):
-                out.append((b + f"attn_{n}.bias", 1, rows, Q.F32))
+                vec(b + f"attn_{n}.bias", rows)
+        if s.get("qk_norm") == "head":
+            vec(b + "attn_q_norm.weight", head)
+            vec(b + "attn_k_norm.weight", head)
+        elif s.get("qk_norm") == "all":
+            vec(b + "attn_q_norm.weight", q)
+            vec(b + "attn_k_norm.weight", kv)
         mat(b + "attn_output.weight", s["n_embd"], q, i)
-        out.append((b + "ffn_norm.weight", 1, s["n_embd"], Q.F32))
-        mat(b + "ffn_gate.weight", s["n_ff"], s["n_embd"], i)
-        mat(b + "ffn_up.weight", s["n_ff"], s["n_embd"], i)
-        mat(b + "ffn_down.weight", s["n_embd"], s["n_ff"], i)
-    out.append(("output_norm.weight", 1, s["n_embd"], Q.F32))
+        vec(b + "ffn_norm.weight", s["n_embd"])
+        if "n_expert" in s:
+            ne, ff = s["n_expert"], s["n_ff_exp"]
+            # The router stays F32, as llama-quantize leaves it (a 1-D-like small matrix).
+            out.append((b + "ffn_gate_inp.weight", ne, s["n_embd"], Q.F32, 0))
+            mat(b + "ffn_gate_exps.weight", ff, s["n_embd"], i, ne)
+            mat(b + "ffn_up_exps.weight", ff, s["n_embd"], i, ne)
+            mat(b + "ffn_down_exps.weight", s["n_embd"], ff, i, ne)
+        else:
+            mat(b + "ffn_gate.weight", s["n_ff"], s["n_embd"], i)
+            mat(b + "ffn_up.weight", s["n_ff"], s["n_embd"], i)
+            mat(b + "ffn_down.weight", s["n_embd"], s["n_ff"], i)
+    vec("output_norm.weight", s["n_embd"])
     if not s["tied"]:
         mat("output.weight", s["n_vocab"], s["n_embd"])
     return out
@@ -160,9 +193,15 @@ def vocabulary(shape_name, n_vocab):
         v = read_vocab(CATALOG_QWEN)
     else:
         v = read_vocab(LLAMA_CPP / "models/ggml-vocab-llama-bpe.gguf")
+    if len(v["tokens"]) > n_vocab:
+        # OLMoE's 50,304 rows: Llama 3's first tokens, with the merges among them.
+        v["tokens"], v["token_type"] = v["tokens"][:n_vocab], v["token_type"][:n_vocab]
+        kept = set(v["tokens"])
+        v["merges"] = [m for m in v["merges"]
+                       if all(p in kept for p in m.split(" ")) and m.replace(" ", "") in kept]
+        for k in ("eos_token_id", "bos_token_id"):
+            v[k] = 0
     pad = n_vocab - len(v["tokens"])
-    if pad < 0:
-        sys.exit(f"{shape_name}: the vocabulary has {len(v['tokens'])} tokens, more than {n_vocab}")
     v["tokens"] += [f"[PAD{i}]" for i in range(pad)]
     v["token_type"] += [5] * pad  # unused
     return v
@@ -188,6 +227,13 @@ def write(name, out_dir, seed):
     w.add_uint32(f"{a}.attention.head_count_kv", s["n_head_kv"])
     w.add_float32(f"{a}.rope.freq_base", s["rope_theta"])
     w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", s["eps"])
+    if "head_dim" in s:
+        w.add_uint32(f"{a}.attention.key_length", s["head_dim"])
+        w.add_uint32(f"{a}.attention.value_length", s["head_dim"])
+    if "n_expert" in s:
+        w.add_uint32(f"{a}.expert_count", s["n_expert"])
+        w.add_uint32(f"{a}.expert_used_count", s["n_expert_used"])
+        w.add_uint32(f"{a}.expert_feed_forward_length", s["n_ff_exp"])
     v = vocabulary(shape_name, s["n_vocab"])
     w.add_string("tokenizer.ggml.model", v["model"][0] if isinstance(v["model"], list) else v["model"])
     if v["pre"]:
@@ -199,32 +245,34 @@ def write(name, out_dir, seed):
         if v[k] is not None:
             w.add_uint32(f"tokenizer.ggml.{k}", v[k][0] if isinstance(v[k], list) else v[k])
     plan = tensors(s, mix)
-    for tname, rows, cols, ty in plan:
+    for tname, rows, cols, ty, ne in plan:
         if ty == Q.F32:
-            w.add_tensor_info(tname, (cols,), np.dtype(np.float32), 4 * cols)
+            shape = (cols,) if rows == 1 else (rows, cols)
+            w.add_tensor_info(tname, shape, np.dtype(np.float32), 4 * rows * cols)
         else:
             block, size = gguf.GGML_QUANT_SIZES[ty]
-            w.add_tensor_info(tname, (rows, cols), np.dtype(np.float32),
-                              rows * cols // block * size, raw_dtype=ty)
+            shape = (rows, cols) if not ne else (ne, rows, cols)
+            w.add_tensor_info(tname, shape, np.dtype(np.float32),
+                              max(ne, 1) * rows * cols // block * size, raw_dtype=ty)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     total = 0
-    for tname, rows, cols, ty in plan:
+    for tname, rows, cols, ty, ne in plan:
         if ty == Q.F32:
-            if tname.endswith("bias"):
-                data = (0.02 * rng.standard_normal(cols)).astype(np.float32)
+            if tname.endswith("bias") or rows > 1:  # biases, routers
+                data = (0.02 * rng.standard_normal(rows * cols)).astype(np.float32)
             else:
                 data = np.ones(cols, dtype=np.float32)
         else:
             block, _ = gguf.GGML_QUANT_SIZES[ty]
-            # One block row at a time: the largest matrix is a few hundred MB.
-            data = random_blocks(rng, ty, rows * cols // block)
+            # A tensor at a time: the largest is a few hundred MB.
+            data = random_blocks(rng, ty, max(ne, 1) * rows * cols // block)
         w.write_tensor_data(data)
         total += data.nbytes
     w.close()
     counts = {}
-    for _, rows, cols, ty in plan:
+    for _, _, _, ty, _ in plan:
         counts[ty.name] = counts.get(ty.name, 0) + 1
     print(f"{path}: {total / 1e9:.2f} GB of tensors, {counts}", file=sys.stderr)
     return path
@@ -236,13 +284,14 @@ def main():
     ap.add_argument("--out", type=Path, default=ROOT / ".bench/real-shapes")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--list", action="store_true", help="print the default names and exit")
+    ap.add_argument("--moe", action="store_true", help="the MoE files: %s" % " ".join(MOE))
     ap.add_argument("--force", action="store_true", help="rewrite files that exist")
     args = ap.parse_args()
     if args.list:
         print("\n".join(DEFAULT))
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    for name in args.names or DEFAULT:
+    for name in args.names or (MOE if args.moe else DEFAULT):
         path = args.out / f"{name}-random.gguf"
         if path.exists() and not args.force:
             print(path)

@@ -3,6 +3,7 @@
 
 pub mod expf_libm;
 pub mod f16;
+pub mod huge;
 pub mod interleaved;
 pub mod matmul;
 pub mod ops;
