@@ -7,14 +7,15 @@ One `nucleus serve` of the catalog model runs with the serve flags of
 deploy/kubernetes/nucleus-deployment.yaml, as they are (--threads, --ctx, --max-running,
 --queue, --max-tokens, --kv-tokens ...). The heaviest load a replica takes is every decode
 slot and every queue place filled (--max-running + --queue requests; one more gets 429, so
-no HPA lag can put more in one pod), each request the longest the flags allow: a prompt of
---prompt-tokens distinct tokens (no prefix-cache hits) and `max_tokens` far above --max-tokens
-with `ignore_eos`, so it generates exactly --max-tokens tokens. That many clients send such
+no HPA lag can put more in one pod), each request generating the most the flags allow:
+`max_tokens` far above --max-tokens with `ignore_eos`, so it generates exactly --max-tokens
+tokens, after a prompt of --prompt-tokens distinct tokens (no prefix-cache hits; default 512,
+see docs/src/deploying.md for why not the whole window). That many clients send such
 requests back to back for --rounds rounds; each request's lifetime is from its send to its
 last byte (queue wait + prefill + generation), the time to its first token is printed beside.
 
 From the p100 lifetime L (the p99 is printed too):
-  --drain-secs    >= L x 1.25, rounded up to 5 s: a request accepted in the last instant of
+  --drain-secs    >= L x 1.25, rounded up to a minute: a request accepted in the last instant of
                   the unready window still finishes inside the drain;
   preStop sleep    = the time endpoint removal takes to reach the gateway and the picker
                   (a few seconds; the Deployment's value is taken and checked to be >= 5 s);
@@ -46,6 +47,7 @@ MODEL = "qwen2.5-coder-0.5b-instruct"
 CLOSE_GRACE_S = 2  # nucleus drops connections still open this long after the drain
 MARGIN_S = 5
 MIN_PRESTOP_S = 5
+PROMPT_TOKENS = 512
 
 
 def fail(msg):
@@ -156,7 +158,7 @@ def measure(binary, flags, prompt_tokens, rounds):
             results = [x for xs in pool.map(client, range(clients)) for x in xs]
         wall = time.monotonic() - t0
     finally:
-        proc.terminate()
+        proc.kill()  # not SIGTERM: that would run the Deployment's drain
         proc.wait()
     return results, wall
 
@@ -164,8 +166,10 @@ def measure(binary, flags, prompt_tokens, rounds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "nucleus"))
-    ap.add_argument("--prompt-tokens", type=int, default=None,
-                    help="prompt length (default: the window less --max-tokens, the longest)")
+    ap.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS,
+                    help=f"prompt length (default {PROMPT_TOKENS}; at most the window less "
+                    "--max-tokens, the longest, which takes about an hour on a loaded "
+                    "2-core machine)")
     ap.add_argument("--rounds", type=int, default=1, help="requests per client")
     ap.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE",
                     help="try another serve flag than the Deployment's (e.g. --set "
@@ -180,7 +184,7 @@ def main():
         if f not in flags:
             fail(f"the Deployment's serve args have no {f}: nothing bounds the drain")
     room = int(flags["--ctx"]) - int(flags["--max-tokens"])
-    prompt_tokens = args.prompt_tokens or room
+    prompt_tokens = args.prompt_tokens
     if not 1 <= prompt_tokens <= room:
         fail(f"--prompt-tokens must be 1 to {room} (the window less --max-tokens)")
     results, wall = measure(args.binary, flags, prompt_tokens, args.rounds)
@@ -194,9 +198,9 @@ def main():
     print(f"worst-case request lifetime: p99 {p99:.1f} s, p100 {p100:.1f} s "
           f"(p50 {percentile(life, 50):.1f} s)")
     unready, drain = int(flags["--unready-secs"]), int(flags["--drain-secs"])
-    need_drain = 5 * math.ceil(p100 * 1.25 / 5)
+    need_drain = 60 * math.ceil(p100 * 1.25 / 60)
     need_grace = max(pre_stop, MIN_PRESTOP_S) + unready + need_drain + CLOSE_GRACE_S + MARGIN_S
-    print(f"derived: --drain-secs >= {need_drain} (p100 x 1.25, to 5 s); preStop sleep >= "
+    print(f"derived: --drain-secs >= {need_drain} (p100 x 1.25, up to a minute); preStop sleep >= "
           f"{MIN_PRESTOP_S}; terminationGracePeriodSeconds >= preStop {pre_stop} + unready "
           f"{unready} + drain {need_drain} + {CLOSE_GRACE_S} + {MARGIN_S} = {need_grace}")
     print(f"shipped: preStop sleep {pre_stop}, --unready-secs {unready}, --drain-secs {drain}, "

@@ -57,6 +57,9 @@ DEADLINE = time.monotonic() + 170
 # How long the pod's removal from the endpoints takes to reach the router in the rehearsal
 # (shorter than the preStop sleep, which is sized to cover it in a cluster).
 ENDPOINT_PROPAGATION_S = 2
+# Long requests the router placed on the replica just before its deletion: they run through the
+# preStop sleep and the unready window into the drain, the two-request queue behind them too.
+LONG_REQUESTS, LONG_TOKENS = 2, 384
 
 
 def deployment_drain():
@@ -65,13 +68,18 @@ def deployment_drain():
     pod = doc["spec"]["template"]["spec"]
     c = next(c for c in pod["containers"] if c["name"] == "nucleus")
     flags = dict(a.partition("=")[::2] for a in c["args"] if a.startswith("--"))
-    return {
+    d = {
         "unready": int(flags["--unready-secs"]),
         "drain": int(flags["--drain-secs"]),
         "max_tokens": int(flags["--max-tokens"]),
         "pre_stop": int(c["lifecycle"]["preStop"]["sleep"]["seconds"]),
         "grace": int(pod["terminationGracePeriodSeconds"]),
     }
+    # The server's own bound: the unready window, the drain, then 2 s to close connections.
+    if d["grace"] < d["pre_stop"] + d["unready"] + d["drain"] + 2:
+        fail(f"the Deployment's grace period is shorter than its preStop sleep, unready window, "
+             f"drain and close: {d}")
+    return d
 
 
 def fail(msg):
@@ -317,9 +325,28 @@ def measure_hpa(base, replicas):
           f"{len(replicas)} -> {desired} replicas")
 
 
+def long_request(victim, out):
+    """One long completion on `victim` (as the router placed it); its end time, or the failure."""
+    body = {"model": MODEL, "prompt": "def quicksort(xs):", "max_tokens": LONG_TOKENS,
+            "ignore_eos": True, "temperature": 0}
+    try:
+        status, raw = http(f"http://127.0.0.1:{victim.port}/v1/completions", body, timeout=300)
+        n = json.loads(raw)["usage"]["completion_tokens"]
+        out.append((time.monotonic(), None if status == 200 and n == LONG_TOKENS
+                    else f"HTTP {status}, {n} tokens"))
+    except Exception as e:  # noqa: BLE001 (a cut request is the failure shown)
+        out.append((time.monotonic(), repr(e)))
+
+
 def rolling_restart(victim, drain):
     """The pod's deletion under load: out of the endpoints and the preStop sleep, SIGTERM, the
     kill at the grace period if it comes to that, then a new process on the same port."""
+    long_done = []
+    longs = [threading.Thread(target=long_request, args=(victim, long_done))
+             for _ in range(LONG_REQUESTS)]
+    for th in longs:
+        th.start()
+    time.sleep(1)
     print(f"== rolling restart of {victim.pod} under load: preStop sleep {drain['pre_stop']} s, "
           f"--unready-secs {drain['unready']}, --drain-secs {drain['drain']}, "
           f"terminationGracePeriodSeconds {drain['grace']} (the Deployment's)")
@@ -328,7 +355,8 @@ def rolling_restart(victim, drain):
     threading.Timer(ENDPOINT_PROPAGATION_S, lambda: setattr(victim, "in_endpoints", False)).start()
     time.sleep(drain["pre_stop"])
     victim.proc.send_signal(signal.SIGTERM)
-    print(f"  SIGTERM after the preStop sleep, at {time.monotonic() - t0:.1f} s")
+    signalled = time.monotonic()
+    print(f"  SIGTERM after the preStop sleep, at {signalled - t0:.1f} s")
     while victim.ready and left():
         time.sleep(0.05)
     print(f"  readiness dropped at {time.monotonic() - t0:.1f} s")
@@ -341,6 +369,15 @@ def rolling_restart(victim, drain):
         fail(f"{victim.pod} was still running at the grace period ({drain['grace']} s): killed")
     code = victim.proc.returncode
     print(f"  {victim.pod} exited with {code} at {time.monotonic() - t0:.1f} s")
+    for th in longs:
+        th.join(timeout=5)
+    drain_from = signalled + drain["unready"]
+    for end, err in long_done:
+        phase = "in the drain" if end > drain_from else "before the drain"
+        print(f"  a long request ({LONG_TOKENS} tokens) ended at {end - t0:.1f} s, {phase}: "
+              f"{err or 'whole'}")
+    if len(long_done) != LONG_REQUESTS or any(err for _, err in long_done):
+        fail(f"long requests on the drained replica were cut: {long_done}")
     if code != 0:
         fail(f"{victim.pod} exited with {code}")
     victim.draining = False
