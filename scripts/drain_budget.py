@@ -111,7 +111,7 @@ def one_request(port, prompt, max_tokens):
             event = json.loads(line[6:])
             if "error" in event:
                 fail(f"an error event: {event}")
-            if ttft is None and event.get("choices") and event["choices"][0].get("text"):
+            if ttft is None and event.get("choices"):
                 ttft = time.monotonic() - t0
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
@@ -137,7 +137,8 @@ def measure(binary, flags, prompt_tokens, rounds):
             if proc.poll() is not None or time.monotonic() > deadline:
                 fail(f"the server did not start (log: {log.name})")
             try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
+                health = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                if health.status == 200:
                     break
             except OSError:
                 time.sleep(0.3)
@@ -160,6 +161,7 @@ def measure(binary, flags, prompt_tokens, rounds):
     finally:
         proc.kill()  # not SIGTERM: that would run the Deployment's drain
         proc.wait()
+    pathlib.Path(log.name).unlink()  # kept when the run fails, for its reasons
     return results, wall
 
 
