@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """A multi-replica rehearsal of deploy/kubernetes on loopback, bounded in time (< 3 min).
 
-- Two `nucleus serve` replicas of the catalog model on free 127.0.0.1 ports, with the
-  Deployment's drain flags (--unready-secs 3, shorter, to keep the run short; --drain-secs 60,
-  longer, since this machine's queued work can outlast the Deployment's 20 s).
+- Two `nucleus serve` replicas of the catalog model on free 127.0.0.1 ports (smaller than the
+  Deployment's: one thread, two sequences, to fit a 2-core machine), with exactly the
+  Deployment's drain settings, read from deploy/kubernetes/nucleus-deployment.yaml: its
+  --unready-secs, --drain-secs and --max-tokens, its preStop sleep and its
+  terminationGracePeriodSeconds (scripts/drain_budget.py measures what they must cover).
 - Debian's Prometheus scraping them with the shipped scrape job
   (deploy/kubernetes/prometheus-scrape.yaml), rendered for loopback: each static target carries
   the __meta_kubernetes_* labels pod discovery would give it, so the job's relabelling runs
@@ -12,8 +14,12 @@
   deploy/kubernetes/prometheus-adapter-rules.yaml, its seriesQuery and its metricsQuery
   expanded as the adapter does, evaluated against Prometheus's HTTP API under load, and the
   replica count the HPA would want from it (hpa.yaml's target).
-- A rolling restart of one replica under load (SIGTERM, then a fresh process on the same port;
-  3 of the clients keep sending through it).
+- A rolling restart of one replica under load, every client still sending, in the order the
+  kubelet and the endpoints controller follow when a pod is deleted: the pod leaves the
+  endpoints (the stand-in router drops it ENDPOINT_PROPAGATION_S later) while the preStop
+  sleep runs; then SIGTERM (/health 503 for --unready-secs, still serving; then the drain);
+  the process is killed if it is still alive at terminationGracePeriodSeconds (which fails
+  the run); then a fresh process on the same port.
   What stands in for the router: a client-side balancer that probes each replica's /health every
   0.5 s as the readiness probe does, sends only to replicas whose last probe answered 200, and
   retries a request on another replica only when the connection is refused before anything is
@@ -48,6 +54,32 @@ K8S = ROOT / "deploy" / "kubernetes"
 NAMESPACE = "rehearsal"
 MODEL = "qwen2.5-coder-0.5b-instruct"
 DEADLINE = time.monotonic() + 170
+# How long the pod's removal from the endpoints takes to reach the router in the rehearsal
+# (shorter than the preStop sleep, which is sized to cover it in a cluster).
+ENDPOINT_PROPAGATION_S = 2
+# Long requests the router placed on the replica just before its deletion: they run through the
+# preStop sleep and the unready window into the drain, the two-request queue behind them too.
+LONG_REQUESTS, LONG_TOKENS = 2, 384
+
+
+def deployment_drain():
+    """The Deployment's drain settings: its serve flags, preStop sleep and grace period."""
+    doc = yaml.safe_load((K8S / "nucleus-deployment.yaml").read_text())
+    pod = doc["spec"]["template"]["spec"]
+    c = next(c for c in pod["containers"] if c["name"] == "nucleus")
+    flags = dict(a.partition("=")[::2] for a in c["args"] if a.startswith("--"))
+    d = {
+        "unready": int(flags["--unready-secs"]),
+        "drain": int(flags["--drain-secs"]),
+        "max_tokens": int(flags["--max-tokens"]),
+        "pre_stop": int(c["lifecycle"]["preStop"]["sleep"]["seconds"]),
+        "grace": int(pod["terminationGracePeriodSeconds"]),
+    }
+    # The server's own bound: the unready window, the drain, then 2 s to close connections.
+    if d["grace"] < d["pre_stop"] + d["unready"] + d["drain"] + 2:
+        fail(f"the Deployment's grace period is shorter than its preStop sleep, unready window, "
+             f"drain and close: {d}")
+    return d
 
 
 def fail(msg):
@@ -87,6 +119,7 @@ class Replica:
         self.log = open(workdir / f"{self.pod}.log", "ab")
         self.proc = None
         self.ready = False
+        self.in_endpoints = True
         self.draining = False
         self.outstanding = 0
 
@@ -112,10 +145,6 @@ class Balancer:
     def __init__(self, replicas):
         self.replicas = replicas
         self.stop = threading.Event()
-        # During the restart only this many clients keep sending: the load the replicas can
-        # drain within --drain-secs on a loaded 2-core machine.
-        self.restarting = threading.Event()
-        self.restart_clients = 3
         self.lock = threading.Lock()
         self.stats = {"ok": 0, "lost": 0, "refused_retried": 0}
         self.errors = []
@@ -132,7 +161,7 @@ class Balancer:
 
     def send(self, body):
         for _ in range(200):
-            ready = [r for r in self.replicas if r.ready]
+            ready = [r for r in self.replicas if r.ready and r.in_endpoints]
             if not ready:
                 time.sleep(0.05)
                 continue
@@ -158,8 +187,6 @@ class Balancer:
     def client_loop(self, seed):
         rng = random.Random(seed)
         while not self.stop.is_set():
-            if seed >= self.restart_clients and self.restarting.is_set():
-                return
             n = rng.randint(4, 8)
             body = {"model": MODEL, "prompt": f"Count to {n}:", "max_tokens": n, "temperature": 0}
             try:
@@ -232,21 +259,19 @@ def main():
     ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "nucleus"))
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--clients", type=int, default=6)
-    # Longer than the Deployment's 20 s: on a shared 2-core CI machine a replica's queued work
-    # can take longer than that (docs/src/deploying.md); the replica exits as soon as it is done.
-    ap.add_argument("--drain-secs", type=int, default=60, help="the replicas' --drain-secs")
     args = ap.parse_args()
+    drain = deployment_drain()
     prometheus = shutil.which("prometheus")
     if not prometheus or not os.access(args.binary, os.X_OK):
         fail("needs `prometheus` (apt-get install prometheus) and a built target/release/nucleus")
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="rehearsal-"))
     serve_args = ["--threads", "1", "--ctx", "1024", "--max-running", "2", "--queue", "64",
-                  "--unready-secs", "3", "--drain-secs", str(args.drain_secs),
-                  "--model-id", MODEL]
+                  "--unready-secs", str(drain["unready"]), "--drain-secs", str(drain["drain"]),
+                  "--max-tokens", str(drain["max_tokens"]), "--model-id", MODEL]
     replicas = [Replica(i, args.binary, workdir, serve_args) for i in range(args.replicas)]
     procs = []
     try:
-        run(replicas, prometheus, workdir, procs, args.clients)
+        run(replicas, prometheus, workdir, procs, args.clients, drain)
     finally:
         for p in procs + [r.proc for r in replicas if r.proc]:
             if p.poll() is None:
@@ -300,31 +325,69 @@ def measure_hpa(base, replicas):
           f"{len(replicas)} -> {desired} replicas")
 
 
-def rolling_restart(lb, victim):
-    """SIGTERM under load, wait for the exit, start a new process on the same port."""
-    drain = victim.args[victim.args.index("--drain-secs") + 1]
-    print(f"== rolling restart of {victim.pod} under load "
-          f"(SIGTERM, --unready-secs 3, --drain-secs {drain})")
+def long_request(victim, out):
+    """One long completion on `victim` (as the router placed it); its end time, or the failure."""
+    body = {"model": MODEL, "prompt": "def quicksort(xs):", "max_tokens": LONG_TOKENS,
+            "ignore_eos": True, "temperature": 0}
+    try:
+        status, raw = http(f"http://127.0.0.1:{victim.port}/v1/completions", body, timeout=300)
+        n = json.loads(raw)["usage"]["completion_tokens"]
+        out.append((time.monotonic(), None if status == 200 and n == LONG_TOKENS
+                    else f"HTTP {status}, {n} tokens"))
+    except Exception as e:  # noqa: BLE001 (a cut request is the failure shown)
+        out.append((time.monotonic(), repr(e)))
+
+
+def rolling_restart(victim, drain):
+    """The pod's deletion under load: out of the endpoints and the preStop sleep, SIGTERM, the
+    kill at the grace period if it comes to that, then a new process on the same port."""
+    long_done = []
+    longs = [threading.Thread(target=long_request, args=(victim, long_done))
+             for _ in range(LONG_REQUESTS)]
+    for th in longs:
+        th.start()
+    time.sleep(1)
+    print(f"== rolling restart of {victim.pod} under load: preStop sleep {drain['pre_stop']} s, "
+          f"--unready-secs {drain['unready']}, --drain-secs {drain['drain']}, "
+          f"terminationGracePeriodSeconds {drain['grace']} (the Deployment's)")
     t0 = time.monotonic()
-    lb.restarting.set()
     victim.draining = True
+    threading.Timer(ENDPOINT_PROPAGATION_S, lambda: setattr(victim, "in_endpoints", False)).start()
+    time.sleep(drain["pre_stop"])
     victim.proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    print(f"  SIGTERM after the preStop sleep, at {signalled - t0:.1f} s")
     while victim.ready and left():
         time.sleep(0.05)
-    print(f"  readiness dropped after {time.monotonic() - t0:.1f} s")
-    while victim.proc.poll() is None and left():
+    print(f"  readiness dropped at {time.monotonic() - t0:.1f} s")
+    kill_at = t0 + drain["grace"]
+    while victim.proc.poll() is None and left() and time.monotonic() < kill_at:
         time.sleep(0.1)
+    if victim.proc.poll() is None:
+        victim.proc.kill()
+        victim.proc.wait()
+        fail(f"{victim.pod} was still running at the grace period ({drain['grace']} s): killed")
     code = victim.proc.returncode
-    print(f"  {victim.pod} exited with {code} after {time.monotonic() - t0:.1f} s")
+    print(f"  {victim.pod} exited with {code} at {time.monotonic() - t0:.1f} s")
+    for th in longs:
+        th.join(timeout=5)
+    drain_from = signalled + drain["unready"]
+    for end, err in long_done:
+        phase = "in the drain" if end > drain_from else "before the drain"
+        print(f"  a long request ({LONG_TOKENS} tokens) ended at {end - t0:.1f} s, {phase}: "
+              f"{err or 'whole'}")
+    if len(long_done) != LONG_REQUESTS or any(err for _, err in long_done):
+        fail(f"long requests on the drained replica were cut: {long_done}")
     if code != 0:
         fail(f"{victim.pod} exited with {code}")
     victim.draining = False
     victim.start()
     victim.wait_healthy()
-    print(f"  the new {victim.pod} is ready after {time.monotonic() - t0:.1f} s")
+    victim.in_endpoints = True
+    print(f"  the new {victim.pod} is ready at {time.monotonic() - t0:.1f} s")
 
 
-def run(replicas, prometheus, workdir, procs, clients):
+def run(replicas, prometheus, workdir, procs, clients, drain):
     for r in replicas:
         r.start()
     for r in replicas:
@@ -343,7 +406,7 @@ def run(replicas, prometheus, workdir, procs, clients):
     measure_hpa(base, replicas)
 
     before = dict(lb.stats)
-    rolling_restart(lb, replicas[0])
+    rolling_restart(replicas[0], drain)
     settle = time.monotonic() + 6
     while time.monotonic() < settle and left():
         time.sleep(0.2)

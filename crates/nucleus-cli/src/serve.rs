@@ -81,6 +81,13 @@ pub struct ServeArgs {
     /// and only the chat template's own text can become special tokens.
     #[arg(long)]
     pub parse_special_in_messages: bool,
+    /// New tokens one request may generate at most, whatever its `max_tokens` asks (a larger
+    /// value is lowered to it; a request without one gets it), as llama-server's `--n-predict`
+    /// caps requests: with --queue and --max-running it bounds how long a request can live,
+    /// which a drain (`--drain-secs`) must cover. Default: no cap (up to the context window,
+    /// or without end under the `stream` context policy).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: Option<u32>,
     /// Seconds after Ctrl-C / SIGTERM during which `/health` answers 503 (so a readiness probe
     /// takes the replica out of its load balancer) while new requests are still accepted and
     /// served; the drain (`--drain-secs`) starts after it.
@@ -196,6 +203,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let n_ctx = engine.config().n_ctx;
     let mut state = AppState::new(engine, tokenizer, model_id.clone(), args.api_key.clone());
     state.context_policy = args.context_policy;
+    state.max_tokens_cap = args.max_tokens.map(|m| m as usize);
     state.parse_special_in_messages = args.parse_special_in_messages;
     state.max_body = args.max_body_bytes;
     state.model = Some(model);

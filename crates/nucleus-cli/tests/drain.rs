@@ -1,7 +1,10 @@
 //! `nucleus serve` under SIGTERM, as a rollout or a scale-down sends it: with streams in
 //! flight, `/health` answers 503 at once while new connections are still accepted and served
 //! for `--unready-secs`; then the server stops accepting, lets what runs finish (`--drain-secs`)
-//! and exits 0. Nothing is cut short. The real binary and a real signal, on the catalog model.
+//! and exits 0. Nothing is cut short, a request still queued when the signal comes included,
+//! and `--max-tokens` bounds what a request asking for more generates (as the Deployment runs
+//! it: deploy/kubernetes/nucleus-deployment.yaml). The real binary and a real signal, on the
+//! catalog model.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -86,6 +89,7 @@ fn sigterm_serves_while_unready_then_drains_without_cutting_anything() {
             "2",
         ])
         .args(["--unready-secs", "3", "--drain-secs", "60"])
+        .args(["--max-running", "2", "--max-tokens", "96"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -106,26 +110,28 @@ fn sigterm_serves_while_unready_then_drains_without_cutting_anything() {
         let _ = log_tx.send(rest);
     });
 
-    // Two long streams in flight when the signal comes.
-    let stream_body = r#"{"prompt": "def sort(xs):\n", "max_tokens": 96, "ignore_eos": true,
+    // Two long streams in flight and a third queued behind them when the signal comes; each
+    // asks for far more than --max-tokens.
+    let stream_body = r#"{"prompt": "def sort(xs):\n", "max_tokens": 100000, "ignore_eos": true,
         "stream": true, "stream_options": {"include_usage": true}}"#;
-    let streams: Vec<_> = (0..2)
+    let streams: Vec<_> = (0..3)
         .map(|_| std::thread::spawn(move || http(port, "POST", "/v1/completions", stream_body)))
         .collect();
     let t0 = Instant::now();
     loop {
         let (_, m) = http(port, "GET", "/metrics", "").unwrap();
-        let running = m
-            .lines()
-            .find_map(|l| l.strip_prefix("nucleus_requests_running "))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
-        if running >= 2.0 {
+        let gauge = |name: &str| {
+            m.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        if gauge("nucleus_requests_running") >= 2.0 && gauge("nucleus_requests_waiting") >= 1.0 {
             break;
         }
         assert!(
             t0.elapsed() < Duration::from_secs(60),
-            "the streams never ran"
+            "the streams never ran (two) and queued (one)"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -138,9 +144,11 @@ fn sigterm_serves_while_unready_then_drains_without_cutting_anything() {
     let signalled = Instant::now();
     std::thread::sleep(Duration::from_millis(200));
 
-    // Unready, yet serving: the probe fails, a new connection gets a whole answer.
+    // Unready, yet serving: the probe fails, a new connection gets a whole answer (queued
+    // behind the streams, it is answered during the drain).
     let (health, _) = http(port, "GET", "/health", "").expect("no answer to /health");
     assert_eq!(health, 503);
+    let sent = signalled.elapsed();
     let (st, body) = http(
         port,
         "POST",
@@ -152,9 +160,8 @@ fn sigterm_serves_while_unready_then_drains_without_cutting_anything() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["usage"]["completion_tokens"], 4, "{body}");
     assert!(
-        signalled.elapsed() < unready,
-        "the checks took past the window ({:?}): the test proves nothing",
-        signalled.elapsed()
+        sent < unready - Duration::from_millis(500),
+        "the checks took past the window ({sent:?}): the test proves nothing"
     );
 
     // After the window: no new connections.

@@ -44,7 +44,10 @@ pub(crate) async fn beam_response(
         )
     })?;
     let n_ctx = st.engine.config().n_ctx;
-    let asked = s.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    let asked = s
+        .max_tokens
+        .unwrap_or(DEFAULT_MAX_TOKENS)
+        .min(st.max_tokens_cap.unwrap_or(usize::MAX));
     let (tokens, dropped) = match shape.policy {
         ContextPolicy::Truncate => truncate_to_window(&prompt.tokens, prompt.keep, n_ctx, asked),
         _ => (prompt.tokens, 0),

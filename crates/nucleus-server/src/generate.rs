@@ -85,6 +85,26 @@ pub(crate) fn check_fits(
     Ok(())
 }
 
+/// The `max_tokens` a request of `n_prompt` tokens that asked for `asked` gets under the
+/// server's `--max-tokens` cap: what it asked, lowered to the cap; without `max_tokens`, the
+/// cap where it fits the window (or the window slides), else the rest of the window (which
+/// is then shorter than the cap).
+pub(crate) fn capped_max_tokens(
+    st: &AppState,
+    asked: Option<usize>,
+    n_prompt: usize,
+    policy: ContextPolicy,
+) -> Option<usize> {
+    let Some(cap) = st.max_tokens_cap else {
+        return asked;
+    };
+    match asked {
+        Some(m) => Some(m.min(cap)),
+        None if policy == ContextPolicy::Stream => Some(cap),
+        None => (n_prompt + cap <= st.engine.config().n_ctx).then_some(cap),
+    }
+}
+
 /// Checks that `prompt` fits the window under the request's policy; the policy.
 pub(crate) fn check_fit(
     st: &AppState,
@@ -95,7 +115,9 @@ pub(crate) fn check_fit(
         return Err(submit_error(SubmitError::ShuttingDown));
     }
     let policy = s.context_policy.unwrap_or(st.context_policy);
-    check_fits(st, prompt.tokens.len(), s.max_tokens, policy, prompt.param)?;
+    let n = prompt.tokens.len();
+    let max_tokens = capped_max_tokens(st, s.max_tokens, n, policy);
+    check_fits(st, n, max_tokens, policy, prompt.param)?;
     Ok(policy)
 }
 
@@ -113,6 +135,7 @@ pub(crate) fn submit(
     if s.best_of > s.n && sampling.logprobs.is_none() {
         sampling.logprobs = Some(0);
     }
+    let max_tokens = capped_max_tokens(st, s.max_tokens, prompt.tokens.len(), policy);
     let mut rxs = Vec::with_capacity(s.best_of);
     for i in 0..s.best_of {
         // Each choice draws from its own stream of the seed (independent of every other
@@ -121,7 +144,7 @@ pub(crate) fn submit(
             prompt_tokens: prompt.tokens.clone(),
             sampling: sampling.for_choice(i),
             stop: s.stop.clone(),
-            max_tokens: s.max_tokens,
+            max_tokens,
             ignore_eos: s.ignore_eos,
             context_policy: policy,
             keep_tokens: prompt.keep,

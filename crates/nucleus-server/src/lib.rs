@@ -69,6 +69,10 @@ pub struct AppState {
     pub parse_special_in_messages: bool,
     /// What a request that does not fit its window gets, unless it says (`context_policy`).
     pub context_policy: ContextPolicy,
+    /// New tokens one request may generate at most, whatever it asks (`None`: up to the
+    /// window, or without end under the `stream` policy). A larger `max_tokens` is lowered
+    /// to it, as llama-server's `--n-predict` caps `n_predict`.
+    pub max_tokens_cap: Option<usize>,
     pub metrics: Metrics,
     /// The model, for `/v1/embeddings` (which answers 501 without it).
     pub model: Option<Arc<Model>>,
@@ -113,6 +117,7 @@ impl AppState {
             max_body: DEFAULT_MAX_BODY,
             parse_special_in_messages: false,
             context_policy: ContextPolicy::Error,
+            max_tokens_cap: None,
             metrics: Metrics::default(),
             model: None,
             embed_lock: tokio::sync::Mutex::new(()),

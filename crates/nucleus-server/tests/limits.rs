@@ -1,4 +1,5 @@
-//! The request body limit (`serve --max-body-bytes`) and safe chat prompts over HTTP: message
+//! The request body limit (`serve --max-body-bytes`), the cap on generated tokens
+//! (`serve --max-tokens`) and safe chat prompts over HTTP: message
 //! contents are plain text unless the server parses special tokens in messages, and BOS comes
 //! once when the template writes `bos_token`.
 
@@ -83,4 +84,42 @@ fn chat_messages_are_plain_text_unless_the_server_parses_them() {
         .encode(&tok, &[Message::new("user", "hi")], true, false)
         .unwrap();
     assert_eq!(ids.iter().filter(|&&i| Some(i) == tok.bos()).count(), 1);
+}
+
+/// `serve --max-tokens`: no request generates more, whatever it asks (a larger `max_tokens` is
+/// lowered to the cap, as llama-server's `--n-predict` lowers `n_predict`), without
+/// `max_tokens` and under the `stream` policy (otherwise without end) included; a request of
+/// fewer is unchanged.
+#[test]
+fn max_tokens_cap_bounds_every_request() {
+    let Some(srv) = start_with(small(), None, |s| s.max_tokens_cap = Some(5)) else {
+        return;
+    };
+    let generated = |path: &str, extra: serde_json::Value| {
+        let mut body = match path {
+            "/v1/completions" => json!({"prompt": "Once upon a time", "ignore_eos": true}),
+            _ => json!({"messages": [{"role": "user", "content": "hi"}], "ignore_eos": true}),
+        };
+        let fields = extra.as_object().unwrap().clone();
+        body.as_object_mut().unwrap().extend(fields);
+        let r = post(srv.addr, path, &body);
+        assert_eq!(r.status, 200, "{path} {extra}: {}", r.text());
+        let v = r.json();
+        assert_eq!(v["choices"][0]["finish_reason"], "length", "{extra}");
+        v["usage"]["completion_tokens"].as_u64().unwrap()
+    };
+    let completions = |extra| generated("/v1/completions", extra);
+    assert_eq!(completions(json!({"max_tokens": 50})), 5);
+    assert_eq!(completions(json!({"max_tokens": 3})), 3);
+    // The endpoint's default of 16, lowered too.
+    assert_eq!(completions(json!({})), 5);
+    // 250 tokens of a 256-token window: max_tokens 100 (over the window: a 400 without the
+    // cap) is lowered to 5 and fits.
+    let long: Vec<u32> = vec![300; 250];
+    assert_eq!(completions(json!({"prompt": long, "max_tokens": 100})), 5);
+    // Chat has no default: up to the window, or without end when the window slides.
+    let chat = |extra| generated("/v1/chat/completions", extra);
+    assert_eq!(chat(json!({"max_completion_tokens": 50})), 5);
+    assert_eq!(chat(json!({})), 5);
+    assert_eq!(chat(json!({"context_policy": "stream"})), 5);
 }

@@ -24,7 +24,7 @@ use nucleus::sampling::FinishReason;
 use nucleus::tokenizer::TokenId;
 
 use crate::api::{self, Endpoint, GenSettings};
-use crate::generate::{check_fits, relay, request_submit_error, submit_error};
+use crate::generate::{capped_max_tokens, check_fits, relay, request_submit_error, submit_error};
 use crate::infill::{self, Infill};
 use crate::respond::sse;
 use crate::routes::body_bytes;
@@ -143,12 +143,13 @@ async fn run(
         return Err(submit_error(SubmitError::ShuttingDown));
     }
     let policy = s.context_policy.unwrap_or(st.context_policy);
-    check_fits(&st, prompt.len(), s.max_tokens, policy, "input_prefix")?;
+    let max_tokens = capped_max_tokens(&st, s.max_tokens, prompt.len(), policy);
+    check_fits(&st, prompt.len(), max_tokens, policy, "input_prefix")?;
     let req = GenRequest {
         prompt_tokens: prompt.clone(),
         sampling: s.sampling.for_choice(0),
         stop: s.stop.clone(),
-        max_tokens: s.max_tokens,
+        max_tokens,
         ignore_eos: s.ignore_eos,
         context_policy: policy,
         keep_tokens: SINK_TOKENS,
