@@ -38,7 +38,7 @@ echo "pulled $(stat -c %s "$FILE") bytes in $(( $(date +%s) - start )) s: $FILE"
 deploy/entrypoint.sh pull 2>&1 | grep -q "already at" || fail "a second pull downloaded again"
 
 echo "== entrypoint serve (the Deployment's flags) on 0.0.0.0:$PORT"
-deploy/entrypoint.sh serve --ctx=4096 --max-running=16 --kv-tokens=32768 --queue=64 \
+deploy/entrypoint.sh serve --ctx=4096 --max-running=16 --kv-tokens=32768 --queue=8 --max-tokens=512 \
     --threads=2 --drain-secs=20 >"$WORK/server.log" 2>&1 &
 SERVER=$!
 for _ in $(seq 240); do
