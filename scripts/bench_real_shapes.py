@@ -12,8 +12,9 @@ one after the other (alternating, so that a noisy neighbour hits both), each rou
 a cell shows the range over the rounds. Load: seconds from the command's start to its exit after
 one generated token (llama-simple and `nucleus run -n 1`, page cache warm), and the peak RSS.
 Decode bandwidth: the bytes a decode step reads (every matrix but the token embeddings, of which
-it reads one row; the output matrix, which is the embeddings when they are tied) times decode
-tokens/s, beside the measured DRAM read bandwidth.
+it reads one row; the output matrix, which is the embeddings when they are tied; of the expert
+tensors of a mixture of experts, the used experts' share) times decode tokens/s, beside the
+measured DRAM read bandwidth. `--moe` benchmarks the MoE files (real_shapes.py --moe).
 
 Environment: THREADS (default 2), PP (512), TG (64), ROUNDS (2), NUCLEUS (default: built here,
 release), LLAMA_CPP_ROOT (default .bench/llama.cpp-avx512 when it exists, else .bench/llama.cpp;
@@ -65,13 +66,23 @@ def tools():
 
 def decode_bytes(path):
     """Bytes one decode step reads: every tensor but the token embeddings (one row of them),
-    unless they are the output matrix too."""
+    unless they are the output matrix too; of a mixture of experts' expert tensors, the share
+    of the experts a token uses (expert_used_count of expert_count)."""
     r = real_shapes.gguf.GGUFReader(path)
     names = {t.name for t in r.tensors}
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+
+    def kv(key):
+        f = r.fields.get(f"{arch}.{key}")
+        return int(f.parts[-1][0]) if f else None
+
+    used, count = kv("expert_used_count"), kv("expert_count")
     total = 0
     for t in r.tensors:
         if t.name == "token_embd.weight" and "output.weight" in names:
             total += int(t.n_bytes) // int(t.shape[1])
+        elif "_exps." in t.name:
+            total += int(t.n_bytes) * used // count
         else:
             total += int(t.n_bytes)
     return total
@@ -121,7 +132,8 @@ def ratio(a, b):
 
 
 def main():
-    names = sys.argv[1:] or real_shapes.DEFAULT
+    args = [a for a in sys.argv[1:] if a != "--moe"]
+    names = args or (real_shapes.MOE if "--moe" in sys.argv else real_shapes.DEFAULT)
     nucleus, bin_dir, limits = tools()
     out_dir = ROOT / ".bench/real-shapes"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ mod embed;
 mod forward;
 mod hparams;
 mod kv_shift;
+mod layer;
 mod memory;
 mod moe;
 mod project;
