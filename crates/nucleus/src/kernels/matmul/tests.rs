@@ -1,6 +1,6 @@
 use super::*;
 use crate::kernels::test_rng::Rng;
-use crate::quant::{dequantize_row, quantize_row};
+use crate::quant::{biased_q8_0, dequantize_row, quantize_row};
 use GgmlType::*;
 
 fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
