@@ -165,85 +165,29 @@ impl HParams {
             .ok_or_else(|| ModelError::Invalid("no general.architecture in metadata".into()))?;
         let arch = Arch::from_name(arch_name)
             .ok_or_else(|| ModelError::UnsupportedArch(arch_name.to_string()))?;
-        let key = |k: &str| format!("{arch_name}.{k}");
-        let req = |k: &str| -> Result<usize, ModelError> {
-            let v = meta
-                .get_u64(&key(k))
-                .ok_or_else(|| ModelError::Invalid(format!("missing metadata {}", key(k))))?;
-            usize::try_from(v)
-                .ok()
-                .filter(|&v| v > 0 && v < (1 << 24))
-                .ok_or_else(|| ModelError::Invalid(format!("{} = {v} is out of range", key(k))))
-        };
-        let opt = |k: &str| meta.get_u64(&key(k)).map(|v| v as usize);
-
-        let n_layers = req("block_count")?;
-        let n_embd = req("embedding_length")?;
-        // A mixture of experts may give only its experts' size (Qwen3-MoE).
-        let n_ff = match arch {
-            Arch::Qwen3Moe => opt("feed_forward_length").unwrap_or(0),
-            _ => req("feed_forward_length")?,
-        };
-        let n_head = req("attention.head_count")?;
-        let n_head_kv = opt("attention.head_count_kv").unwrap_or(n_head);
-        if n_head_kv == 0 || n_head % n_head_kv != 0 {
-            return Err(ModelError::Invalid(format!(
-                "{n_head} query heads cannot be shared among {n_head_kv} KV heads"
-            )));
-        }
-        let head_dim = opt("attention.key_length").unwrap_or(n_embd / n_head);
-        let head_dim_v = opt("attention.value_length").unwrap_or(head_dim);
-        if head_dim == 0
-            || head_dim > 512
-            || head_dim % 2 != 0
-            || head_dim_v == 0
-            || head_dim_v > 512
-        {
-            return Err(ModelError::Invalid(format!(
-                "head dimensions {head_dim}/{head_dim_v} are not supported (even, at most 512)"
-            )));
-        }
-        let rope_dim = opt("rope.dimension_count").unwrap_or(head_dim);
-        if rope_dim > head_dim || rope_dim % 2 != 0 {
-            return Err(ModelError::Invalid(format!(
-                "rope dimension {rope_dim} with head dimension {head_dim}"
-            )));
-        }
-        let rms_eps = meta
-            .get_f32(&key("attention.layer_norm_rms_epsilon"))
-            .unwrap_or(1e-5);
-        let rope_base = meta.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0);
-        let rope_freq_scale = match meta.get_str(&key("rope.scaling.type")) {
-            None | Some("none") => 1.0,
-            Some("linear") => 1.0 / meta.get_f32(&key("rope.scaling.factor")).unwrap_or(1.0),
-            Some(other) => {
-                return Err(ModelError::Invalid(format!(
-                    "rope scaling {other:?} is not supported yet"
-                )))
-            }
-        };
-        let n_ctx_train = opt("context_length").unwrap_or(2048);
-
+        let keys = ArchKeys { meta, arch_name };
+        let shape = Shape::read(&keys, arch)?;
+        let (rope_base, rope_freq_scale) = read_rope(&keys)?;
         let mut hp = HParams {
             arch,
-            n_layers,
-            n_embd,
-            n_ff,
-            n_head,
-            n_head_kv,
-            head_dim,
-            head_dim_v,
+            n_layers: shape.n_layers,
+            n_embd: shape.n_embd,
+            n_ff: shape.n_ff,
+            n_head: shape.n_head,
+            n_head_kv: shape.n_head_kv,
+            head_dim: shape.head_dim,
+            head_dim_v: shape.head_dim_v,
             n_vocab,
-            n_ctx_train,
-            rms_eps,
+            n_ctx_train: keys.opt("context_length").unwrap_or(2048),
+            rms_eps: keys.f32("attention.layer_norm_rms_epsilon").unwrap_or(1e-5),
             rope_style: RopeStyle::Interleaved,
-            rope_dim,
+            rope_dim: shape.rope_dim,
             rope_base,
             rope_base_swa: rope_base,
             rope_freq_scale,
             activation: Activation::Silu,
             embd_scale: 1.0,
-            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            attn_scale: 1.0 / (shape.head_dim as f32).sqrt(),
             scale_queries: false,
             sliding_window: None,
             swa_period: 0,
@@ -254,97 +198,84 @@ impl HParams {
             final_softcap: None,
             moe: None,
         };
-        // A positive, finite cap, or the architecture's default when the key is absent.
-        let softcap = |k: &str, default: f32| -> Result<f32, ModelError> {
-            let cap = meta.get_f32(&key(k)).unwrap_or(default);
-            if cap.is_finite() && cap > 0.0 {
-                Ok(cap)
-            } else {
-                Err(ModelError::Invalid(format!(
-                    "{} = {cap} is not a positive number",
-                    key(k)
-                )))
-            }
-        };
-        match arch {
+        hp.apply_family(&keys)?;
+        hp.moe = moe_params(meta, arch_name, arch, hp.n_ff)?;
+        Ok(hp)
+    }
+
+    /// What makes each family differ from llama (llama.cpp's `src/models/ARCH.cpp`).
+    fn apply_family(&mut self, keys: &ArchKeys) -> Result<(), ModelError> {
+        match self.arch {
             Arch::Llama => {}
             Arch::Qwen2 => {
-                hp.rope_style = RopeStyle::Neox;
-                hp.qkv_bias = true;
+                self.rope_style = RopeStyle::Neox;
+                self.qkv_bias = true;
             }
             Arch::Qwen3 => {
-                hp.rope_style = RopeStyle::Neox;
-                hp.qk_norm = QkNorm::PerHead;
+                self.rope_style = RopeStyle::Neox;
+                self.qk_norm = QkNorm::PerHead;
             }
             Arch::Qwen3Moe => {
-                hp.rope_style = RopeStyle::Neox;
-                hp.qk_norm = QkNorm::PerHead;
+                self.rope_style = RopeStyle::Neox;
+                self.qk_norm = QkNorm::PerHead;
             }
             Arch::Olmoe => {
-                hp.rope_style = RopeStyle::Neox;
-                hp.qk_norm = QkNorm::AllHeads;
+                self.rope_style = RopeStyle::Neox;
+                self.qk_norm = QkNorm::AllHeads;
             }
-            Arch::Gemma2 => {
-                hp.rope_style = RopeStyle::Neox;
-                hp.activation = Activation::Gelu;
-                hp.embd_scale = (n_embd as f32).sqrt();
-                hp.post_norms = true;
-                // Local layers alternate with global ones (llama.cpp's default window is 4096);
-                // they keep the model's RoPE base unless the file names another.
-                hp.sliding_window =
-                    Some(opt("attention.sliding_window").unwrap_or(4096)).filter(|&w| w > 0);
-                let pattern = key("attention.sliding_window_pattern");
-                hp.swa_period = match meta.get(&pattern) {
-                    None => 2,
-                    Some(v) => v
-                        .as_i64()
-                        .and_then(|p| usize::try_from(p).ok())
-                        .ok_or_else(|| {
-                            ModelError::Invalid(format!(
-                                "{pattern}: only a period of layers is supported, not {}",
-                                v.display_short(40)
-                            ))
-                        })?,
-                };
-                hp.rope_base_swa = meta
-                    .get_f32(&key("rope.freq_base_swa"))
-                    .unwrap_or(rope_base);
-                // query_pre_attn_scalar: the head dimension, but n_embd / n_head for the 27B
-                // (46 layers), as llama.cpp decides it.
-                let scalar = if n_layers == 46 {
-                    n_embd / n_head
-                } else {
-                    head_dim
-                };
-                hp.attn_scale = 1.0 / (scalar as f32).sqrt();
-                hp.scale_queries = true;
-                hp.attn_softcap = Some(softcap("attn_logit_softcapping", 50.0)?);
-                hp.final_softcap = Some(softcap("final_logit_softcapping", 30.0)?);
-            }
+            Arch::Gemma2 => self.apply_gemma2(keys)?,
             Arch::Phi3 => {
-                hp.rope_style = RopeStyle::Neox;
-                hp.scale_queries = true;
+                self.rope_style = RopeStyle::Neox;
+                self.scale_queries = true;
                 // Its sliding window is ignored, as llama.cpp ignores it ("Phi SWA is currently
                 // disabled").
             }
-            Arch::Gemma3 => {
-                hp.rope_style = RopeStyle::Neox;
-                hp.activation = Activation::Gelu;
-                hp.embd_scale = (n_embd as f32).sqrt();
-                hp.qk_norm = QkNorm::PerHead;
-                hp.post_norms = true;
-                // Five local (sliding-window) layers for every global one; the local layers keep
-                // the classic RoPE base.
-                hp.sliding_window = opt("attention.sliding_window").filter(|&w| w > 0);
-                hp.swa_period = 6;
-                hp.rope_base_swa = meta.get_f32(&key("rope.freq_base_swa")).unwrap_or(10_000.0);
-                // query_pre_attn_scalar is the head dimension for every size but 27B.
-                hp.attn_scale = 1.0 / (head_dim as f32).sqrt();
-                hp.scale_queries = true;
-            }
+            Arch::Gemma3 => self.apply_gemma3(keys),
         }
-        hp.moe = moe_params(meta, arch_name, arch, n_ff)?;
-        Ok(hp)
+        Ok(())
+    }
+
+    /// Gemma 2: soft caps, and every other layer a sliding window.
+    fn apply_gemma2(&mut self, keys: &ArchKeys) -> Result<(), ModelError> {
+        self.rope_style = RopeStyle::Neox;
+        self.activation = Activation::Gelu;
+        self.embd_scale = (self.n_embd as f32).sqrt();
+        self.post_norms = true;
+        // Local layers alternate with global ones (llama.cpp's default window is 4096);
+        // they keep the model's RoPE base unless the file names another.
+        self.sliding_window =
+            Some(keys.opt("attention.sliding_window").unwrap_or(4096)).filter(|&w| w > 0);
+        self.swa_period = gemma2_swa_period(keys)?;
+        self.rope_base_swa = keys.f32("rope.freq_base_swa").unwrap_or(self.rope_base);
+        // query_pre_attn_scalar: the head dimension, but n_embd / n_head for the 27B
+        // (46 layers), as llama.cpp decides it.
+        let scalar = if self.n_layers == 46 {
+            self.n_embd / self.n_head
+        } else {
+            self.head_dim
+        };
+        self.attn_scale = 1.0 / (scalar as f32).sqrt();
+        self.scale_queries = true;
+        self.attn_softcap = Some(keys.softcap("attn_logit_softcapping", 50.0)?);
+        self.final_softcap = Some(keys.softcap("final_logit_softcapping", 30.0)?);
+        Ok(())
+    }
+
+    /// Gemma 3: q/k norms, and five sliding-window layers for every global one.
+    fn apply_gemma3(&mut self, keys: &ArchKeys) {
+        self.rope_style = RopeStyle::Neox;
+        self.activation = Activation::Gelu;
+        self.embd_scale = (self.n_embd as f32).sqrt();
+        self.qk_norm = QkNorm::PerHead;
+        self.post_norms = true;
+        // Five local (sliding-window) layers for every global one; the local layers keep
+        // the classic RoPE base.
+        self.sliding_window = keys.opt("attention.sliding_window").filter(|&w| w > 0);
+        self.swa_period = 6;
+        self.rope_base_swa = keys.f32("rope.freq_base_swa").unwrap_or(10_000.0);
+        // query_pre_attn_scalar is the head dimension for every size but 27B.
+        self.attn_scale = 1.0 / (self.head_dim as f32).sqrt();
+        self.scale_queries = true;
     }
 
     /// The sliding window of layer `il`, or `None` when it attends to the whole context.
@@ -363,6 +294,143 @@ impl HParams {
         } else {
             self.rope_base
         }
+    }
+}
+
+/// The metadata keys of one architecture (`{arch}.{key}`).
+struct ArchKeys<'a> {
+    meta: &'a Metadata,
+    arch_name: &'a str,
+}
+
+impl ArchKeys<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch_name)
+    }
+
+    /// A required count, positive and under 2^24.
+    fn req(&self, k: &str) -> Result<usize, ModelError> {
+        let key = self.key(k);
+        let v = self
+            .meta
+            .get_u64(&key)
+            .ok_or_else(|| ModelError::Invalid(format!("missing metadata {key}")))?;
+        usize::try_from(v)
+            .ok()
+            .filter(|&v| v > 0 && v < (1 << 24))
+            .ok_or_else(|| ModelError::Invalid(format!("{key} = {v} is out of range")))
+    }
+
+    fn opt(&self, k: &str) -> Option<usize> {
+        self.meta.get_u64(&self.key(k)).map(|v| v as usize)
+    }
+
+    fn f32(&self, k: &str) -> Option<f32> {
+        self.meta.get_f32(&self.key(k))
+    }
+
+    /// A positive, finite cap, or the architecture's default when the key is absent.
+    fn softcap(&self, k: &str, default: f32) -> Result<f32, ModelError> {
+        let cap = self.f32(k).unwrap_or(default);
+        if cap.is_finite() && cap > 0.0 {
+            Ok(cap)
+        } else {
+            Err(ModelError::Invalid(format!(
+                "{} = {cap} is not a positive number",
+                self.key(k)
+            )))
+        }
+    }
+}
+
+/// The layer and head sizes.
+struct Shape {
+    n_layers: usize,
+    n_embd: usize,
+    n_ff: usize,
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    head_dim_v: usize,
+    rope_dim: usize,
+}
+
+impl Shape {
+    fn read(keys: &ArchKeys, arch: Arch) -> Result<Shape, ModelError> {
+        let n_layers = keys.req("block_count")?;
+        let n_embd = keys.req("embedding_length")?;
+        // A mixture of experts may give only its experts' size (Qwen3-MoE).
+        let n_ff = match arch {
+            Arch::Qwen3Moe => keys.opt("feed_forward_length").unwrap_or(0),
+            _ => keys.req("feed_forward_length")?,
+        };
+        let n_head = keys.req("attention.head_count")?;
+        let n_head_kv = keys.opt("attention.head_count_kv").unwrap_or(n_head);
+        if n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(ModelError::Invalid(format!(
+                "{n_head} query heads cannot be shared among {n_head_kv} KV heads"
+            )));
+        }
+        let head_dim = keys.opt("attention.key_length").unwrap_or(n_embd / n_head);
+        let head_dim_v = keys.opt("attention.value_length").unwrap_or(head_dim);
+        if head_dim == 0
+            || head_dim > 512
+            || !head_dim.is_multiple_of(2)
+            || head_dim_v == 0
+            || head_dim_v > 512
+        {
+            return Err(ModelError::Invalid(format!(
+                "head dimensions {head_dim}/{head_dim_v} are not supported (even, at most 512)"
+            )));
+        }
+        let rope_dim = keys.opt("rope.dimension_count").unwrap_or(head_dim);
+        if rope_dim > head_dim || !rope_dim.is_multiple_of(2) {
+            return Err(ModelError::Invalid(format!(
+                "rope dimension {rope_dim} with head dimension {head_dim}"
+            )));
+        }
+        Ok(Shape {
+            n_layers,
+            n_embd,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+            rope_dim,
+        })
+    }
+}
+
+/// The RoPE base and linear scaling factor (positions are multiplied by it).
+fn read_rope(keys: &ArchKeys) -> Result<(f32, f32), ModelError> {
+    let rope_base = keys.f32("rope.freq_base").unwrap_or(10_000.0);
+    let rope_freq_scale = match keys.meta.get_str(&keys.key("rope.scaling.type")) {
+        None | Some("none") => 1.0,
+        Some("linear") => 1.0 / keys.f32("rope.scaling.factor").unwrap_or(1.0),
+        Some(other) => {
+            return Err(ModelError::Invalid(format!(
+                "rope scaling {other:?} is not supported yet"
+            )))
+        }
+    };
+    Ok((rope_base, rope_freq_scale))
+}
+
+/// Gemma 2's `attention.sliding_window_pattern`: a period of layers (2 when absent).
+fn gemma2_swa_period(keys: &ArchKeys) -> Result<usize, ModelError> {
+    let pattern = keys.key("attention.sliding_window_pattern");
+    match keys.meta.get(&pattern) {
+        None => Ok(2),
+        Some(v) => v
+            .as_i64()
+            .and_then(|p| usize::try_from(p).ok())
+            .ok_or_else(|| {
+                ModelError::Invalid(format!(
+                    "{pattern}: only a period of layers is supported, not {}",
+                    v.display_short(40)
+                ))
+            }),
     }
 }
 
@@ -431,155 +499,4 @@ fn moe_params(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gguf::MetaValue;
-
-    /// A 4-layer model of `arch` (n_embd 64, 4 heads of 16) with `extra` metadata.
-    fn meta(arch: &str, extra: &[(&str, MetaValue)]) -> Metadata {
-        let mut m = Metadata::default();
-        m.insert(
-            "general.architecture".into(),
-            MetaValue::String(arch.into()),
-        );
-        for (k, v) in [
-            ("block_count", 4),
-            ("embedding_length", 64),
-            ("feed_forward_length", 128),
-            ("attention.head_count", 4),
-        ] {
-            m.insert(format!("{arch}.{k}"), MetaValue::U32(v));
-        }
-        for (k, v) in extra {
-            m.insert(format!("{arch}.{k}"), v.clone());
-        }
-        m
-    }
-
-    #[test]
-    fn gemma2_defaults_follow_llama_cpp() {
-        let hp = HParams::from_metadata(&meta("gemma2", &[]), 100).unwrap();
-        assert_eq!(hp.sliding_window, Some(4096));
-        assert_eq!(hp.attn_softcap, Some(50.0));
-        assert_eq!(hp.final_softcap, Some(30.0));
-        // Even layers local, odd ones global, both with the model's RoPE base.
-        assert_eq!(
-            (0..4).map(|l| hp.layer_window(l)).collect::<Vec<_>>(),
-            [Some(4096), None, Some(4096), None]
-        );
-        assert_eq!(hp.layer_rope_base(0), hp.layer_rope_base(1));
-        assert!(hp.scale_queries && hp.post_norms && hp.qk_norm == QkNorm::None);
-        assert_eq!(hp.attn_scale, 0.25);
-    }
-
-    #[test]
-    fn gemma2_reads_its_window_and_caps() {
-        let m = meta(
-            "gemma2",
-            &[
-                ("attention.sliding_window", MetaValue::U32(8)),
-                ("attn_logit_softcapping", MetaValue::F32(5.0)),
-                ("final_logit_softcapping", MetaValue::F32(15.0)),
-            ],
-        );
-        let hp = HParams::from_metadata(&m, 100).unwrap();
-        assert_eq!(
-            (hp.sliding_window, hp.attn_softcap, hp.final_softcap),
-            (Some(8), Some(5.0), Some(15.0))
-        );
-        let bad = meta(
-            "gemma2",
-            &[("final_logit_softcapping", MetaValue::F32(0.0))],
-        );
-        let err = HParams::from_metadata(&bad, 100).unwrap_err().to_string();
-        assert!(err.contains("gemma2.final_logit_softcapping = 0"), "{err}");
-    }
-
-    #[test]
-    fn gemma2_window_pattern_is_a_period() {
-        let m = meta(
-            "gemma2",
-            &[("attention.sliding_window_pattern", MetaValue::U32(3))],
-        );
-        let hp = HParams::from_metadata(&m, 100).unwrap();
-        assert_eq!(
-            (0..4).map(|l| hp.layer_window(l)).collect::<Vec<_>>(),
-            [Some(4096), Some(4096), None, Some(4096)]
-        );
-        let flags = MetaValue::Array(
-            crate::gguf::MetaType::Bool,
-            vec![MetaValue::Bool(true), MetaValue::Bool(false)],
-        );
-        let m = meta("gemma2", &[("attention.sliding_window_pattern", flags)]);
-        let err = HParams::from_metadata(&m, 100).unwrap_err().to_string();
-        assert!(
-            err.contains("gemma2.attention.sliding_window_pattern: only a period"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn llama_and_phi3_ignore_a_sliding_window_as_llama_cpp_does() {
-        for arch in ["llama", "phi3"] {
-            let m = meta(arch, &[("attention.sliding_window", MetaValue::U32(8))]);
-            let hp = HParams::from_metadata(&m, 100).unwrap();
-            assert_eq!(hp.sliding_window, None, "{arch}");
-            assert_eq!(hp.layer_window(0), None, "{arch}");
-        }
-    }
-
-    #[test]
-    fn qwen3_and_phi3_facts() {
-        let q = HParams::from_metadata(&meta("qwen3", &[]), 100).unwrap();
-        assert!(q.qk_norm == QkNorm::PerHead && !q.qkv_bias && !q.scale_queries);
-        assert_eq!(q.rope_style, RopeStyle::Neox);
-        let p = HParams::from_metadata(&meta("phi3", &[]), 100).unwrap();
-        assert!(p.scale_queries && p.qk_norm == QkNorm::None);
-        assert_eq!(p.rope_style, RopeStyle::Neox);
-    }
-
-    /// llama.cpp's facts: qwen3moe and llama (Mixtral) call `build_moe_ffn` with
-    /// `norm_w = true`, olmoe with `false`; qwen3moe's experts are
-    /// `expert_feed_forward_length` wide, or n_ff / n_expert_used without it.
-    #[test]
-    fn moe_facts_follow_llama_cpp() {
-        let counts = [
-            ("expert_count", MetaValue::U32(8)),
-            ("expert_used_count", MetaValue::U32(2)),
-        ];
-        let moe = |arch: &str, extra: &[(&str, MetaValue)]| {
-            let all: Vec<_> = counts.iter().chain(extra).cloned().collect();
-            HParams::from_metadata(&meta(arch, &all), 100).unwrap().moe
-        };
-        let q = moe("qwen3moe", &[]).unwrap();
-        assert_eq!((q.n_expert, q.n_expert_used, q.n_ff_exp), (8, 2, 64));
-        assert!(q.norm_weights);
-        let q = moe(
-            "qwen3moe",
-            &[("expert_feed_forward_length", MetaValue::U32(32))],
-        );
-        assert_eq!(q.unwrap().n_ff_exp, 32);
-        let m = moe("llama", &[]).unwrap();
-        assert!(m.norm_weights && m.n_ff_exp == 128);
-        let o = moe("olmoe", &[]).unwrap();
-        assert!(!o.norm_weights && o.n_ff_exp == 128);
-        let o = HParams::from_metadata(&meta("olmoe", &counts), 100).unwrap();
-        assert_eq!(o.qk_norm, QkNorm::AllHeads);
-        // Dense: llama without experts, and architectures that read none.
-        assert_eq!(
-            HParams::from_metadata(&meta("llama", &[]), 100)
-                .unwrap()
-                .moe,
-            None
-        );
-        assert_eq!(moe("qwen3", &[]), None);
-    }
-
-    #[test]
-    fn unknown_architecture_is_named() {
-        let err = HParams::from_metadata(&meta("mamba", &[]), 100)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("\"mamba\"") && err.contains("phi3"), "{err}");
-    }
-}
+mod tests;
