@@ -382,9 +382,10 @@ pub fn bench(
     let load_s = load_start.elapsed().as_secs_f64();
     let n_ctx = (n_prompt.max(n_gen + 1)).max(16);
     let vocab = model.hp.n_vocab as u64;
-    // Deterministic pseudo-random prompt, as llama-bench uses random tokens.
+    // Deterministic pseudo-random prompt, as llama-bench uses random tokens (at least one: the
+    // decode measurement starts from it).
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let prompt: Vec<TokenId> = (0..n_prompt)
+    let prompt: Vec<TokenId> = (0..n_prompt.max(1))
         .map(|_| {
             state ^= state << 13;
             state ^= state >> 7;
@@ -402,7 +403,7 @@ pub fn bench(
         if n_prompt > 0 {
             session.reset();
             let t = Instant::now();
-            session.feed(&prompt, 512, false)?;
+            session.feed(&prompt[..n_prompt], 512, false)?;
             best_pp = best_pp.max(n_prompt as f64 / t.elapsed().as_secs_f64());
         }
         if n_gen > 0 {

@@ -155,3 +155,26 @@ fn thread_queue_and_body_limits() {
         "--max-body-bytes 10 is out of range",
     );
 }
+
+/// `bench` with no prompt (`-p 0`, decode only) or no generation (`-g 0`) measures what is left
+/// and says which kernels ran, instead of panicking on the empty prompt.
+#[test]
+fn bench_takes_empty_phases() {
+    let Some(m) = tiny() else { return };
+    for (p, g) in [("0", "4"), ("8", "0")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_nucleus"))
+            .args(["bench", &m, "-t", "1", "-p", p, "-g", g, "--json"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "-p {p} -g {g}: {err}");
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (pp, tg) = (
+            j["prefill_tokens_per_s"].as_f64().unwrap(),
+            j["decode_tokens_per_s"].as_f64().unwrap(),
+        );
+        assert_eq!(pp > 0.0, p != "0", "{j}");
+        assert_eq!(tg > 0.0, g != "0", "{j}");
+        assert!(j["kernels"].is_string() && j["amx"].is_string(), "{j}");
+    }
+}
