@@ -43,16 +43,27 @@ struct Chat<'a> {
     interrupt: Arc<AtomicBool>,
 }
 
+/// `chat`'s own flags.
+pub struct ChatOptions {
+    pub system: Option<String>,
+    pub max_tokens: usize,
+    pub parse_special_in_messages: bool,
+    pub reasoning: ReasoningMode,
+}
+
 pub fn chat(
     args: ModelArgs,
     name: Option<String>,
-    system: Option<String>,
-    max_tokens: usize,
-    parse_special_in_messages: bool,
-    reasoning: ReasoningMode,
+    opts: ChatOptions,
     sampling: SamplingArgs,
     speculate: SpeculateArgs,
 ) -> Result<()> {
+    let ChatOptions {
+        system,
+        max_tokens,
+        parse_special_in_messages,
+        reasoning,
+    } = opts;
     let Loaded { model, tokenizer } = load(&args, name.as_deref())?;
     let req = sampling.request(max_tokens, false, model.hp.n_vocab)?;
     let method = speculate.method(req.beams)?;

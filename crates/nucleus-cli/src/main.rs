@@ -323,10 +323,12 @@ fn main() {
         } => chat::chat(
             model,
             name,
-            system,
-            max_tokens,
-            parse_special_in_messages,
-            reasoning,
+            chat::ChatOptions {
+                system,
+                max_tokens,
+                parse_special_in_messages,
+                reasoning,
+            },
             sampling,
             speculate,
         ),
