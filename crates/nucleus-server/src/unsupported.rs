@@ -53,7 +53,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("n_predict", "use `max_tokens`"),
     ("n_probs", "use `logprobs`"),
     ("tfs_z", "tail-free sampling is not implemented"),
-    ("samplers", "the sampler order is fixed"),
     (
         "n_indent",
         "the indentation stop of /infill is not implemented",
