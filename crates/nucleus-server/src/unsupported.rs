@@ -55,11 +55,11 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("tfs_z", "tail-free sampling is not implemented"),
     (
         "n_indent",
-        "the indentation stop of /infill is not implemented",
+        "the indentation stop is implemented on /infill only",
     ),
     (
         "t_max_predict_ms",
-        "a time limit on generation is not implemented",
+        "the time limit is implemented on /infill only",
     ),
 ];
 
