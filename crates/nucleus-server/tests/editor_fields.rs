@@ -1,7 +1,8 @@
 //! `/infill` with the request editor plugins send: llama.vim's body, field for field as
 //! `autoload/llama.vim` (ggml-org/llama.vim at a1c8e6e, `s:fim`) builds it, and what each of
 //! its fields does (`n_indent`, `t_max_predict_ms`, `samplers`, `response_fields`,
-//! `cache_prompt`, `t_max_prompt_ms`), with llama-server's meanings.
+//! `cache_prompt`, `t_max_prompt_ms`), with llama-server's meanings, and llama.cpp's `infill`
+//! sampler that its `samplers` list names.
 
 mod common;
 
@@ -74,20 +75,8 @@ fn llama_vim_body() -> Value {
 #[test]
 fn llama_vim_request() {
     let Some(s) = qwen_server() else { return };
-    // As sent: llama.cpp's `infill` sampler (it merges candidates that are prefixes of each
-    // other) is not implemented, and is named rather than skipped.
-    let r = post(s.addr, "/infill", &llama_vim_body());
-    assert_eq!(r.status, 400, "{}", r.text());
-    let e = r.json();
-    assert_eq!(e["error"]["param"], "samplers", "{e}");
-    assert!(e["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("\"infill\""));
-
-    // Without it, the rest of the body as llama.vim sends it.
+    // As sent, with a seed for a reproducible answer.
     let mut body = llama_vim_body();
-    body["samplers"] = json!(["top_k", "top_p"]);
     body["seed"] = json!(7);
     let r = post(s.addr, "/infill", &body);
     assert_eq!(r.status, 200, "{}", r.text());
@@ -122,6 +111,40 @@ fn llama_vim_request() {
             "line {line:?} of {content:?}"
         );
     }
+    // The same answer again (the seed, and the prompt now cached).
+    let again = post(s.addr, "/infill", &body).json();
+    assert_eq!(again["content"], v["content"]);
+
+    // llama.vim's request that only fills the cache with the project's files (its ring
+    // buffer): `n_predict` 0 is refused (the engine has no prompt-only request yet).
+    let warm = json!({"id_slot": 0, "input_prefix": "", "input_suffix": "",
+        "input_extra": [{"text": "x = 1\n", "time": 0, "filename": "a.py"}], "prompt": "",
+        "n_predict": 0, "temperature": 0.0, "samplers": [], "stream": false,
+        "cache_prompt": true, "t_max_prompt_ms": 1, "t_max_predict_ms": 1,
+        "response_fields": [""]});
+    let r = post(s.addr, "/infill", &warm);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "n_predict");
+}
+
+#[test]
+fn the_infill_sampler_keeps_one_choice_when_one_dominates() {
+    let Some(s) = qwen_server() else { return };
+    // With the infill stage last and no temperature (llama.vim's order), each step keeps the
+    // tokens of probability at least 1/(m+1) after merging prefixes: on a prompt whose
+    // continuation is certain, the seeded answers agree whatever the seed.
+    let body = |seed: u64| {
+        json!({"input_prefix": "def add(a, b):\n    return a", "input_suffix": "\n",
+               "n_predict": 6, "seed": seed, "samplers": ["top_k", "top_p", "infill"]})
+    };
+    let a = post(s.addr, "/infill", &body(1)).json();
+    let b = post(s.addr, "/infill", &body(2)).json();
+    assert_eq!(
+        a["generation_settings"]["samplers"],
+        json!(["top_k", "top_p", "infill"])
+    );
+    assert!(a["content"].as_str().unwrap().starts_with(" + b"), "{a}");
+    assert_eq!(a["content"], b["content"]);
 }
 
 #[test]

@@ -92,6 +92,16 @@ impl Sampler {
                     c.temperature(p.temperature);
                     Some(Stage::Temperature)
                 }
+                ChainStage::Infill => {
+                    let vocab = self.infill.as_ref().ok_or(SamplingError::InvalidParam {
+                        name: "samplers",
+                        reason: "the infill sampler needs the vocabulary: build the sampler \
+                                 with Sampler::for_tokenizer"
+                            .into(),
+                    })?;
+                    super::infill::infill(c, vocab, &mut self.probs);
+                    Some(Stage::Infill)
+                }
             };
             if let (true, Some(st)) = (explain, shown) {
                 stages.push((st, c.len()));

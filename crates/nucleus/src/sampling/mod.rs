@@ -55,6 +55,7 @@ mod chain;
 pub mod community;
 pub mod dry;
 pub mod grammar;
+pub mod infill;
 pub mod logprobs;
 mod math;
 pub mod order;
@@ -310,6 +311,8 @@ pub enum Stage {
     DynaTemp,
     /// Mirostat's truncation (in place of top-k to XTC).
     Mirostat,
+    /// llama.cpp's infill sampler.
+    Infill,
 }
 
 impl Stage {
@@ -329,6 +332,7 @@ impl Stage {
             Stage::Xtc => "xtc",
             Stage::DynaTemp => "dynatemp",
             Stage::Mirostat => "mirostat",
+            Stage::Infill => "infill",
         }
     }
 }
@@ -374,6 +378,8 @@ pub struct Sampler {
     dry_scratch: (Vec<TokenId>, Vec<usize>, Vec<(TokenId, usize)>),
     /// Mirostat's state (`mu`), this sequence's own.
     mirostat: Option<Mirostat>,
+    /// The vocabulary's texts for the infill stage, when the order has it.
+    infill: Option<infill::InfillVocab>,
 }
 
 impl Sampler {
@@ -414,7 +420,31 @@ impl Sampler {
         } else {
             Breakers::default()
         };
-        Self::build(params, grammar, breakers)
+        let infill = if params.has_stage(ChainStage::Infill) {
+            Some(infill::InfillVocab::for_tokenizer(tok).ok_or_else(|| {
+                SamplingError::InvalidParam {
+                    name: "samplers",
+                    reason: "the infill sampler needs an end-of-generation token; this \
+                             vocabulary has none"
+                        .into(),
+                }
+            })?)
+        } else {
+            None
+        };
+        let mut s = Self::build(params, grammar, breakers)?;
+        s.infill = infill;
+        Ok(s)
+    }
+
+    /// The chain with the infill stage's vocabulary given directly (for tests).
+    pub fn with_infill_vocab(
+        params: SamplingParams,
+        vocab: infill::InfillVocab,
+    ) -> Result<Self, SamplingError> {
+        let mut s = Self::build(params, None, Breakers::default())?;
+        s.infill = Some(vocab);
+        Ok(s)
     }
 
     /// The chain with an already compiled `grammar` (from `params.grammar` or any other).
@@ -448,6 +478,7 @@ impl Sampler {
             dry_breakers,
             dry_scratch: Default::default(),
             mirostat,
+            infill: None,
         })
     }
 

@@ -26,9 +26,25 @@ pub enum ChainStage {
     MinP,
     Xtc,
     Temperature,
+    /// llama.cpp's infill sampler (see [`super::infill`]); not in the default order.
+    Infill,
 }
 
 use ChainStage::*;
+
+/// Every stage, for names and letters.
+const ALL: [ChainStage; 10] = [
+    Penalties,
+    Dry,
+    TopNSigma,
+    TopK,
+    TypicalP,
+    TopP,
+    MinP,
+    Xtc,
+    Temperature,
+    Infill,
+];
 
 /// llama.cpp's default order.
 pub const LLAMA_CPP_ORDER: [ChainStage; 9] = [
@@ -56,6 +72,7 @@ impl ChainStage {
             MinP => "min_p",
             Xtc => "xtc",
             Temperature => "temperature",
+            Infill => "infill",
         }
     }
 
@@ -71,6 +88,7 @@ impl ChainStage {
             MinP => 'm',
             Xtc => 'x',
             Temperature => 't',
+            Infill => 'i',
         }
     }
 
@@ -78,7 +96,7 @@ impl ChainStage {
     /// (`topk`), or an alias (`nucleus`, `temp`, `typ`, and `typical_p` here); any case.
     pub fn from_name(name: &str) -> Result<ChainStage, String> {
         let n = name.to_ascii_lowercase().replace('-', "_");
-        let found = LLAMA_CPP_ORDER
+        let found = ALL
             .into_iter()
             .find(|s| n == s.name() || n == s.name().replace('_', ""));
         match (found, n.as_str()) {
@@ -86,15 +104,10 @@ impl ChainStage {
             (None, "nucleus") => Ok(TopP),
             (None, "temp") => Ok(Temperature),
             (None, "typ" | "typical_p" | "typical") => Ok(TypicalP),
-            (None, "infill") => Err(
-                "sampler \"infill\" (llama.cpp's infill sampler, which merges candidates that are \
-                 prefixes of each other) is not implemented; leave it out of `samplers`"
-                    .into(),
-            ),
             (None, "adaptive_p") => Err("sampler \"adaptive_p\" is not implemented".into()),
             (None, _) => Err(format!(
                 "unknown sampler {name:?}; the samplers are {}",
-                LLAMA_CPP_ORDER.map(|s| s.name()).join(", ")
+                ALL.map(|s| s.name()).join(", ")
             )),
         }
     }
@@ -115,15 +128,13 @@ pub fn from_letters(letters: &str) -> Result<Vec<ChainStage>, String> {
     let order = letters
         .chars()
         .map(|ch| {
-            LLAMA_CPP_ORDER
-                .into_iter()
+            ALL.into_iter()
                 .find(|s| s.letter() == ch)
                 .ok_or_else(|| match ch {
-                    'i' => ChainStage::from_name("infill").unwrap_err(),
                     'a' => ChainStage::from_name("adaptive_p").unwrap_err(),
                     _ => format!(
                         "unknown sampler letter {ch:?}; the letters are {}",
-                        LLAMA_CPP_ORDER.map(|s| s.letter().to_string()).join("")
+                        ALL.map(|s| s.letter().to_string()).join("")
                     ),
                 })
         })
@@ -189,11 +200,12 @@ mod tests {
     fn bad_orders_are_named() {
         let e = from_names(&["top_k", "top_q"]).unwrap_err();
         assert!(e.contains("\"top_q\"") && e.contains("top_n_sigma"), "{e}");
-        let e = from_names(&["top_k", "top_p", "infill"]).unwrap_err();
+        let e = from_names(&["top_k", "top_p", "adaptive_p"]).unwrap_err();
         assert!(
-            e.contains("\"infill\"") && e.contains("not implemented"),
+            e.contains("\"adaptive_p\"") && e.contains("not implemented"),
             "{e}"
         );
+        assert_eq!(from_letters("kpi").unwrap(), vec![TopK, TopP, Infill]);
         let e = from_letters("kpz").unwrap_err();
         assert!(e.contains("'z'"), "{e}");
         let e = from_names(&["top_k", "penalties"]).unwrap_err();
