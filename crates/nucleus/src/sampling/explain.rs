@@ -51,7 +51,7 @@ impl Stage {
     }
 }
 
-/// Why a token was picked: see [`Sampler::set_explain`].
+/// Why a token was picked: see [`super::Sampler::set_explain`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Explain {
     /// Size of the candidate set after each stage, in chain order.
