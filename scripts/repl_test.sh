@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `nucleus chat` in a real terminal (tmux), typed as a user would: /help, a question, /set (a good
-# and a bad value), /system, a two-line message ending a line with a backslash, a paste of two
+# and a bad value; reasoning), /system, a two-line message ending a line with a backslash, a paste of two
 # lines, Ctrl-C during an answer, history (Up), /save, /clear, /load, and Ctrl-D to leave.
 # Needs tmux, target/release/nucleus and the default catalog model. Prints the transcript and
 # writes it to target/repl_transcript.txt; exits 1 naming the first step that failed.
@@ -54,6 +54,10 @@ type_line "/set top-p 7"
 wait_for "top_p" 1
 type_line "/set temperature 0.0"
 wait_for "temperature 0 top-k" 1
+type_line "/set reasoning dim"
+wait_for "must be show, hide or raw" 1
+type_line "/set reasoning hide"
+wait_for "reasoning hide" 1
 
 type_line "/system Answer in as few words as possible."
 wait_for "(the system prompt is set)" 1

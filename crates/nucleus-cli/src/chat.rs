@@ -3,7 +3,7 @@
 //! speed line after each. With stdin piped it reads one message per line, as it always has:
 //! an empty line or the end of the input ends the chat.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -18,6 +18,7 @@ use rustyline::error::ReadlineError;
 use crate::commands::{
     context_size, fit_prompt, load, policy_of, report_step, session_for, Loaded,
 };
+use crate::reasoning_print::{AnswerPrinter, ReasoningMode};
 use crate::repl_commands::{self as cmds, Input};
 use crate::speculate::SpeculateArgs;
 use crate::{ModelArgs, SamplingArgs};
@@ -34,19 +35,35 @@ struct Chat<'a> {
     parse_special: bool,
     messages: Vec<Message>,
     turns: u64,
+    /// `--reasoning` (and `/set reasoning`).
+    reasoning: ReasoningMode,
+    /// Whether stdout takes ANSI colour (a terminal, and `NO_COLOR` unset).
+    color: bool,
     /// Set by Ctrl-C while an answer streams (on a terminal only).
     interrupt: Arc<AtomicBool>,
+}
+
+/// `chat`'s own flags.
+pub struct ChatOptions {
+    pub system: Option<String>,
+    pub max_tokens: usize,
+    pub parse_special_in_messages: bool,
+    pub reasoning: ReasoningMode,
 }
 
 pub fn chat(
     args: ModelArgs,
     name: Option<String>,
-    system: Option<String>,
-    max_tokens: usize,
-    parse_special_in_messages: bool,
+    opts: ChatOptions,
     sampling: SamplingArgs,
     speculate: SpeculateArgs,
 ) -> Result<()> {
+    let ChatOptions {
+        system,
+        max_tokens,
+        parse_special_in_messages,
+        reasoning,
+    } = opts;
     let Loaded { model, tokenizer } = load(&args, name.as_deref())?;
     let req = sampling.request(max_tokens, false, model.hp.n_vocab)?;
     let method = speculate.method(req.beams)?;
@@ -82,6 +99,8 @@ pub fn chat(
         parse_special: parse_special_in_messages,
         messages: Vec::new(),
         turns: 0,
+        reasoning,
+        color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
         interrupt: Arc::new(AtomicBool::new(false)),
     };
     if let Some(s) = system {
@@ -106,8 +125,8 @@ fn piped(chat: &mut Chat, name: &str) -> Result<()> {
             return Ok(());
         }
         chat.messages.push(Message::new("user", line.trim_end()));
-        let gen = chat.answer()?;
-        chat.messages.push(Message::new("assistant", &gen.text));
+        let answer = chat.answer()?;
+        chat.messages.push(answer);
     }
 }
 
@@ -172,7 +191,7 @@ fn command(chat: &mut Chat, input: Input) -> Result<bool> {
         Input::Message(text) => {
             chat.messages.push(Message::new("user", &text));
             match chat.answer() {
-                Ok(gen) => chat.messages.push(Message::new("assistant", &gen.text)),
+                Ok(answer) => chat.messages.push(answer),
                 Err(e) => {
                     chat.messages.pop(); // the message was not answered
                     return Err(e);
@@ -192,10 +211,14 @@ fn command(chat: &mut Chat, input: Input) -> Result<bool> {
             cmds::set_system(&mut chat.messages, &text);
             eprintln!("(the system prompt is set)");
         }
-        Input::Set(None) => eprintln!("{}", cmds::show_settings(&chat.req)),
+        Input::Set(None) => eprintln!("{}", chat.settings()),
         Input::Set(Some((key, value))) => {
-            cmds::set(&mut chat.req, &key, &value)?;
-            eprintln!("{}", cmds::show_settings(&chat.req));
+            if key.trim_start_matches("--") == "reasoning" {
+                chat.reasoning = ReasoningMode::parse(&value)?;
+            } else {
+                cmds::set(&mut chat.req, &key, &value)?;
+            }
+            eprintln!("{}", chat.settings());
         }
         Input::Save(path) => {
             cmds::save(&chat.messages, &path)?;
@@ -213,9 +236,19 @@ fn command(chat: &mut Chat, input: Input) -> Result<bool> {
 }
 
 impl Chat<'_> {
-    /// Answers the conversation so far, streaming the answer to stdout; then one line of
-    /// speed to stderr.
-    fn answer(&mut self) -> Result<Generation> {
+    /// `/set`'s line: the sampling settings and `reasoning`.
+    fn settings(&self) -> String {
+        format!(
+            "{} reasoning {}",
+            cmds::show_settings(&self.req),
+            self.reasoning.name()
+        )
+    }
+
+    /// Answers the conversation so far, streaming the answer to stdout (a reasoning model's
+    /// thinking apart, see [`AnswerPrinter`]); then one line of speed to stderr. Gives the
+    /// assistant's message for the conversation.
+    fn answer(&mut self) -> Result<Message> {
         // Only the template's own text becomes special tokens (unless
         // --parse-special-in-messages), and BOS comes once.
         let encode = |msgs: &[Message], gen: bool| -> Result<Vec<TokenId>> {
@@ -223,7 +256,14 @@ impl Chat<'_> {
                 .template
                 .encode(self.tokenizer, msgs, gen, self.parse_special)?)
         };
-        let tokens = encode(&self.messages, true)?;
+        let (tokens, opened) = self.template.encode_with_kwargs(
+            self.tokenizer,
+            &self.messages,
+            None,
+            true,
+            self.parse_special,
+            None,
+        )?;
         // `truncate` keeps the system message (when it fits) and drops the oldest turns.
         let keep = chat_keep_tokens(&self.messages, &tokens, encode)?;
         let (tokens, _) = fit_prompt(self.policy, tokens, keep, self.n_ctx, self.req.max_tokens)?;
@@ -237,6 +277,8 @@ impl Chat<'_> {
         self.interrupt.store(false, Ordering::Relaxed);
         let mut stdout = std::io::stdout();
         let tokenizer = self.tokenizer;
+        let reasons = self.template.reasons();
+        let mut printer = AnswerPrinter::new(self.reasoning, reasons, opened, self.color);
         let gen = self.session.generate_with(
             tokenizer,
             &tokens,
@@ -244,9 +286,10 @@ impl Chat<'_> {
             self.speculator.as_mut(),
             |step| {
                 report_step(tokenizer, step, true);
-                print_answer(&mut stdout, &step.text);
+                printer.push(&mut stdout, &step.text);
             },
         )?;
+        printer.finish(&mut stdout);
         println!();
         let stopped = self.interrupt.swap(false, Ordering::Relaxed);
         eprintln!(
@@ -254,16 +297,13 @@ impl Chat<'_> {
             speed_line(&gen),
             if stopped { " (stopped)" } else { "" }
         );
-        Ok(gen)
+        // The answer goes back to the template as content and reasoning_content (templates
+        // such as Qwen3's drop the reasoning of earlier turns); `raw` keeps the text whole.
+        let (reasoning, content) = printer.into_parts();
+        let mut message = Message::new("assistant", &content);
+        message.reasoning_content = reasoning;
+        Ok(message)
     }
-}
-
-/// Where the answer's text reaches the terminal, piece by piece as it streams. When the
-/// library splits a reasoning model's thinking (`<think>`) from its answer, the thinking is
-/// to be printed here too, dimmed.
-fn print_answer(out: &mut impl Write, text: &str) {
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
 }
 
 /// `[41 tokens, 23.5 tok/s; prompt 118 tokens, 96 cached, 410.2 tok/s]`, after an answer.

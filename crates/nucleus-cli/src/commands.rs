@@ -120,6 +120,7 @@ impl SamplingArgs {
             logprobs: self.logprobs,
             grammar: None,
             community: self.community.params()?,
+            samplers: self.community.order()?,
         };
         let req = GenerateRequest {
             sampling,

@@ -8,6 +8,7 @@ mod limits;
 mod perplexity;
 mod pull;
 mod quantize;
+mod reasoning_print;
 mod repl_commands;
 mod samplers;
 mod serve;
@@ -201,6 +202,11 @@ enum Command {
         /// by default only the chat template's own text can.
         #[arg(long)]
         parse_special_in_messages: bool,
+        /// What to do with a reasoning model's thinking block (`<think>...</think>`): `show`
+        /// it apart from the answer (dimmed on a colour terminal), `hide` it, or print the
+        /// `raw` text. `/set reasoning` changes it in the REPL.
+        #[arg(long, value_enum, default_value_t = reasoning_print::ReasoningMode::Show)]
+        reasoning: reasoning_print::ReasoningMode,
         #[command(flatten)]
         sampling: SamplingArgs,
         #[command(flatten)]
@@ -311,14 +317,18 @@ fn main() {
             system,
             max_tokens,
             parse_special_in_messages,
+            reasoning,
             sampling,
             speculate,
         } => chat::chat(
             model,
             name,
-            system,
-            max_tokens,
-            parse_special_in_messages,
+            chat::ChatOptions {
+                system,
+                max_tokens,
+                parse_special_in_messages,
+                reasoning,
+            },
             sampling,
             speculate,
         ),

@@ -15,7 +15,8 @@ Commands:
   /set [KEY VALUE]   change a sampling setting (without arguments: show them all)
                      keys: temperature (temp), top-k, top-p, min-p, typical-p,
                      repeat-penalty, repeat-last-n, presence-penalty,
-                     frequency-penalty, seed (a number or `random`), max-tokens
+                     frequency-penalty, seed (a number or `random`), max-tokens,
+                     reasoning (show, hide or raw: a thinking block's printing)
   /save FILE         write the conversation as JSON messages ([{\"role\", \"content\"}])
   /load FILE         read a conversation written by /save (or any such JSON list)
   /exit              leave (also Ctrl-D)

@@ -4,7 +4,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use nucleus::sampling::CommunityParams;
+use nucleus::sampling::{order, ChainStage, CommunityParams};
 
 #[derive(Args, Clone, Debug)]
 pub struct CommunityArgs {
@@ -48,9 +48,32 @@ pub struct CommunityArgs {
     /// Dynamic temperature's exponent on the normalised entropy.
     #[arg(long, default_value_t = 1.0, visible_alias = "dynatemp-exponent")]
     pub dynatemp_exp: f32,
+    /// The order of the sampler stages, llama.cpp's names separated by `;` (a stage left out
+    /// is not applied). Default: "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature"
+    /// (llama.cpp's); `--explain` shows the order used.
+    #[arg(long, value_name = "NAMES")]
+    pub samplers: Option<String>,
+    /// The same order as llama.cpp's letters (default "edskypmxt").
+    #[arg(long, value_name = "LETTERS", conflicts_with = "samplers")]
+    pub sampling_seq: Option<String>,
 }
 
 impl CommunityArgs {
+    /// `--samplers` / `--sampling-seq`: `None` for llama.cpp's order.
+    pub fn order(&self) -> Result<Option<Vec<ChainStage>>> {
+        let parsed = match (&self.samplers, &self.sampling_seq) {
+            (Some(names), _) => order::parse_list(names).map_err(|e| ("--samplers", e)),
+            (None, Some(letters)) => {
+                order::from_letters(letters).map_err(|e| ("--sampling-seq", e))
+            }
+            (None, None) => return Ok(None),
+        };
+        match parsed {
+            Ok(o) => Ok(Some(o)),
+            Err((flag, e)) => bail!("invalid {flag}: {e}"),
+        }
+    }
+
     pub fn params(&self) -> Result<CommunityParams> {
         let mut c = CommunityParams {
             dry_multiplier: self.dry_multiplier,

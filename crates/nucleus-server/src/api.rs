@@ -296,6 +296,7 @@ impl ApiRequest {
         if let Some(field) = self.samplers.first_set(&community) {
             unused(field, false)?;
         }
+        unused("samplers", self.samplers.order()?.is_none())?;
         if self.context_policy.as_deref() == Some("stream") {
             return Err(ApiError::param(
                 "context_policy",
@@ -421,6 +422,7 @@ impl ApiRequest {
             }
         };
         self.samplers.apply(&mut p.community)?;
+        p.samplers = self.samplers.order()?;
         p.validate().map_err(|e| match e {
             SamplingError::InvalidParam { name, .. } => ApiError::param(name, e.to_string()),
             other => ApiError::invalid(other.to_string()),

@@ -13,6 +13,7 @@
 mod access;
 pub mod api;
 mod beams;
+pub mod editor;
 pub mod error;
 mod generate;
 pub mod infill;

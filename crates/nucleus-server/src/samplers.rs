@@ -2,8 +2,9 @@
 //! temperature), read into [`CommunityParams`]; the ranges are checked by
 //! [`nucleus::sampling::SamplingParams::validate`], whose error names the field.
 
-use nucleus::sampling::CommunityParams;
+use nucleus::sampling::{order, ChainStage, CommunityParams};
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::ApiError;
 
@@ -24,6 +25,10 @@ pub struct SamplerFields {
     pub top_n_sigma: Option<f32>,
     pub dynatemp_range: Option<f32>,
     pub dynatemp_exponent: Option<f32>,
+    /// llama-server's `samplers`: the order of the stages, a list of names
+    /// (`["top_k", "top_p", "temperature"]`) or a string of letters (`"kpt"`).
+    #[serde(rename = "samplers")]
+    pub order: Option<Value>,
 }
 
 fn int(name: &str, v: i64, lo: i64, hi: i64) -> Result<i64, ApiError> {
@@ -77,6 +82,26 @@ impl SamplerFields {
             c.mirostat = int("mirostat", v, 0, 2)? as u8;
         }
         Ok(())
+    }
+
+    /// `samplers` read: `None` for llama.cpp's default order.
+    pub fn order(&self) -> Result<Option<Vec<ChainStage>>, ApiError> {
+        let bad = |reason: String| ApiError::param("samplers", format!("`samplers`: {reason}"));
+        match &self.order {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(letters)) => order::from_letters(letters).map(Some).map_err(bad),
+            Some(Value::Array(a)) => {
+                let names = a
+                    .iter()
+                    .map(|v| v.as_str().ok_or(()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| bad("must be an array of sampler names or a string".into()))?;
+                order::from_names(&names).map(Some).map_err(bad)
+            }
+            Some(_) => Err(bad(
+                "must be an array of sampler names or a string of their letters".into(),
+            )),
+        }
     }
 
     /// The first field that asks for something (beam search, which does not sample, refuses
@@ -135,5 +160,26 @@ mod tests {
         assert!(apply(json!({"xtc_probability": 2.0}))
             .unwrap_err()
             .contains("`xtc_probability`"));
+    }
+
+    #[test]
+    fn samplers_order() {
+        use nucleus::sampling::ChainStage::*;
+        let order = |v: serde_json::Value| {
+            let f: SamplerFields = serde_json::from_value(v).unwrap();
+            f.order().map_err(|e| e.message)
+        };
+        assert_eq!(order(json!({})), Ok(None));
+        assert_eq!(
+            order(json!({"samplers": ["top_k", "top_p", "temperature"]})),
+            Ok(Some(vec![TopK, TopP, Temperature]))
+        );
+        assert_eq!(
+            order(json!({"samplers": "kpt"})),
+            Ok(Some(vec![TopK, TopP, Temperature]))
+        );
+        let e = order(json!({"samplers": ["top_k", "nope"]})).unwrap_err();
+        assert!(e.contains("\"nope\""), "{e}");
+        assert!(order(json!({"samplers": 3})).is_err());
     }
 }

@@ -53,14 +53,13 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("n_predict", "use `max_tokens`"),
     ("n_probs", "use `logprobs`"),
     ("tfs_z", "tail-free sampling is not implemented"),
-    ("samplers", "the sampler order is fixed"),
     (
         "n_indent",
-        "the indentation stop of /infill is not implemented",
+        "the indentation stop is implemented on /infill only",
     ),
     (
         "t_max_predict_ms",
-        "a time limit on generation is not implemented",
+        "the time limit is implemented on /infill only",
     ),
 ];
 

@@ -62,14 +62,14 @@ fn explain_reports_every_step_and_changes_nothing() {
             [
                 "input",
                 "penalties",
-                "temperature",
                 "top_k",
+                "typical_p",
                 "top_p",
                 "min_p",
-                "typical_p"
+                "temperature"
             ]
         );
-        assert!(e["stages"][3]["candidates"].as_u64().unwrap() <= 5, "{e}");
+        assert!(e["stages"][2]["candidates"].as_u64().unwrap() <= 5, "{e}");
     }
 
     // Greedy: one candidate left, probability 1, entropy 0.

@@ -340,8 +340,16 @@ fn infill_errors_name_the_field() {
             "n",
         ),
         (
-            json!({"input_prefix": "x", "input_suffix": "y", "n_indent": 4}),
+            json!({"input_prefix": "x", "input_suffix": "y", "n_indent": "4"}),
             "n_indent",
+        ),
+        (
+            json!({"input_prefix": "x", "input_suffix": "y", "samplers": ["top_k", "nope"]}),
+            "samplers",
+        ),
+        (
+            json!({"input_prefix": "x", "input_suffix": "y", "response_fields": "content"}),
+            "response_fields",
         ),
         (
             json!({"input_prefix": "x", "input_suffix": "y", "suffix": "z"}),

@@ -2,7 +2,8 @@
 //! (`input_prefix`, `input_suffix`, `input_extra`, `prompt`, `n_predict`, and the completions
 //! sampling fields) and its (non-OpenAI) response: `content`, `stop_type`, `tokens_cached`,
 //! `timings`, ...; streamed as `data: {"content": ..., "stop": false}` events and a final one
-//! with `"stop": true`, without `[DONE]` (as llama-server).
+//! with `"stop": true`, without `[DONE]` (as llama-server). Editor plugins' fields (`n_indent`,
+//! `t_max_predict_ms`, `response_fields`, ...): [`crate::editor`].
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -24,6 +25,7 @@ use nucleus::sampling::FinishReason;
 use nucleus::tokenizer::TokenId;
 
 use crate::api::{self, Endpoint, GenSettings};
+use crate::editor::{self, EditorLimits};
 use crate::generate::{capped_max_tokens, check_fits, relay, request_submit_error, submit_error};
 use crate::infill::{self, Infill};
 use crate::respond::sse;
@@ -38,8 +40,8 @@ pub(crate) async fn infill(
     let t0 = Instant::now();
     let r = async {
         let body = body_bytes(body, st.max_body)?;
-        let (settings, prompt, return_tokens) = parse(&st, &body)?;
-        run(st.clone(), settings, prompt, return_tokens, t0).await
+        let (settings, prompt, editor) = parse(&st, &body)?;
+        run(st.clone(), settings, prompt, editor, t0).await
     }
     .await;
     finish_response(&st, r)
@@ -57,9 +59,18 @@ fn refuse(field: &str, unused: bool) -> Result<(), ApiError> {
     .with_code("unsupported_parameter"))
 }
 
-/// The settings, the prompt tokens and `return_tokens` of an `/infill` body.
-fn parse(st: &AppState, body: &[u8]) -> Result<(GenSettings, Vec<TokenId>, bool), ApiError> {
+/// What `/infill` adds to the completions fields: `return_tokens` and the editors' fields.
+struct Extras {
+    return_tokens: bool,
+    limits: EditorLimits,
+    response_fields: Option<Vec<String>>,
+}
+
+/// The settings, the prompt tokens and the extra fields of an `/infill` body.
+fn parse(st: &AppState, body: &[u8]) -> Result<(GenSettings, Vec<TokenId>, Extras), ApiError> {
     let mut map: Map<String, Value> = api::parse_json(body)?;
+    let limits = EditorLimits::take(&mut map)?;
+    let response_fields = editor::response_fields(&mut map)?;
     let tok = &st.tokenizer;
     // As llama-server: the model is checked first.
     infill::required_tokens(tok, "input_suffix")?;
@@ -128,7 +139,12 @@ fn parse(st: &AppState, body: &[u8]) -> Result<(GenSettings, Vec<TokenId>, bool)
         prompt,
     };
     let tokens = infill::format_infill(tok, input, infill::N_BATCH, infill::N_PREDICT, n_ctx)?;
-    Ok((s, tokens, return_tokens))
+    let extras = Extras {
+        return_tokens,
+        limits,
+        response_fields,
+    };
+    Ok((s, tokens, extras))
 }
 
 /// Submits the prompt and answers in llama-server's shape.
@@ -136,7 +152,7 @@ async fn run(
     st: Arc<AppState>,
     s: GenSettings,
     prompt: Vec<TokenId>,
-    return_tokens: bool,
+    extras: Extras,
     t0: Instant,
 ) -> Result<Response, ApiError> {
     if st.draining.load(Ordering::SeqCst) {
@@ -162,17 +178,19 @@ async fn run(
     let t_submit = Instant::now();
     let (mtx, mut mrx) = unbounded_channel();
     tokio::spawn(relay(0, rx, mtx, st.clone(), t0));
-    let mut out = Answer::new(&st, &s, &prompt, t_submit);
+    let mut out = Answer::new(&st, &s, &prompt, t_submit, extras);
     if !s.stream {
-        while let Some((_, ev)) = mrx.recv().await {
-            if let Some(err) = out.push(&st, ev, return_tokens) {
-                return Err(err);
-            }
+        // An editor's limit ends the answer early: dropping `mrx` cancels the request.
+        while !out.cut {
+            let Some((_, ev)) = mrx.recv().await else {
+                break;
+            };
+            out.push(&st, ev)?;
         }
         return Ok(Json(out.final_json(&st, true)).into_response());
     }
     let (btx, brx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
-    tokio::spawn(async move { stream(st, out, mrx, btx, return_tokens).await });
+    tokio::spawn(async move { stream(st, out, mrx, btx).await });
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -188,18 +206,24 @@ async fn stream(
     mut out: Answer,
     mut rx: UnboundedReceiver<(usize, Event)>,
     btx: tokio::sync::mpsc::Sender<Result<Bytes, Infallible>>,
-    return_tokens: bool,
 ) {
-    while let Some((_, ev)) = rx.recv().await {
-        let piece = match &ev {
-            Event::Token(t) => Some((t.text.clone(), t.token)),
+    let return_tokens = out.extras.return_tokens;
+    while !out.cut {
+        let Some((_, ev)) = rx.recv().await else {
+            break;
+        };
+        let id = match &ev {
+            Event::Token(t) => Some(t.token),
             _ => None,
         };
-        if let Some(err) = out.push(&st, ev, return_tokens) {
-            let _ = btx.send(Ok(sse(&err.body()))).await;
-            return;
-        }
-        if let Some((text, id)) = piece {
+        let kept = match out.push(&st, ev) {
+            Ok(kept) => kept,
+            Err(err) => {
+                let _ = btx.send(Ok(sse(&err.body()))).await;
+                return;
+            }
+        };
+        if let (Some(text), Some(id)) = (kept, id) {
             if text.is_empty() && !return_tokens {
                 continue;
             }
@@ -237,10 +261,19 @@ struct Answer {
     t_submit: Instant,
     t_first: Option<Instant>,
     t_done: Option<Instant>,
+    extras: Extras,
+    /// An editor's limit (`n_indent`, `t_max_predict_ms`) ended the answer.
+    cut: bool,
 }
 
 impl Answer {
-    fn new(st: &AppState, s: &GenSettings, prompt: &[TokenId], t_submit: Instant) -> Answer {
+    fn new(
+        st: &AppState,
+        s: &GenSettings,
+        prompt: &[TokenId],
+        t_submit: Instant,
+        extras: Extras,
+    ) -> Answer {
         let p = &s.sampling;
         Answer {
             content: String::new(),
@@ -265,24 +298,41 @@ impl Answer {
                 "frequency_penalty": p.frequency_penalty,
                 "stop": s.stop,
                 "stream": s.stream,
+                "n_indent": extras.limits.n_indent,
+                "t_max_predict_ms": extras.limits.t_max_predict_ms,
+                "samplers": nucleus::sampling::order::display(p.order()).split(';').collect::<Vec<_>>(),
             }),
             t_submit,
             t_first: None,
             t_done: None,
+            extras,
+            cut: false,
         }
     }
 
-    /// Takes one event; an error event becomes the error to answer with.
-    fn push(&mut self, st: &AppState, ev: Event, return_tokens: bool) -> Option<ApiError> {
+    /// Takes one event: for a token, the part of its text kept (an editor's limit may cut it
+    /// and end the answer); an error event becomes the error to answer with.
+    fn push(&mut self, st: &AppState, ev: Event) -> Result<Option<String>, ApiError> {
         match ev {
             Event::Token(t) => {
-                self.t_first.get_or_insert_with(Instant::now);
+                let now = Instant::now();
+                let t_first = *self.t_first.get_or_insert(now);
                 self.predicted += 1;
                 self.last_token = Some(t.token);
-                if return_tokens {
+                if self.extras.return_tokens {
                     self.tokens.push(t.token);
                 }
-                self.content.push_str(&t.text);
+                let (kept, cut) = self
+                    .extras
+                    .limits
+                    .check(&self.content, &t.text, t_first, now);
+                let kept = kept.to_string();
+                self.content.push_str(&kept);
+                if cut {
+                    self.cut = true;
+                    self.t_done = Some(now);
+                }
+                return Ok(Some(kept));
             }
             Event::Done(f) => {
                 self.t_done = Some(Instant::now());
@@ -297,15 +347,38 @@ impl Answer {
                 } else {
                     StatusCode::INTERNAL_SERVER_ERROR
                 };
-                return Some(ApiError::new(status, "server_error", e));
+                return Err(ApiError::new(status, "server_error", e));
             }
         }
-        None
+        Ok(None)
     }
 
     /// llama-server's final result (`to_json_non_oaicompat`); streamed, `content` is only the
     /// text not yet sent.
     fn final_json(&self, st: &AppState, whole: bool) -> Value {
+        let mut v = self.result_json(st, whole);
+        if self.cut {
+            // Cancelled before the engine reported how much of the prompt came from the
+            // prefix cache: those counts are left out rather than guessed.
+            v.as_object_mut().map(|o| o.remove("tokens_cached"));
+            if let Some(t) = v["timings"].as_object_mut() {
+                for k in [
+                    "cache_n",
+                    "prompt_n",
+                    "prompt_per_token_ms",
+                    "prompt_per_second",
+                ] {
+                    t.remove(k);
+                }
+            }
+        }
+        match &self.extras.response_fields {
+            Some(paths) => editor::pick_fields(paths, &v),
+            None => v,
+        }
+    }
+
+    fn result_json(&self, st: &AppState, whole: bool) -> Value {
         let f = self.done.as_ref();
         let cached = f.map_or(0, |f| f.cached_tokens);
         let n_prompt = f.map_or(self.n_prompt, |f| f.prompt_tokens);
@@ -315,6 +388,8 @@ impl Answer {
             // The stop string that matched: known when there is one.
             Some(FinishReason::Stop) => ("word", self.stop.first().map_or("", |s| s.as_str())),
             Some(FinishReason::Length) => ("limit", ""),
+            // Ended by `n_indent` or `t_max_predict_ms`, as llama-server reports it.
+            None if self.cut => ("limit", ""),
             None => ("none", ""),
         };
         let ms = |a: Option<Instant>, b: Option<Instant>| match (a, b) {

@@ -1,6 +1,7 @@
 //! Chat templates: the Jinja template stored in the GGUF (`tokenizer.chat_template`), rendered
 //! with minijinja and Python-compatible string methods, as Hugging Face renders it.
 
+pub mod harmony;
 mod pyjson;
 pub mod reasoning;
 pub mod tools;
@@ -10,6 +11,7 @@ mod encode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use harmony::{split_harmony, HarmonySplitter};
 pub use reasoning::{split_reasoning, ReasoningPiece, ReasoningSplitter};
 pub use tools::{ToolCall, ToolCallParser, ToolEvent, ToolSpec};
 

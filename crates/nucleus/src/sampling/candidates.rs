@@ -227,6 +227,30 @@ impl Candidates {
             return;
         }
         let thr = self.max_logit() + min_p.ln();
+        self.keep_at_least(thr);
+    }
+
+    /// Top-n-σ on the candidates (llama.cpp's `top_n_sigma` where it runs after other
+    /// stages): keep `logit ≥ max − n·σ`, σ the standard deviation of the candidates' logits.
+    /// `n ≤ 0` keeps everything.
+    pub fn top_n_sigma(&mut self, n: f32) {
+        if n <= 0.0 || self.v.len() <= 1 {
+            return;
+        }
+        let count = self.v.len() as f64;
+        let mean = self.v.iter().map(|c| c.logit as f64).sum::<f64>() / count;
+        let var = self
+            .v
+            .iter()
+            .map(|c| (c.logit as f64 - mean).powi(2))
+            .sum::<f64>()
+            / count;
+        let thr = (self.max_logit() as f64 - n as f64 * var.sqrt()) as f32;
+        self.keep_at_least(thr);
+    }
+
+    /// Drops the candidates whose logit is below `thr`.
+    fn keep_at_least(&mut self, thr: f32) {
         let before_sorted = self.sorted;
         let mut kept_sorted = 0;
         let mut i = 0;

@@ -1,67 +1,117 @@
 //! The sampler chain from top-n-σ to the pick (temperature > 0): the truncations, XTC and
-//! dynamic temperature in llama.cpp's order, or mirostat in their place.
+//! (dynamic) temperature in the request's order (llama.cpp's by default, see [`super::order`]),
+//! or mirostat in their place.
 
+use super::order::ChainStage;
 use super::{community, count_finite, Sampler, SamplingError, Stage, TokenId};
 
 impl Sampler {
-    /// Temperature > 0, llama.cpp's chain: top-n-σ, top-k, (temperature), top-p, min-p,
-    /// typical-p, XTC, dynamic temperature, the pick. Without dynamic temperature the
-    /// temperature is applied right after top-k (see the module's note on the order).
+    /// Temperature > 0: the stages after penalties and DRY in [`super::SamplingParams::order`]
+    /// (llama.cpp's: top-n-σ, top-k, typical-p, top-p, min-p, XTC, temperature), then the
+    /// pick. Stages left out of the order are skipped. The candidate list is filled at the
+    /// first stage that needs it, from the top-k in one pass when that stage is top-k; top-n-σ
+    /// before it works on the logits themselves.
     pub(super) fn pick_truncated(
         &mut self,
         logits: &mut [f32],
         stages: &mut Vec<(Stage, usize)>,
     ) -> Result<(TokenId, f32, f32), SamplingError> {
-        let (p, cp) = (&self.params, &self.params.community);
+        let p = &self.params;
+        let cp = &p.community;
         let explain = self.explain;
-        if cp.top_n_sigma_on() {
-            if explain {
-                stages.push((Stage::Penalties, count_finite(logits)));
-            }
-            let left = community::top_n_sigma(logits, cp.top_n_sigma);
-            if explain {
-                stages.push((Stage::TopNSigma, left));
-            }
+        let order = p.order();
+        if explain {
+            stages.push((Stage::Penalties, count_finite(logits)));
         }
         let c = &mut self.cands;
-        // Top-k first: it commutes with temperature and shrinks the work for the rest.
-        let finite = c.fill_top_k(logits, p.top_k);
+        let mut filled = false;
+        for &stage in order {
+            if matches!(stage, ChainStage::Penalties | ChainStage::Dry) {
+                continue; // applied to the logits already (see `sample`)
+            }
+            if !filled {
+                match stage {
+                    ChainStage::TopNSigma => {
+                        if cp.top_n_sigma_on() {
+                            let left = community::top_n_sigma(logits, cp.top_n_sigma);
+                            if explain {
+                                stages.push((Stage::TopNSigma, left));
+                            }
+                        }
+                        continue;
+                    }
+                    ChainStage::TopK => {
+                        c.fill_top_k(logits, p.top_k);
+                        filled = true;
+                        if explain {
+                            stages.push((Stage::TopK, c.len()));
+                        }
+                        continue;
+                    }
+                    _ => {
+                        c.fill_top_k(logits, 0);
+                        filled = true;
+                    }
+                }
+            }
+            let shown = match stage {
+                ChainStage::Penalties | ChainStage::Dry => None,
+                ChainStage::TopNSigma => cp.top_n_sigma_on().then(|| {
+                    c.top_n_sigma(cp.top_n_sigma);
+                    Stage::TopNSigma
+                }),
+                ChainStage::TopK => {
+                    c.top_k(p.top_k);
+                    Some(Stage::TopK)
+                }
+                ChainStage::TypicalP => {
+                    c.typical_p(p.typical_p, &mut self.probs);
+                    Some(Stage::TypicalP)
+                }
+                ChainStage::TopP => {
+                    c.top_p(p.top_p);
+                    Some(Stage::TopP)
+                }
+                ChainStage::MinP => {
+                    c.min_p(p.min_p);
+                    Some(Stage::MinP)
+                }
+                // XTC sees the distribution as it is at its place in the order.
+                ChainStage::Xtc => (cp.xtc_on() && c.len() >= 2).then(|| {
+                    let coin = self.rng.next_f64();
+                    community::xtc(c, cp.xtc_probability, cp.xtc_threshold, 1.0, coin);
+                    Stage::Xtc
+                }),
+                // llama.cpp's `temp_ext`: dynamic when dynatemp_range > 0.
+                ChainStage::Temperature if cp.dynatemp_on() => {
+                    let (t, r, e) = (p.temperature, cp.dynatemp_range, cp.dynatemp_exponent);
+                    community::dynatemp(c, t, r, e, &mut self.probs);
+                    Some(Stage::DynaTemp)
+                }
+                ChainStage::Temperature => {
+                    c.temperature(p.temperature);
+                    Some(Stage::Temperature)
+                }
+                ChainStage::Infill => {
+                    let vocab = self.infill.as_ref().ok_or(SamplingError::InvalidParam {
+                        name: "samplers",
+                        reason: "the infill sampler needs the vocabulary: build the sampler \
+                                 with Sampler::for_tokenizer"
+                            .into(),
+                    })?;
+                    super::infill::infill(c, vocab, &mut self.probs);
+                    Some(Stage::Infill)
+                }
+            };
+            if let (true, Some(st)) = (explain, shown) {
+                stages.push((st, c.len()));
+            }
+        }
+        if !filled {
+            c.fill_top_k(logits, 0);
+        }
         if c.is_empty() {
             return Err(SamplingError::NoCandidates);
-        }
-        let t_early = if cp.dynatemp_on() { 1.0 } else { p.temperature };
-        c.temperature(t_early);
-        let after_k = c.len();
-        c.top_p(p.top_p);
-        let after_p = c.len();
-        c.min_p(p.min_p);
-        let after_min_p = c.len();
-        c.typical_p(p.typical_p, &mut self.probs);
-        if explain {
-            if !cp.top_n_sigma_on() {
-                stages.push((Stage::Penalties, finite));
-            }
-            if !cp.dynatemp_on() {
-                stages.push((Stage::Temperature, finite));
-            }
-            stages.push((Stage::TopK, after_k));
-            stages.push((Stage::TopP, after_p));
-            stages.push((Stage::MinP, after_min_p));
-            stages.push((Stage::TypicalP, c.len()));
-        }
-        if cp.xtc_on() && c.len() >= 2 {
-            let coin = self.rng.next_f64();
-            community::xtc(c, cp.xtc_probability, cp.xtc_threshold, t_early, coin);
-            if explain {
-                stages.push((Stage::Xtc, c.len()));
-            }
-        }
-        if cp.dynatemp_on() {
-            let (t, r, e) = (p.temperature, cp.dynatemp_range, cp.dynatemp_exponent);
-            community::dynatemp(c, t, r, e, &mut self.probs);
-            if explain {
-                stages.push((Stage::DynaTemp, c.len()));
-            }
         }
         let i = c.pick(self.rng.next_f64());
         Ok(self.picked(i))

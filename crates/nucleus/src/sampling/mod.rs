@@ -14,32 +14,24 @@
 //! 4. **DRY** — with `dry_multiplier > 0`, tokens that would extend a repeat of the context
 //!    lose `multiplier · base^(length − allowed_length)` (see [`dry`]);
 //! 5. **no-repeat-n-gram** — ban any token that would repeat an n-gram already in the context;
-//! 6. **temperature** — `logit / T`; `T == 0` means greedy argmax exactly (the stages below are
-//!    then skipped);
-//! 7. **top-n-σ** — with `top_n_sigma > 0`, keep `logit ≥ max − n·σ` (scale-free, so its place
-//!    before or after temperature is the same);
-//! 8. **top-k** — keep the `k` most likely tokens;
-//! 9. **top-p** — keep the smallest set, most likely first, whose mass reaches `p` (≥ 1 token);
-//! 10. **min-p** — keep tokens with `prob >= min_p * max_prob`;
-//! 11. **typical-p** — keep the smallest set of tokens closest to the expected surprise whose
-//!     mass reaches `p`;
-//! 12. **XTC** — with `xtc_probability`, drop the tokens at least `xtc_threshold` likely but the
-//!     least likely of them (judged on the untempered probabilities, as in llama.cpp);
-//! 13. **dynamic temperature** — with `dynatemp_range > 0` the temperature is not applied at 6
-//!     but here, chosen from the entropy of what is left (llama.cpp's `temp_ext`, last);
-//! 14. **pick** — draw from what is left, renormalised, with a seeded RNG.
+//! 6. then, when `T > 0`, the stages of [`SamplingParams::order`] (see [`order`]), by default
+//!    llama.cpp's order: **top-n-σ** (keep `logit ≥ max − n·σ`), **top-k**, **typical-p**
+//!    (keep the smallest set closest to the expected surprise whose mass reaches `p`),
+//!    **top-p** (the smallest most-likely-first set whose mass reaches `p`), **min-p**
+//!    (`prob ≥ min_p · max_prob`), **XTC** (with `xtc_probability`, drop the tokens at least
+//!    `xtc_threshold` likely but the least likely of them), and **temperature** (`logit / T`;
+//!    dynamic temperature when `dynatemp_range > 0`, from the entropy of what is left) last:
+//!    the truncations see the untempered distribution, as in llama.cpp. A request may reorder
+//!    them or leave stages out (llama-server's `samplers`, the CLI's `--samplers`); penalties
+//!    and DRY (stages 2–4) are in that list too and, when left out, are not applied;
+//! 7. **pick** — draw from what is left, renormalised, with a seeded RNG.
 //!
-//! With `mirostat` 1 or 2, stages 7–13 are replaced by mirostat's own truncation (llama.cpp:
-//! temperature, then mirostat), whose state `mu` is the sequence's. The community samplers
-//! (DRY, top-n-σ, XTC, dynamic temperature, mirostat) follow llama.cpp's definitions and
-//! order ([`community`]).
-//!
-//! For the stages that existed before them, this is the Hugging Face order (temperature before
-//! the truncations, so top-p/min-p/typical see the tempered distribution). llama.cpp's default
-//! chain puts temperature last instead; with `T = 1`, or with dynamic temperature on, the two
-//! agree. Each truncation stage renormalises what survived the previous one.
-//! Ties between equal logits are broken by the lower token id everywhere, so with the same seed,
-//! settings and logits the same token comes out.
+//! `T == 0` means greedy argmax exactly (stage 6 is skipped). With `mirostat` 1 or 2, stage 6
+//! is replaced by llama.cpp's temperature then mirostat, whose state `mu` is the sequence's.
+//! The community samplers (DRY, top-n-σ, XTC, dynamic temperature, mirostat) follow
+//! llama.cpp's definitions ([`community`]). Each truncation stage renormalises what survived
+//! the previous one. Ties between equal logits are broken by the lower token id everywhere, so
+//! with the same seed, settings and logits the same token comes out.
 //!
 //! Stages 1–5 edit the caller's logits vector in place (they touch only the few tokens they
 //! concern; top-n-σ also masks it, in one pass); the truncations work on a candidate list that starts as the top-k of the finite
@@ -62,9 +54,12 @@ pub mod candidates;
 mod chain;
 pub mod community;
 pub mod dry;
+mod explain;
 pub mod grammar;
+pub mod infill;
 pub mod logprobs;
 mod math;
+pub mod order;
 mod rng;
 pub mod stages;
 pub mod stop;
@@ -74,7 +69,9 @@ pub(crate) mod stat_tests;
 
 pub use beam::{beam_search, BeamError, BeamId, BeamModel, BeamParams, Hypothesis};
 pub use community::CommunityParams;
+pub use explain::{Explain, Stage};
 pub use grammar::{Grammar, GrammarCompiler, GrammarError, GrammarSpec};
+pub use order::{ChainStage, LLAMA_CPP_ORDER};
 pub use rng::Rng;
 pub use stop::{FinishReason, StopChecker, StopConditions, StopStep};
 
@@ -156,6 +153,9 @@ pub struct SamplingParams {
     /// (see [`community`]); off by default. Flattened: the fields keep their own names.
     #[serde(flatten)]
     pub community: CommunityParams,
+    /// The order of the stages (llama-server's `samplers`); a stage left out is not applied.
+    /// `None`: llama.cpp's default, [`LLAMA_CPP_ORDER`]. See [`order`].
+    pub samplers: Option<Vec<ChainStage>>,
 }
 
 impl Default for SamplingParams {
@@ -177,6 +177,7 @@ impl Default for SamplingParams {
             logprobs: None,
             grammar: None,
             community: CommunityParams::default(),
+            samplers: None,
         }
     }
 }
@@ -250,7 +251,22 @@ impl SamplingParams {
                 );
             }
         }
+        if let Some(o) = &self.samplers {
+            if let Err(reason) = order::check(o) {
+                return bad("samplers", reason);
+            }
+        }
         self.community.validate()
+    }
+
+    /// The stages in their order (see [`order`]).
+    pub fn order(&self) -> &[ChainStage] {
+        self.samplers.as_deref().unwrap_or(&LLAMA_CPP_ORDER)
+    }
+
+    /// Whether `stage` is in the order.
+    pub fn has_stage(&self, stage: ChainStage) -> bool {
+        self.order().contains(&stage)
     }
 
     fn dry(&self) -> DrySettings {
@@ -271,64 +287,6 @@ impl SamplingParams {
             frequency: self.frequency_penalty,
         }
     }
-}
-
-/// A stage of the chain, as named in [`Explain`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
-    /// The finite logits as given.
-    Input,
-    /// After the grammar's mask.
-    Grammar,
-    /// After logit bias, penalties and the n-gram ban (which can only mask tokens).
-    Penalties,
-    /// Temperature 0: the argmax, a set of one.
-    Greedy,
-    Temperature,
-    TopK,
-    TopP,
-    MinP,
-    TypicalP,
-    /// DRY's penalties (which only lower logits): the tokens it penalised.
-    Dry,
-    TopNSigma,
-    Xtc,
-    /// Dynamic temperature, applied after the truncations and XTC (as in llama.cpp).
-    DynaTemp,
-    /// Mirostat's truncation (in place of top-k to XTC).
-    Mirostat,
-}
-
-impl Stage {
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Input => "input",
-            Stage::Grammar => "grammar",
-            Stage::Penalties => "penalties",
-            Stage::Greedy => "greedy",
-            Stage::Temperature => "temperature",
-            Stage::TopK => "top_k",
-            Stage::TopP => "top_p",
-            Stage::MinP => "min_p",
-            Stage::TypicalP => "typical_p",
-            Stage::Dry => "dry",
-            Stage::TopNSigma => "top_n_sigma",
-            Stage::Xtc => "xtc",
-            Stage::DynaTemp => "dynatemp",
-            Stage::Mirostat => "mirostat",
-        }
-    }
-}
-
-/// Why a token was picked: see [`Sampler::set_explain`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct Explain {
-    /// Size of the candidate set after each stage, in chain order.
-    pub stages: Vec<(Stage, usize)>,
-    /// Entropy (nats) of the final distribution the token was drawn from (0 for greedy).
-    pub entropy: f32,
-    /// Probability of the chosen token in that final distribution (1 for greedy).
-    pub chosen_prob: f32,
 }
 
 /// The result of one sampling step.
@@ -361,6 +319,8 @@ pub struct Sampler {
     dry_scratch: (Vec<TokenId>, Vec<usize>, Vec<(TokenId, usize)>),
     /// Mirostat's state (`mu`), this sequence's own.
     mirostat: Option<Mirostat>,
+    /// The vocabulary's texts for the infill stage, when the order has it.
+    infill: Option<infill::InfillVocab>,
 }
 
 impl Sampler {
@@ -401,7 +361,31 @@ impl Sampler {
         } else {
             Breakers::default()
         };
-        Self::build(params, grammar, breakers)
+        let infill = if params.has_stage(ChainStage::Infill) {
+            Some(infill::InfillVocab::for_tokenizer(tok).ok_or_else(|| {
+                SamplingError::InvalidParam {
+                    name: "samplers",
+                    reason: "the infill sampler needs an end-of-generation token; this \
+                             vocabulary has none"
+                        .into(),
+                }
+            })?)
+        } else {
+            None
+        };
+        let mut s = Self::build(params, grammar, breakers)?;
+        s.infill = infill;
+        Ok(s)
+    }
+
+    /// The chain with the infill stage's vocabulary given directly (for tests).
+    pub fn with_infill_vocab(
+        params: SamplingParams,
+        vocab: infill::InfillVocab,
+    ) -> Result<Self, SamplingError> {
+        let mut s = Self::build(params, None, Breakers::default())?;
+        s.infill = Some(vocab);
+        Ok(s)
     }
 
     /// The chain with an already compiled `grammar` (from `params.grammar` or any other).
@@ -435,6 +419,7 @@ impl Sampler {
             dry_breakers,
             dry_scratch: Default::default(),
             mirostat,
+            infill: None,
         })
     }
 
@@ -488,11 +473,13 @@ impl Sampler {
 
         // Raw-distribution logprobs, before anything edits the logits.
         let cp = &p.community;
+        let penalties_on = !p.penalties().is_off() && p.has_stage(ChainStage::Penalties);
+        let dry_on = cp.dry_on() && p.has_stage(ChainStage::Dry);
         let edits = self.grammar.is_some()
             || !p.logit_bias.is_empty()
-            || !p.penalties().is_off()
+            || penalties_on
             || (p.no_repeat_ngram > 0 && !context.is_empty())
-            || cp.dry_on()
+            || dry_on
             || cp.top_n_sigma_on();
         let mut lse = 0.0;
         let mut top_logprobs = Vec::new();
@@ -512,14 +499,16 @@ impl Sampler {
             }
         }
         stages::apply_logit_bias(logits, &p.logit_bias)?;
-        stages::apply_penalties(
-            logits,
-            context,
-            &p.penalties(),
-            &mut self.scratch_ids,
-            &mut self.counts,
-        );
-        if cp.dry_on() {
+        if penalties_on {
+            stages::apply_penalties(
+                logits,
+                context,
+                &p.penalties(),
+                &mut self.scratch_ids,
+                &mut self.counts,
+            );
+        }
+        if dry_on {
             let hit = dry::apply_dry(
                 logits,
                 context,

@@ -102,13 +102,12 @@ fn chi2_sf_known_values() {
     assert!((ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-12);
 }
 
-/// Reference target: plain f64 implementation of the chain (no penalties), full sort.
+/// Reference target: plain f64 implementation of the chain (no penalties), full sort, in
+/// llama.cpp's default order: top-k, typical-p, top-p, min-p on the untempered distribution,
+/// then temperature on what is left.
 fn reference(logits: &[f32], p: &SamplingParams) -> Vec<f64> {
     let n = logits.len();
-    let mut l: Vec<f64> = logits
-        .iter()
-        .map(|&x| x as f64 / p.temperature as f64)
-        .collect();
+    let mut l: Vec<f64> = logits.iter().map(|&x| x as f64).collect();
     let mut alive = vec![true; n];
     let softmax = |l: &[f64], alive: &[bool]| -> Vec<f64> {
         let m = (0..n)
@@ -127,32 +126,6 @@ fn reference(logits: &[f32], p: &SamplingParams) -> Vec<f64> {
     if p.top_k > 0 {
         for &i in order.iter().skip(p.top_k) {
             alive[i] = false;
-        }
-    }
-    if p.top_p < 1.0 {
-        let q = softmax(&l, &alive);
-        let mut cum = 0.0;
-        let mut cut = false;
-        for &i in &order {
-            if !alive[i] {
-                continue;
-            }
-            if cut {
-                alive[i] = false;
-            }
-            cum += q[i];
-            if cum >= p.top_p as f64 {
-                cut = true;
-            }
-        }
-    }
-    if p.min_p > 0.0 {
-        let q = softmax(&l, &alive);
-        let qmax = q.iter().cloned().fold(0.0, f64::max);
-        for i in 0..n {
-            if q[i] < p.min_p as f64 * qmax {
-                alive[i] = false;
-            }
         }
     }
     if p.typical_p < 1.0 {
@@ -182,10 +155,38 @@ fn reference(logits: &[f32], p: &SamplingParams) -> Vec<f64> {
             }
         }
     }
-    for x in l.iter_mut() {
-        if !x.is_finite() {
-            *x = f64::MIN;
+    if p.top_p < 1.0 {
+        let q = softmax(&l, &alive);
+        let mut cum = 0.0;
+        let mut cut = false;
+        for &i in &order {
+            if !alive[i] {
+                continue;
+            }
+            if cut {
+                alive[i] = false;
+            }
+            cum += q[i];
+            if cum >= p.top_p as f64 {
+                cut = true;
+            }
         }
+    }
+    if p.min_p > 0.0 {
+        let q = softmax(&l, &alive);
+        let qmax = q.iter().cloned().fold(0.0, f64::max);
+        for i in 0..n {
+            if q[i] < p.min_p as f64 * qmax {
+                alive[i] = false;
+            }
+        }
+    }
+    for x in l.iter_mut() {
+        *x = if x.is_finite() {
+            *x / p.temperature as f64
+        } else {
+            f64::MIN
+        };
     }
     softmax(&l, &alive)
 }

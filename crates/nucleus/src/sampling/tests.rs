@@ -351,11 +351,11 @@ fn explain_reports_sizes_entropy_and_probability() {
             vec![
                 ("input", 5),
                 ("penalties", 5),
-                ("temperature", 5),
                 ("top_k", 4),
+                ("typical_p", 4),
                 ("top_p", 3), // renormalised over 4: 0.533, 0.8, 0.933
                 ("min_p", 2), // 0.125 < 0.3 * 0.5
-                ("typical_p", 2),
+                ("temperature", 2),
             ]
         );
         let h = -(2.0f32 / 3.0 * (2.0f32 / 3.0).ln() + 1.0 / 3.0 * (1.0f32 / 3.0).ln());
@@ -491,4 +491,52 @@ fn bench_parts() {
     time("lse", &mut || {
         std::hint::black_box(logprobs::log_sum_exp(std::hint::black_box(&logits)));
     });
+}
+
+#[test]
+fn the_order_is_the_requests_and_left_out_stages_are_skipped() {
+    use super::ChainStage::*;
+    let raw = ln_probs(&[0.5, 0.25, 0.125, 0.0625, 0.0625]);
+    let mut s = sampler(SamplingParams {
+        temperature: 0.5,
+        top_k: 4,
+        top_p: 0.85,
+        seed: Some(3),
+        samplers: Some(vec![Temperature, TopP, TopK]),
+        ..Default::default()
+    });
+    s.set_explain(true);
+    let e = s.sample(&mut raw.clone(), &[]).unwrap().explain.unwrap();
+    let names: Vec<(&str, usize)> = e.stages.iter().map(|(st, n)| (st.name(), *n)).collect();
+    // T = 0.5 squares the probabilities: 0.25, 0.0625, ... over their sum 0.3333 + ...:
+    // 0.744, 0.186 reach 0.85 with two tokens.
+    assert_eq!(
+        names,
+        vec![
+            ("input", 5),
+            ("penalties", 5),
+            ("temperature", 5),
+            ("top_p", 2),
+            ("top_k", 2)
+        ]
+    );
+    // An empty order applies nothing: top_k = 1 does not make it greedy.
+    let mut s = sampler(SamplingParams {
+        temperature: 1.0,
+        top_k: 1,
+        seed: Some(4),
+        samplers: Some(vec![]),
+        ..Default::default()
+    });
+    let seen: std::collections::BTreeSet<u32> = (0..200)
+        .map(|_| s.sample(&mut raw.clone(), &[]).unwrap().token)
+        .collect();
+    assert_eq!(seen.len(), 5);
+    // Penalties after a truncation: refused, named.
+    let bad = SamplingParams {
+        samplers: Some(vec![TopK, Penalties]),
+        ..Default::default()
+    };
+    let e = bad.validate().unwrap_err().to_string();
+    assert!(e.contains("`samplers`") && e.contains("penalties"), "{e}");
 }
