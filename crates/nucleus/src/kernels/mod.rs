@@ -3,7 +3,6 @@
 
 pub mod expf_libm;
 pub mod f16;
-pub mod huge;
 pub mod interleaved;
 pub mod matmul;
 pub mod ops;

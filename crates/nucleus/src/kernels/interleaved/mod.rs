@@ -104,6 +104,15 @@ impl Arithmetic {
     }
 }
 
+/// How far ahead, in bytes, the decode kernels ask for the weights they stream: into L1 two
+/// Q4_K group-blocks ahead, into L2 ten (about 12 KB), so that enough lines are in flight for a
+/// core to read near DRAM's pace. `nucleus bench` on the 7B Q4_K_M shape (decode, 2 threads,
+/// Xeon with 30.7 GB/s of DRAM read bandwidth, 2026-11-26): one block ahead into L1 only,
+/// 5.11–5.14 tok/s; two, 5.34–5.38; two into L1 and 8–12 into L2, 6.05–6.14 (26.5–26.8 GB/s of
+/// weights, 86–87 % of the bandwidth); 16–32 into L2, 5.94–6.03.
+pub(crate) const PREFETCH_L1: usize = 2 * q4_k::GROUP_BLOCK;
+pub(crate) const PREFETCH_L2: usize = 10 * q4_k::GROUP_BLOCK;
+
 /// Rows interleaved in one group.
 pub const GROUP_ROWS: usize = 8;
 /// Inputs per block.

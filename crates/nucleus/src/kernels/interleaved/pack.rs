@@ -14,7 +14,6 @@
 //!   indices into `kvalues_iq4nl`.
 
 use super::{q4_k, q6_k, GROUP_ROWS, QK};
-use crate::kernels::huge::ZeroedBuf;
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{GgmlType, KVALUES_IQ4NL};
 
@@ -24,7 +23,7 @@ pub struct PackedMatrix {
     ty: GgmlType,
     rows: usize,
     cols: usize,
-    data: ZeroedBuf,
+    data: Vec<u8>,
 }
 
 /// Bytes of one group-block in the packed layout.
@@ -125,7 +124,7 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
     let bb = rb / blocks;
     let gbb = group_block_bytes(w.ty);
     let group_bytes = blocks * gbb;
-    let mut data = ZeroedBuf::zeroed(w.rows / GROUP_ROWS * group_bytes);
+    let mut data = vec![0u8; w.rows / GROUP_ROWS * group_bytes];
     let pack_group = |g: usize, out: &mut [u8]| {
         for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
             if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K) {

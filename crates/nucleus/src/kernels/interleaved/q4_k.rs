@@ -194,9 +194,14 @@ mod x86 {
         unsafe {
             for b in 0..t.blocks {
                 let g = group.values.as_ptr().add(group.stride * b);
-                // Weights stream from memory in decode: ask for the next super-block's.
+                // Weights stream from memory in decode: ask for those a few super-blocks on.
                 for l in (0..GROUP_BLOCK).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(g.add(GROUP_BLOCK + l) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        g.add(crate::kernels::interleaved::PREFETCH_L1 + l) as *const i8,
+                    );
+                    _mm_prefetch::<_MM_HINT_T1>(
+                        g.add(crate::kernels::interleaved::PREFETCH_L2 + l) as *const i8,
+                    );
                 }
                 let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
                 let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());

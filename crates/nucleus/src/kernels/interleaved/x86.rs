@@ -196,6 +196,7 @@ unsafe fn q8_stored_nx<const VNNI: bool, const NX: usize>(stored: &[u8], t: &Til
             let s = stored.as_ptr().add(272 * b);
             for l in 0..5 {
                 _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(s.add(super::PREFETCH_L2 + 64 * l) as *const i8);
             }
             let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
             let x_at = |n: usize, k: usize| {
@@ -281,6 +282,7 @@ unsafe fn nibbles_stored_nx<const IQ4: bool, const NX: usize>(stored: &[u8], t: 
             let s = stored.as_ptr().add(144 * b);
             for l in 0..3 {
                 _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(s.add(super::PREFETCH_L2 + 64 * l) as *const i8);
             }
             let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
             let x_at = |n: usize, k: usize| {

@@ -46,6 +46,7 @@ unsafe fn q5_block(stored: &[u8], b: usize) -> (*const u8, __m256, __m256i) {
         let s = stored.as_ptr().add(176 * b);
         for l in 0..3 {
             _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(s.add(super::PREFETCH_L2 + 64 * l) as *const i8);
         }
         let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
         let qh = _mm256_loadu_si256(s.add(144) as *const __m256i);
