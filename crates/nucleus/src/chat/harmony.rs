@@ -218,14 +218,7 @@ mod tests {
             out.extend(s.push(p));
         }
         out.extend(s.finish());
-        let (mut r, mut c) = (String::new(), String::new());
-        for p in out {
-            match p {
-                ReasoningPiece::Reasoning(t) => r.push_str(&t),
-                ReasoningPiece::Content(t) => c.push_str(&t),
-            }
-        }
-        (r, c)
+        super::super::reasoning::joined(out)
     }
 
     /// Every cut in two and three pieces, and char by char, gives the whole text's split.

@@ -198,6 +198,19 @@ pub fn prompt_opens_reasoning(prompt: &str) -> bool {
     prompt.trim_end().ends_with(THINK_OPEN)
 }
 
+/// A splitter's pieces joined: (all the reasoning, all the content). For the splitters' tests.
+#[cfg(test)]
+pub(crate) fn joined(pieces: Vec<ReasoningPiece>) -> (String, String) {
+    let (mut r, mut c) = (String::new(), String::new());
+    for p in pieces {
+        match p {
+            ReasoningPiece::Reasoning(t) => r.push_str(&t),
+            ReasoningPiece::Content(t) => c.push_str(&t),
+        }
+    }
+    (r, c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,14 +222,7 @@ mod tests {
             out.extend(s.push(p));
         }
         out.extend(s.finish());
-        let (mut r, mut c) = (String::new(), String::new());
-        for p in out {
-            match p {
-                ReasoningPiece::Reasoning(t) => r.push_str(&t),
-                ReasoningPiece::Content(t) => c.push_str(&t),
-            }
-        }
-        (r, c)
+        joined(out)
     }
 
     /// Every way of cutting `text` in two and three pieces gives the whole text's split.
