@@ -16,7 +16,7 @@
 //! across pieces is held back until known) and gives the same [`ReasoningPiece`]s. The tags
 //! must be in the text: decode with special tokens kept.
 
-use super::reasoning::ReasoningPiece;
+use super::reasoning::{merge, ReasoningPiece};
 
 const MESSAGE: &str = "<|message|>";
 /// The tags that end a message's body.
@@ -178,18 +178,6 @@ fn piece(kind: Kind, text: String) -> ReasoningPiece {
         Kind::Reasoning => ReasoningPiece::Reasoning(text),
         Kind::Content | Kind::Other => ReasoningPiece::Content(text),
     }
-}
-
-fn merge(pieces: Vec<ReasoningPiece>) -> Vec<ReasoningPiece> {
-    let mut out: Vec<ReasoningPiece> = Vec::with_capacity(pieces.len());
-    for p in pieces {
-        match (out.last_mut(), p) {
-            (Some(ReasoningPiece::Reasoning(a)), ReasoningPiece::Reasoning(b))
-            | (Some(ReasoningPiece::Content(a)), ReasoningPiece::Content(b)) => a.push_str(&b),
-            (_, p) => out.push(p),
-        }
-    }
-    out
 }
 
 /// A whole harmony output split: `(reasoning, content)`; `None` when it had no analysis.

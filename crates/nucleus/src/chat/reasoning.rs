@@ -160,8 +160,8 @@ impl ReasoningSplitter {
     }
 }
 
-/// Joins neighbouring pieces of the same kind.
-fn merge(pieces: Vec<ReasoningPiece>) -> Vec<ReasoningPiece> {
+/// Joins neighbouring pieces of the same kind (both splitters' output).
+pub(crate) fn merge(pieces: Vec<ReasoningPiece>) -> Vec<ReasoningPiece> {
     let mut out: Vec<ReasoningPiece> = Vec::with_capacity(pieces.len());
     for p in pieces {
         match (out.last_mut(), p) {
