@@ -440,7 +440,7 @@ pub fn bench(
                 "kv_type": args.kv_type.name(),
                 "load_s": load_s,
                 "kernels": nucleus::quant::simd_level().name(),
-                "arithmetic": arithmetic_name(),
+                "arithmetic": model.arithmetic().name(),
                 "amx": nucleus::quant::amx_status(),
             })
         );
@@ -453,7 +453,7 @@ pub fn bench(
         println!(
             "kernels: {} ({} arithmetic); AMX: {}",
             nucleus::quant::simd_level().name(),
-            arithmetic_name(),
+            model.arithmetic().name(),
             nucleus::quant::amx_status()
         );
         println!("prefill pp{n_prompt}: {best_pp:.1} tok/s");
@@ -467,12 +467,4 @@ pub fn bench(
         }
     }
     Ok(())
-}
-
-/// `exact` or `fast`: which arithmetic the models of this process compute with.
-fn arithmetic_name() -> &'static str {
-    match nucleus::kernels::interleaved::Arithmetic::from_env() {
-        nucleus::kernels::interleaved::Arithmetic::Exact => "exact",
-        nucleus::kernels::interleaved::Arithmetic::Fast => "fast",
-    }
 }

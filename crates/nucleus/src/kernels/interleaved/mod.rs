@@ -94,6 +94,14 @@ pub enum Arithmetic {
 }
 
 impl Arithmetic {
+    /// `fast` or `exact`, as `nucleus bench` reports it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arithmetic::Fast => "fast",
+            Arithmetic::Exact => "exact",
+        }
+    }
+
     /// `Exact` when the environment variable `NUCLEUS_EXACT` is set to anything but `0` or the
     /// empty string, otherwise `Fast`.
     pub fn from_env() -> Arithmetic {
