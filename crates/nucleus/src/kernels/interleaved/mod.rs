@@ -64,6 +64,7 @@ mod pack;
 mod q4_k;
 mod q6_k;
 mod scalar;
+mod work;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
@@ -492,135 +493,7 @@ fn matmul_packed_with(
                 break;
             }
             let p = &list[list.partition_point(|p| p.first_chunk <= c) - 1];
-            let (w, out, rows, blocks) = (p.w, p.out, p.w.rows(), p.blocks);
-            let (sl, ul) = scratch_per_group(w.ty(), blocks);
-            // Q4_0's weights carry a bias of 8, Q5_0's of 16 (the signed types ignore it).
-            let offsets = if w.ty() == GgmlType::Q4_0 {
-                &acts.offsets8
-            } else {
-                &acts.offsets16
-            };
-            // Q8_K activations carry their scales in their blocks: no prepared ones.
-            let prepared = |t: usize| {
-                if acts.scales.is_empty() {
-                    (std::ptr::null(), std::ptr::null())
-                } else {
-                    (
-                        acts.scales[t * blocks..].as_ptr(),
-                        offsets[t * blocks..].as_ptr(),
-                    )
-                }
-            };
-            let groups = rows / GROUP_ROWS;
-            let c = c - p.first_chunk;
-            let (g0, g1) = (c * p.chunk_groups, ((c + 1) * p.chunk_groups).min(groups));
-            if nt <= TILE_TOKENS {
-                // One tile of tokens (decode): a group at a time.
-                for g in g0..g1 {
-                    let tile = Tile {
-                        blocks,
-                        x: x.row(0).as_ptr(),
-                        x_stride: x.row_bytes(),
-                        scales: prepared(0).0,
-                        offsets: prepared(0).1,
-                        nx: nt,
-                        out: out.at(g * GROUP_ROWS),
-                        out_stride: rows,
-                    };
-                    // Unpacked in registers, never stored.
-                    #[cfg(target_arch = "x86_64")]
-                    if p.stored {
-                        // SAFETY: tokens 0..nt (nt <= 4) are rows of `x` and `acts`; the stored
-                        // group g holds `blocks` blocks; outputs 8g..8g+8 of each token lie in
-                        // this product's `y`, written by this thread only; `stored` implies
-                        // AVX2 (and F16C, part of our AVX2 level).
-                        let stored = w.group(g);
-                        match w.ty() {
-                            GgmlType::Q5_0 => unsafe { x86::tile_q5_stored(stored, &tile) },
-                            GgmlType::Q4_0 => unsafe { x86::tile_q4_stored(stored, &tile) },
-                            GgmlType::IQ4_NL => unsafe { x86::tile_iq4nl_stored(stored, &tile) },
-                            GgmlType::Q6_K => unsafe { q6_k::tile_stored(stored, &tile) },
-                            _ => unsafe { x86::tile_q8_stored(stored, &tile) },
-                        }
-                        continue;
-                    }
-                    let (s, u) = (&mut scales[..sl], &mut unpacked[..ul]);
-                    let view = GroupView::new(w.ty(), blocks, w.group(g), s, u, p.unpack);
-                    // SAFETY: as for the tile below, with tokens 0..nt.
-                    unsafe { (p.tile_fn)(&view, &tile) };
-                }
-                continue;
-            }
-            // Q8_0 on AVX2 reads its groups as stored for every tile too: widening its scales
-            // in registers costs less than a pass that stores them (`matmul_bench`: 16 to 512
-            // tokens, 93–95 G MAC/s with the pass).
-            let stored_tiles = p.q8_stored_tiles;
-            #[cfg(target_arch = "x86_64")]
-            if p.q5_stored_many {
-                for tb in (0..nt).step_by(x86::MANY_TOKENS) {
-                    let nx = (nt - tb).min(x86::MANY_TOKENS);
-                    for g in g0..g1 {
-                        let tile = Tile {
-                            blocks,
-                            x: x.row(tb).as_ptr(),
-                            x_stride: x.row_bytes(),
-                            scales: prepared(tb).0,
-                            offsets: prepared(tb).1,
-                            nx,
-                            out: out.at(tb * rows + g * GROUP_ROWS),
-                            out_stride: rows,
-                        };
-                        // SAFETY: as for the tiles below, with tokens tb..tb + nx, nx at most
-                        // MANY_TOKENS; `q5_stored_many` implies AVX2 and F16C.
-                        unsafe { x86::tile_q5_many(w.group(g), &tile) };
-                    }
-                }
-                continue;
-            }
-            let mut views: Vec<GroupView> = Vec::with_capacity(g1 - g0);
-            let (mut s_rest, mut u_rest) = (&mut scales[..], &mut unpacked[..]);
-            for g in (g0..g1).filter(|_| !stored_tiles) {
-                let (s, s_next) = std::mem::take(&mut s_rest).split_at_mut(sl);
-                let (u, u_next) = std::mem::take(&mut u_rest).split_at_mut(ul);
-                (s_rest, u_rest) = (s_next, u_next);
-                views.push(GroupView::new(w.ty(), blocks, w.group(g), s, u, p.unpack));
-            }
-            // Tokens a block at a time, so that their activations stay in cache while every
-            // group of the chunk goes over them.
-            for tb in (0..nt).step_by(TOKEN_BLOCK) {
-                for g in g0..g1 {
-                    let mut t = tb;
-                    while t < (tb + TOKEN_BLOCK).min(nt) {
-                        let nx = ((tb + TOKEN_BLOCK).min(nt) - t).min(TILE_TOKENS);
-                        let tile = Tile {
-                            blocks,
-                            x: x.row(t).as_ptr(),
-                            x_stride: x.row_bytes(),
-                            scales: prepared(t).0,
-                            offsets: prepared(t).1,
-                            nx,
-                            // Row g·8 of token t.
-                            out: out.at(t * rows + g * GROUP_ROWS),
-                            out_stride: rows,
-                        };
-                        // SAFETY: tokens t..t+nx < nt are rows of `x` (stride row_bytes) and
-                        // of `acts` (stride `blocks`, sizes checked above); the view holds
-                        // `blocks` blocks; outputs t·rows + 8g .. +8 lie inside this product's
-                        // `y` (size checked) and no other thread writes group g of it; the
-                        // kernel matches the CPU (`tile_kernel`).
-                        #[cfg(target_arch = "x86_64")]
-                        if stored_tiles {
-                            // SAFETY: as above, the stored group g holding `blocks` blocks;
-                            // `stored` implies AVX2 and F16C.
-                            unsafe { x86::tile_q8_stored(w.group(g), &tile) };
-                            t += nx;
-                            continue;
-                        }
-                        unsafe { (p.tile_fn)(&views[g - g0], &tile) };
-                        t += nx;
-                    }
-                }
-            }
+            p.run_chunk(c - p.first_chunk, x, acts, (&mut scales, &mut unpacked));
         }
     };
     let macs: usize = list.iter().map(|p| nt * p.w.rows() * p.w.cols()).sum();

@@ -1,0 +1,168 @@
+//! One work item of a packed product: a run of a matrix's row groups against every token,
+//! one tile of tokens (decode) or many, with the group's kernel.
+
+#[cfg(target_arch = "x86_64")]
+use super::x86;
+use super::{
+    q6_k, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
+    TILE_TOKENS, TOKEN_BLOCK,
+};
+use crate::quant::GgmlType;
+
+impl Product<'_> {
+    /// The tile of tokens `t..t + nx` against group `g`: their activation rows and prepared
+    /// scales and offsets (none for Q8_K activations, which carry their scales in their
+    /// blocks), and row `8g` of token `t`'s output.
+    fn tile(&self, x: &QuantizedActs, acts: &PackedActs, g: usize, t: usize, nx: usize) -> Tile {
+        let (blocks, rows) = (self.blocks, self.w.rows());
+        // Q4_0's weights carry a bias of 8, Q5_0's of 16 (the signed types ignore it).
+        let offsets = if self.w.ty() == GgmlType::Q4_0 {
+            &acts.offsets8
+        } else {
+            &acts.offsets16
+        };
+        let (scales, offsets) = if acts.scales.is_empty() {
+            (std::ptr::null(), std::ptr::null())
+        } else {
+            (
+                acts.scales[t * blocks..].as_ptr(),
+                offsets[t * blocks..].as_ptr(),
+            )
+        };
+        Tile {
+            blocks,
+            x: x.row(t).as_ptr(),
+            x_stride: x.row_bytes(),
+            scales,
+            offsets,
+            nx,
+            out: self.out.at(t * rows + g * GROUP_ROWS),
+            out_stride: rows,
+        }
+    }
+
+    /// Work item `c` (groups `c·chunk_groups..`) for every token, `scratch` (scales, values)
+    /// holding room for the groups it unpacks.
+    pub(super) fn run_chunk(
+        &self,
+        c: usize,
+        x: &QuantizedActs,
+        acts: &PackedActs,
+        scratch: (&mut [f32], &mut [u8]),
+    ) {
+        let groups = self.w.rows() / GROUP_ROWS;
+        let (g0, g1) = (
+            c * self.chunk_groups,
+            ((c + 1) * self.chunk_groups).min(groups),
+        );
+        if x.n_tokens() <= TILE_TOKENS {
+            return self.decode_groups(g0..g1, x, acts, scratch);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.q5_stored_many {
+            let nt = x.n_tokens();
+            for tb in (0..nt).step_by(x86::MANY_TOKENS) {
+                for g in g0..g1 {
+                    let tile = self.tile(x, acts, g, tb, (nt - tb).min(x86::MANY_TOKENS));
+                    // SAFETY: as for the tiles of `token_tiles`, with tokens tb..tb + nx, nx
+                    // at most MANY_TOKENS; `q5_stored_many` implies AVX2 and F16C.
+                    unsafe { x86::tile_q5_many(self.w.group(g), &tile) };
+                }
+            }
+            return;
+        }
+        self.token_tiles(g0..g1, x, acts, scratch)
+    }
+
+    /// One tile of tokens (decode) against groups `gs`, a group at a time.
+    fn decode_groups(
+        &self,
+        gs: std::ops::Range<usize>,
+        x: &QuantizedActs,
+        acts: &PackedActs,
+        (scales, unpacked): (&mut [f32], &mut [u8]),
+    ) {
+        let (w, blocks) = (self.w, self.blocks);
+        let (sl, ul) = scratch_per_group(w.ty(), blocks);
+        for g in gs {
+            let tile = self.tile(x, acts, g, 0, x.n_tokens());
+            // Unpacked in registers, never stored.
+            #[cfg(target_arch = "x86_64")]
+            if self.stored {
+                // SAFETY: tokens 0..nt (nt <= 4) are rows of `x` and `acts`; the stored
+                // group g holds `blocks` blocks; outputs 8g..8g+8 of each token lie in
+                // this product's `y`, written by this thread only; `stored` implies
+                // AVX2 (and F16C, part of our AVX2 level).
+                let stored = w.group(g);
+                match w.ty() {
+                    GgmlType::Q5_0 => unsafe { x86::tile_q5_stored(stored, &tile) },
+                    GgmlType::Q4_0 => unsafe { x86::tile_q4_stored(stored, &tile) },
+                    GgmlType::IQ4_NL => unsafe { x86::tile_iq4nl_stored(stored, &tile) },
+                    GgmlType::Q6_K => unsafe { q6_k::tile_stored(stored, &tile) },
+                    _ => unsafe { x86::tile_q8_stored(stored, &tile) },
+                }
+                continue;
+            }
+            let (s, u) = (&mut scales[..sl], &mut unpacked[..ul]);
+            let view = GroupView::new(w.ty(), blocks, w.group(g), s, u, self.unpack);
+            // SAFETY: as for the tiles of `token_tiles`, with tokens 0..nt.
+            unsafe { (self.tile_fn)(&view, &tile) };
+        }
+    }
+
+    /// Many tokens against groups `gs`: each group unpacked once (Q8_0 on AVX2 read as stored:
+    /// widening its scales in registers costs less than a pass that stores them,
+    /// `matmul_bench`: 16 to 512 tokens, 93–95 G MAC/s with the pass), then tokens a block at
+    /// a time, so that their activations stay in cache while every group goes over them.
+    fn token_tiles(
+        &self,
+        gs: std::ops::Range<usize>,
+        x: &QuantizedActs,
+        acts: &PackedActs,
+        (scales, unpacked): (&mut [f32], &mut [u8]),
+    ) {
+        let (w, blocks, nt) = (self.w, self.blocks, x.n_tokens());
+        let (sl, ul) = scratch_per_group(w.ty(), blocks);
+        let stored_tiles = self.q8_stored_tiles;
+        let mut views: Vec<GroupView> = Vec::with_capacity(gs.len());
+        let (mut s_rest, mut u_rest) = (scales, unpacked);
+        for g in gs.clone().filter(|_| !stored_tiles) {
+            let (s, s_next) = std::mem::take(&mut s_rest).split_at_mut(sl);
+            let (u, u_next) = std::mem::take(&mut u_rest).split_at_mut(ul);
+            (s_rest, u_rest) = (s_next, u_next);
+            views.push(GroupView::new(
+                w.ty(),
+                blocks,
+                w.group(g),
+                s,
+                u,
+                self.unpack,
+            ));
+        }
+        for tb in (0..nt).step_by(TOKEN_BLOCK) {
+            let te = (tb + TOKEN_BLOCK).min(nt);
+            for g in gs.clone() {
+                let mut t = tb;
+                while t < te {
+                    let nx = (te - t).min(TILE_TOKENS);
+                    let tile = self.tile(x, acts, g, t, nx);
+                    // SAFETY: tokens t..t+nx < nt are rows of `x` (stride row_bytes) and
+                    // of `acts` (stride `blocks`, sizes checked by `matmul_packed_with`); the
+                    // view holds `blocks` blocks; outputs t·rows + 8g .. +8 lie inside this
+                    // product's `y` (size checked) and no other thread writes group g of it;
+                    // the kernel matches the CPU (`kernels`).
+                    #[cfg(target_arch = "x86_64")]
+                    if stored_tiles {
+                        // SAFETY: as above, the stored group g holding `blocks` blocks;
+                        // `q8_stored_tiles` implies AVX2 and F16C.
+                        unsafe { x86::tile_q8_stored(w.group(g), &tile) };
+                        t += nx;
+                        continue;
+                    }
+                    unsafe { (self.tile_fn)(&views[g - gs.start], &tile) };
+                    t += nx;
+                }
+            }
+        }
+    }
+}
