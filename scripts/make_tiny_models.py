@@ -136,6 +136,37 @@ class Builder:
             self.matrix(b + "ffn_down_exps.weight", N_EMBD, n_ff_exp, ty=types[2], n=n_expert)
         self.norm("output_norm.weight", N_EMBD)
 
+    def gpt_oss_layers(self, n_expert, n_ff_exp, exp_types):
+        """gpt-oss's layers (llama_model_openai_moe::load_arch_tensors): q/k/v/o with biases,
+        a sink logit per head, the norm before the FFN named post_attention_norm, a biased F32
+        router and biased experts; exp_types[i]: layer i's (gate, up, down) expert types."""
+        q_dim, kv_dim = N_HEAD * HEAD_DIM, self.n_head_kv * HEAD_DIM
+        for i in range(self.n_layer):
+            b = f"blk.{i}."
+            self.norm(b + "attn_norm.weight", N_EMBD)
+            for name, rows in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim)):
+                self.matrix(b + name + ".weight", rows, N_EMBD)
+                self.bias(b + name + ".bias", rows)
+            self.matrix(b + "attn_output.weight", N_EMBD, q_dim)
+            self.bias(b + "attn_output.bias", N_EMBD)
+            # Sinks around the scores' size, so that some heads' sink outweighs their keys.
+            self.bias(b + "attn_sinks.weight", N_HEAD, scale=2.0)
+            self.norm(b + "post_attention_norm.weight", N_EMBD)
+            self.matrix(b + "ffn_gate_inp.weight", n_expert, N_EMBD, scale=2.0, ty=Q.F32)
+            self.bias(b + "ffn_gate_inp.bias", n_expert, scale=1.0)
+            tg, tu, td = exp_types[i]
+            self.matrix(b + "ffn_gate_exps.weight", n_ff_exp, N_EMBD, scale=2.0, ty=tg, n=n_expert)
+            self.matrix(b + "ffn_up_exps.weight", n_ff_exp, N_EMBD, scale=2.0, ty=tu, n=n_expert)
+            self.matrix(b + "ffn_down_exps.weight", N_EMBD, n_ff_exp, ty=td, n=n_expert)
+            for name, rows in (("gate", n_ff_exp), ("up", n_ff_exp), ("down", N_EMBD)):
+                w = (0.5 * self.rng.standard_normal((n_expert, rows))).astype(np.float32)
+                self.tensors.append((b + f"ffn_{name}_exps.bias", w, Q.F32))
+        self.norm("output_norm.weight", N_EMBD)
+
+    def bias(self, name, n, scale=0.2):
+        w = (scale * self.rng.standard_normal(n)).astype(np.float32)
+        self.tensors.append((name, w, Q.F32))
+
     def norm(self, name, n):
         w = (1.0 + 0.2 * self.rng.standard_normal(n)).astype(np.float32)
         self.tensors.append((name, w, Q.F32))
@@ -190,7 +221,11 @@ class Builder:
             full = f"{a}.{key}"
             if value is None:
                 continue
-            if isinstance(value, float):
+            if key == "chat_template":
+                w.add_chat_template(value)
+            elif isinstance(value, str):
+                w.add_string(full, value)
+            elif isinstance(value, float):
                 w.add_float32(full, value)
             else:
                 w.add_uint32(full, value)
@@ -363,6 +398,31 @@ def models():
     out.append(("olmoe", b, {"rope.freq_base": 10000.0, "feed_forward_length": 64,
                              "expert_count": 8, "expert_used_count": 2}, voc,
                 [(p, False) for p in PROSE]))
+
+    # gpt-oss (llama.cpp's openai-moe): 8 experts of 64, 4 used, chosen by their biased logits
+    # and weighed by the softmax of the chosen ones (not of all), biased experts with the
+    # clamped SwiGLU, MXFP4 experts (one layer's gate Q8_0), attention sinks, a sliding window
+    # of 8 on the even layers, YaRN (factor 32 over 4096 positions, as gpt-oss's). Harmony's
+    # special tokens; the vocabulary is Llama 3's cut, pre-tokenized as gpt-4o (o200k's).
+    b = Builder("gpt-oss", 310, n_layer=3)
+    voc, nv = bpe_vocab("llama-bpe", "gpt-4o",
+                        ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>",
+                         "<|channel|>", "<|start|>", "<|end|>", "<|message|>", "<|call|>"],
+                        "<|startoftext|>", "<|return|>", False)
+    b.embedding(nv)
+    b.gpt_oss_layers(8, 64, [(Q.Q8_0, Q.MXFP4, Q.MXFP4), (Q.MXFP4, Q.MXFP4, Q.MXFP4),
+                             (Q.MXFP4, Q.MXFP4, Q.MXFP4)])
+    b.matrix("output.weight", nv, N_EMBD)
+    template = (LLAMA_CPP / "models/templates/openai-gpt-oss-120b.jinja").read_text()
+    chat = ("<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>"
+            "What is 2+2?<|end|><|start|>assistant")
+    out.append(("gpt-oss", b, {"rope.freq_base": 150000.0, "expert_count": 8,
+                               "expert_used_count": 4, "expert_feed_forward_length": 64,
+                               "attention.sliding_window": 8, "rope.scaling.type": "yarn",
+                               "rope.scaling.factor": 32.0,
+                               "rope.scaling.original_context_length": 4096,
+                               "chat_template": template}, voc,
+                [(p, False) for p in PROSE] + [(chat, False)]))
     return out
 
 

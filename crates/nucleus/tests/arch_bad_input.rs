@@ -52,7 +52,9 @@ fn load_error(bytes: Vec<u8>) -> String {
 
 #[test]
 fn fixtures_load_unchanged() {
-    for stem in ["qwen3", "gemma2", "phi3", "qwen3moe", "mixtral", "olmoe"] {
+    for stem in [
+        "qwen3", "gemma2", "phi3", "qwen3moe", "mixtral", "olmoe", "gpt-oss",
+    ] {
         let file = Arc::new(GgufFile::from_bytes(variant(stem, &[], &[], &[])).unwrap());
         Model::from_file_with(file, 1, Arithmetic::Exact).unwrap();
     }
@@ -68,7 +70,7 @@ fn unknown_architecture_is_named_with_the_supported_ones() {
     ));
     assert_eq!(
         err,
-        "architecture \"qwen9\" is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, olmoe)"
+        "architecture \"qwen9\" is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, olmoe, gpt-oss)"
     );
 }
 
@@ -155,6 +157,16 @@ fn moe_without_its_expert_counts_names_the_key() {
     assert_eq!(
         drop_key("olmoe", "olmoe.expert_used_count"),
         "invalid model: missing metadata olmoe.expert_used_count"
+    );
+    // gpt-oss: its experts' width and its sliding window are required, as llama.cpp requires
+    // them.
+    assert_eq!(
+        drop_key("gpt-oss", "gpt-oss.expert_feed_forward_length"),
+        "invalid model: missing metadata gpt-oss.expert_feed_forward_length"
+    );
+    assert_eq!(
+        drop_key("gpt-oss", "gpt-oss.attention.sliding_window"),
+        "invalid model: missing metadata gpt-oss.attention.sliding_window"
     );
     // Without expert_count a llama file is dense, as in llama.cpp; its expert tensors say why
     // it cannot load.

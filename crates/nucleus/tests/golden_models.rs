@@ -369,7 +369,7 @@ const ARCH_FIXTURES: [&str; 6] = [
 /// The mixture-of-experts fixtures. Their references need llama.cpp's AVX-512 build
 /// (`LLAMA_CPP_SRC=... scripts/make_tiny_models.py qwen3moe mixtral olmoe`); until a
 /// `.jsonl` is committed beside its model, its tests say so and pass.
-const MOE_FIXTURES: [&str; 3] = ["qwen3moe", "mixtral", "olmoe"];
+const MOE_FIXTURES: [&str; 4] = ["qwen3moe", "mixtral", "olmoe", "gpt-oss"];
 
 /// [`arch_fixtures_fast_arithmetic_stays_close`] for the MoE fixtures.
 #[test]
@@ -478,6 +478,14 @@ fn mixtral_matches_llama_cpp() {
 #[test]
 fn olmoe_matches_llama_cpp() {
     check_moe("olmoe");
+}
+
+/// gpt-oss (llama.cpp's `openai-moe`): MXFP4 experts (through llama.cpp's repacked MXFP4
+/// kernels' arithmetic), the biased router whose 4 largest logits are softmaxed, biased experts
+/// with the clamped SwiGLU, attention sinks, a sliding window of 8 on the even layers, YaRN.
+#[test]
+fn gpt_oss_matches_llama_cpp() {
+    check_moe("gpt-oss");
 }
 
 /// [`check_arch`] once the fixture's reference is committed (see [`MOE_FIXTURES`]).

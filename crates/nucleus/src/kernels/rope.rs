@@ -32,6 +32,70 @@ pub fn rope_angles(
     }
 }
 
+/// YaRN (arXiv:2309.00071), as llama.cpp's `ggml_rope_ext` computes it with `ext_factor` ≠ 0:
+/// each dimension pair's angle a mix of the interpolated (`freq_scale`·θ) and the extrapolated
+/// (θ) angle by a ramp between the two correction dimensions, and every cosine and sine times
+/// `attn_factor · (1 + 0.1·ln(1/freq_scale))`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    pub ext_factor: f32,
+    /// llama.cpp's `yarn_attn_factor` as its context sets it.
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// The training context the scaling stretches (`rope.scaling.original_context_length`).
+    pub n_ctx_orig: usize,
+}
+
+impl Yarn {
+    /// `ggml_rope_yarn_corr_dims`: the first and last dimension of the ramp.
+    fn corr_dims(&self, rope_dim: usize, base: f32) -> [f32; 2] {
+        let corr_dim = |n_rot: f32| {
+            rope_dim as f32 * (self.n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * base.ln())
+        };
+        let start = corr_dim(self.beta_fast).floor();
+        let end = corr_dim(self.beta_slow).ceil();
+        [start.max(0.0), end.min(rope_dim as f32 - 1.0)]
+    }
+}
+
+/// [`rope_angles`] with YaRN, in the order of ggml's `rope_yarn`: θ_extrap = pos·base^(−2i/d)
+/// (over the frequency factor), θ_interp = freq_scale·θ_extrap, their mix (one FMA, as GCC
+/// contracts `interp·(1 − mix) + extrap·mix`), then cos and sin times the magnitude scale.
+pub fn rope_angles_yarn(
+    (rope_dim, pos, base, freq_scale): (usize, i64, f32, f32),
+    freq_factors: Option<&[f32]>,
+    yarn: &Yarn,
+    cos_sin: &mut Vec<(f32, f32)>,
+) {
+    cos_sin.clear();
+    let corr = yarn.corr_dims(rope_dim, base);
+    let theta_scale = base.powf(-2.0 / rope_dim as f32);
+    let mut mscale = yarn.attn_factor;
+    if yarn.ext_factor != 0.0 {
+        mscale *= 0.1f32.mul_add((1.0 / freq_scale).ln(), 1.0);
+    }
+    let mut theta = pos as f32;
+    for i in 0..rope_dim / 2 {
+        let extrap = match freq_factors {
+            Some(f) => theta / f[i],
+            None => theta,
+        };
+        let interp = freq_scale * extrap;
+        let t = if yarn.ext_factor != 0.0 {
+            let y = ((2 * i / 2) as f32 - corr[0]) / (corr[1] - corr[0]).max(0.001);
+            let ramp = 1.0 - y.clamp(0.0, 1.0);
+            let mix = ramp * yarn.ext_factor;
+            interp.mul_add(1.0 - mix, extrap * mix)
+        } else {
+            interp
+        };
+        cos_sin.push((t.cos() * mscale, t.sin() * mscale));
+        theta *= theta_scale;
+    }
+}
+
 /// Rotary embeddings applied in place to `n_heads` heads of `head_dim`: their first `rope_dim`
 /// values turned by the angles of [`rope_angles`].
 pub fn rope_apply(

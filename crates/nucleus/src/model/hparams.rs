@@ -5,6 +5,7 @@
 use crate::gguf::Metadata;
 
 use super::ModelError;
+pub use crate::kernels::rope::Yarn;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -28,6 +29,10 @@ pub enum Arch {
     /// OLMoE: NeoX RoPE, RMS norms of q and k over all heads at once, a mixture-of-experts FFN
     /// whose top-k weights are not renormalised.
     Olmoe,
+    /// gpt-oss (llama.cpp's `openai-moe`): attention sinks, a sliding window on every other
+    /// layer, YaRN, biases on q/k/v/o, a biased router whose top-k logits are softmaxed, biased
+    /// experts with a clamped SwiGLU, MXFP4 experts.
+    GptOss,
 }
 
 impl Arch {
@@ -41,6 +46,7 @@ impl Arch {
             "phi3" => Some(Arch::Phi3),
             "qwen3moe" => Some(Arch::Qwen3Moe),
             "olmoe" => Some(Arch::Olmoe),
+            "gpt-oss" => Some(Arch::GptOss),
             _ => None,
         }
     }
@@ -55,11 +61,12 @@ impl Arch {
             Arch::Phi3 => "phi3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Olmoe => "olmoe",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
     pub const SUPPORTED: &'static [&'static str] = &[
-        "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3moe", "olmoe",
+        "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3moe", "olmoe", "gpt-oss",
     ];
 }
 
@@ -91,8 +98,28 @@ pub enum QkNorm {
     AllHeads,
 }
 
+/// How a router's logits choose the experts and weigh them (llama.cpp's
+/// `llama_expert_gating_func_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts, the top k chosen by probability (Qwen3-MoE, Mixtral, OLMoE).
+    Softmax,
+    /// The top k chosen by logit, their weights the softmax of their k logits (gpt-oss).
+    SoftmaxWeight,
+}
+
+/// An expert's activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertAct {
+    /// silu(gate) ⊙ up.
+    Silu,
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`, α 1.702, limit 7):
+    /// g = min(gate, 7), u = clamp(up, −7, 7), g·σ(1.702·g)·(u + 1).
+    SwigluOai,
+}
+
 /// The mixture-of-experts FFN of a model whose layers route each token to a few experts
-/// (llama.cpp's `build_moe_ffn` with softmax gating).
+/// (llama.cpp's `build_moe_ffn`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeParams {
     /// `{arch}.expert_count`.
@@ -105,6 +132,8 @@ pub struct MoeParams {
     /// Whether the chosen experts' softmax weights are divided by their sum (Qwen3-MoE,
     /// Mixtral), or used as they are (OLMoE).
     pub norm_weights: bool,
+    pub gating: Gating,
+    pub act: ExpertAct,
 }
 
 /// The most experts a layer may have (llama.cpp's `LLAMA_MAX_EXPERTS`).
@@ -133,6 +162,9 @@ pub struct HParams {
     pub rope_base_swa: f32,
     /// Linear RoPE scaling: positions are multiplied by this.
     pub rope_freq_scale: f32,
+    /// YaRN RoPE scaling (with `rope_freq_scale` as its interpolation factor), if the file
+    /// asks for it.
+    pub yarn: Option<Yarn>,
     pub activation: Activation,
     /// Multiplies the token embeddings (Gemma: sqrt(n_embd)).
     pub embd_scale: f32,
@@ -167,7 +199,7 @@ impl HParams {
             .ok_or_else(|| ModelError::UnsupportedArch(arch_name.to_string()))?;
         let keys = ArchKeys { meta, arch_name };
         let shape = Shape::read(&keys, arch)?;
-        let (rope_base, rope_freq_scale) = read_rope(&keys)?;
+        let (rope_base, rope_freq_scale, yarn) = read_rope(&keys)?;
         let mut hp = HParams {
             arch,
             n_layers: shape.n_layers,
@@ -185,6 +217,7 @@ impl HParams {
             rope_base,
             rope_base_swa: rope_base,
             rope_freq_scale,
+            yarn,
             activation: Activation::Silu,
             embd_scale: 1.0,
             attn_scale: 1.0 / (shape.head_dim as f32).sqrt(),
@@ -231,6 +264,7 @@ impl HParams {
                 // disabled").
             }
             Arch::Gemma3 => self.apply_gemma3(keys),
+            Arch::GptOss => self.apply_gpt_oss(keys)?,
         }
         Ok(())
     }
@@ -276,6 +310,17 @@ impl HParams {
         // query_pre_attn_scalar is the head dimension for every size but 27B.
         self.attn_scale = 1.0 / (self.head_dim as f32).sqrt();
         self.scale_queries = true;
+    }
+
+    /// gpt-oss: NeoX RoPE, q/k/v/o biases, and every other layer (the even ones) a sliding
+    /// window (`attention.sliding_window`, required, as llama.cpp requires it).
+    fn apply_gpt_oss(&mut self, keys: &ArchKeys) -> Result<(), ModelError> {
+        self.rope_style = RopeStyle::Neox;
+        self.qkv_bias = true;
+        self.sliding_window = Some(keys.req("attention.sliding_window")?);
+        self.swa_period = gemma2_swa_period(keys)?;
+        self.rope_base_swa = keys.f32("rope.freq_base_swa").unwrap_or(self.rope_base);
+        Ok(())
     }
 
     /// The sliding window of layer `il`, or `None` when it attends to the whole context.
@@ -361,7 +406,7 @@ impl Shape {
         let n_embd = keys.req("embedding_length")?;
         // A mixture of experts may give only its experts' size (Qwen3-MoE).
         let n_ff = match arch {
-            Arch::Qwen3Moe => keys.opt("feed_forward_length").unwrap_or(0),
+            Arch::Qwen3Moe | Arch::GptOss => keys.opt("feed_forward_length").unwrap_or(0),
             _ => keys.req("feed_forward_length")?,
         };
         let n_head = keys.req("attention.head_count")?;
@@ -402,19 +447,51 @@ impl Shape {
     }
 }
 
-/// The RoPE base and linear scaling factor (positions are multiplied by it).
-fn read_rope(keys: &ArchKeys) -> Result<(f32, f32), ModelError> {
+/// The RoPE base, the scaling factor (positions are multiplied by it) and YaRN's parameters
+/// (llama.cpp's `llama_context` defaults: ext_factor 1, β 32 and 1, its attention factor).
+fn read_rope(keys: &ArchKeys) -> Result<(f32, f32, Option<Yarn>), ModelError> {
     let rope_base = keys.f32("rope.freq_base").unwrap_or(10_000.0);
-    let rope_freq_scale = match keys.meta.get_str(&keys.key("rope.scaling.type")) {
-        None | Some("none") => 1.0,
-        Some("linear") => 1.0 / keys.f32("rope.scaling.factor").unwrap_or(1.0),
-        Some(other) => {
-            return Err(ModelError::Invalid(format!(
-                "rope scaling {other:?} is not supported yet"
-            )))
+    let factor_key = keys.key("rope.scaling.factor");
+    let factor = keys.f32("rope.scaling.factor").unwrap_or(0.0);
+    if !factor.is_finite() || factor < 0.0 {
+        return Err(ModelError::Invalid(format!(
+            "{factor_key} = {factor} is not a positive number"
+        )));
+    }
+    let freq_scale = if factor == 0.0 { 1.0 } else { 1.0 / factor };
+    match keys.meta.get_str(&keys.key("rope.scaling.type")) {
+        None | Some("none") => Ok((rope_base, 1.0, None)),
+        Some("linear") => Ok((rope_base, freq_scale, None)),
+        Some("yarn") => {
+            let n_ctx_orig = keys
+                .opt("rope.scaling.original_context_length")
+                .filter(|&n| n > 0)
+                .or(keys.opt("context_length"))
+                .unwrap_or(2048);
+            // llama_context: get_mscale(factor) = 0.1·ln(factor) + 1 above 1, cancelled by
+            // 1 / (1 + 0.1·ln(factor)) (ggml's rope applies it again), times
+            // rope.scaling.attn_factor. (libllama is built without FMA: each step rounded.)
+            let f = 1.0 / freq_scale;
+            let mut attn = if f <= 1.0 {
+                1.0
+            } else {
+                0.1f32 * 1.0 * f.ln() + 1.0
+            };
+            attn *= 1.0 / (1.0 + 0.1f32 * f.ln());
+            attn *= keys.f32("rope.scaling.attn_factor").unwrap_or(1.0);
+            let yarn = Yarn {
+                ext_factor: 1.0,
+                attn_factor: attn,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                n_ctx_orig,
+            };
+            Ok((rope_base, freq_scale, Some(yarn)))
         }
-    };
-    Ok((rope_base, rope_freq_scale))
+        Some(other) => Err(ModelError::Invalid(format!(
+            "rope scaling {other:?} is not supported yet"
+        ))),
+    }
 }
 
 /// Gemma 2's `attention.sliding_window_pattern`: a period of layers (2 when absent).
@@ -445,7 +522,7 @@ fn moe_params(
 ) -> Result<Option<MoeParams>, ModelError> {
     let key = |k: &str| format!("{arch_name}.{k}");
     let get = |k: &str| meta.get_u64(&key(k));
-    let always = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe);
+    let always = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe | Arch::GptOss);
     // The dense architectures read no experts (llama.cpp builds their dense FFN whatever
     // the metadata says).
     if !always && arch != Arch::Llama {
@@ -480,8 +557,14 @@ fn moe_params(
     // Qwen3-MoE's experts are `expert_feed_forward_length` wide, or n_ff / n_expert_used
     // without it (llama_model_qwen3moe::load_arch_tensors); the others' are n_ff wide.
     let n_ff_exp = match (arch, get("expert_feed_forward_length")) {
-        (Arch::Qwen3Moe, Some(n)) => n as usize,
+        (Arch::Qwen3Moe | Arch::GptOss, Some(n)) => n as usize,
         (Arch::Qwen3Moe, None) => n_ff / n_expert_used,
+        (Arch::GptOss, None) => {
+            return Err(ModelError::Invalid(format!(
+                "missing metadata {}",
+                key("expert_feed_forward_length")
+            )))
+        }
         _ => n_ff,
     };
     if n_ff_exp == 0 || n_ff_exp >= 1 << 24 {
@@ -494,7 +577,17 @@ fn moe_params(
         n_expert,
         n_expert_used,
         n_ff_exp,
-        norm_weights: arch != Arch::Olmoe,
+        norm_weights: !matches!(arch, Arch::Olmoe | Arch::GptOss),
+        gating: if arch == Arch::GptOss {
+            Gating::SoftmaxWeight
+        } else {
+            Gating::Softmax
+        },
+        act: if arch == Arch::GptOss {
+            ExpertAct::SwigluOai
+        } else {
+            ExpertAct::Silu
+        },
     }))
 }
 

@@ -27,7 +27,22 @@ impl Model {
             // Every key of the layer turns by the same angles (those of `delta`).
             let base = hp.layer_rope_base(layer);
             let (dim, scale) = (hp.rope_dim, hp.rope_freq_scale);
-            rope::rope_angles(dim, delta, base, scale, ff, &mut cos_sin);
+            match &hp.yarn {
+                // YaRN's angles are linear in the position too; its magnitude scale is
+                // already in the cached keys, so the turn is by unit vectors.
+                Some(y) => {
+                    let unit = rope::Yarn {
+                        attn_factor: 1.0,
+                        ..*y
+                    };
+                    rope::rope_angles_yarn((dim, delta, base, scale), ff, &unit, &mut cos_sin);
+                    let m = cos_sin.first().map_or(1.0, |&(c, s)| c.hypot(s));
+                    cos_sin
+                        .iter_mut()
+                        .for_each(|(c, s)| (*c, *s) = (*c / m, *s / m));
+                }
+                None => rope::rope_angles(dim, delta, base, scale, ff, &mut cos_sin),
+            }
             // (A sliding-window layer has no blocks out of its window: nothing to rotate.)
             let blocks = kv.layer_blocks(layer, seq)?.to_vec();
             for (i, &b) in blocks.iter().enumerate().skip(first_block) {

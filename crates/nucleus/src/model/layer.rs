@@ -77,6 +77,11 @@ impl Model {
             n,
             &mut st.proj,
         );
+        if let Some(bo) = &layer.bo {
+            st.proj[..n * e]
+                .chunks_exact_mut(e)
+                .for_each(|row| ops::add_in_place(row, bo));
+        }
         if let Some(pn) = &layer.post_attn_norm {
             ops::rmsnorm_chunks_in(&self.pool, &mut st.proj[..n * e], pn, hp.rms_eps, e);
         }
@@ -100,7 +105,12 @@ impl Model {
         for t in 0..n {
             let pos = batch.positions[t];
             // One position's angles for its query and its key.
-            rope::rope_angles(dim, pos as i64, base, scale, ff, &mut st.cos_sin);
+            match &hp.yarn {
+                Some(y) => {
+                    rope::rope_angles_yarn((dim, pos as i64, base, scale), ff, y, &mut st.cos_sin)
+                }
+                None => rope::rope_angles(dim, pos as i64, base, scale, ff, &mut st.cos_sin),
+            }
             let q = &mut st.q[t * q_dim..(t + 1) * q_dim];
             rope::rope_apply(q, hp.n_head, hd, dim, style, &st.cos_sin);
             let k = &mut st.k[t * k_dim..(t + 1) * k_dim];

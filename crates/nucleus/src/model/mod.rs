@@ -15,7 +15,7 @@ mod weights;
 pub use attention::{arithmetic_class, TILED_MIN_BATCH};
 pub use embed::EMBED_CHUNK;
 pub use forward::{Batch, ForwardState};
-pub use hparams::{Activation, Arch, HParams, MoeParams, QkNorm, RopeStyle};
+pub use hparams::{Activation, Arch, ExpertAct, Gating, HParams, MoeParams, QkNorm, RopeStyle};
 pub use memory::{available_memory, human_bytes, MemoryPlan, MAX_CONTEXT};
 
 use std::path::Path;
@@ -33,7 +33,7 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Checkpoint(#[from] crate::hf::HfError),
-    #[error("architecture {0:?} is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, olmoe)")]
+    #[error("architecture {0:?} is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, olmoe, gpt-oss)")]
     UnsupportedArch(String),
     #[error("invalid model: {0}")]
     Invalid(String),

@@ -1,13 +1,14 @@
-//! The mixture-of-experts FFN, as llama.cpp's `build_moe_ffn` computes it with softmax gating
-//! (Qwen3-MoE, Mixtral, OLMoE):
+//! The mixture-of-experts FFN, as llama.cpp's `build_moe_ffn` computes it:
 //!
-//! 1. router logits = `ffn_gate_inp` · x, one per expert;
-//! 2. probabilities = softmax over all experts ([`softmax_ggml`]);
-//! 3. the `n_expert_used` most probable experts ([`top_k`]: `ggml_argsort_top_k`, ties to the
-//!    lower index);
+//! 1. router logits = `ffn_gate_inp` · x (+ its bias: gpt-oss), one per expert;
+//! 2. with softmax gating (Qwen3-MoE, Mixtral, OLMoE), probabilities = softmax over all
+//!    experts ([`softmax_ggml`]); with gpt-oss's, the logits as they are;
+//! 3. the `n_expert_used` largest ([`top_k`]: `ggml_argsort_top_k`, ties to the lower index);
 //! 4. their weights: the chosen probabilities, divided by their sum where the architecture
-//!    renormalises ([`expert_weights`]);
-//! 5. each chosen expert's gated FFN, down(silu(gate·x) ⊙ up·x), times its weight, summed in
+//!    renormalises ([`expert_weights`]); with gpt-oss's gating, the softmax of the chosen
+//!    logits;
+//! 5. each chosen expert's gated FFN, down(act(gate·x) ⊙ up·x) (each product plus the
+//!    expert's bias: gpt-oss, whose act is its clamped SwiGLU), times its weight, summed in
 //!    the order of choice.
 //!
 //! The experts' products are grouped by expert: the tokens of a batch that chose an expert go
@@ -22,7 +23,7 @@ use crate::kernels::ops;
 use super::forward::dump;
 use super::project::ActsCache;
 use super::weights::MoeFfn;
-use super::Model;
+use super::{ExpertAct, Gating, Model};
 
 /// Scratch buffers of the MoE FFN.
 #[derive(Default)]
@@ -70,14 +71,29 @@ impl Model {
         fit(&mut st.probs, m * nx);
         acts.invalidate();
         self.project(acts, &ffn.router, (x, slots), m, &mut st.probs);
+        if let Some(b) = &ffn.router_bias {
+            st.probs[..m * nx]
+                .chunks_exact_mut(nx)
+                .for_each(|row| ops::add_in_place(row, b));
+        }
         dump("ffn_moe_logits", il, &st.probs[..m * nx]);
         st.chosen.clear();
         st.weights.clear();
         for probs in st.probs[..m * nx].chunks_exact_mut(nx) {
-            softmax_ggml(probs);
             let first = st.chosen.len();
-            top_k(probs, k, &mut st.chosen);
-            expert_weights(probs, &st.chosen[first..], p.norm_weights, &mut st.weights);
+            match p.gating {
+                Gating::Softmax => {
+                    softmax_ggml(probs);
+                    top_k(probs, k, &mut st.chosen);
+                    expert_weights(probs, &st.chosen[first..], p.norm_weights, &mut st.weights);
+                }
+                Gating::SoftmaxWeight => {
+                    top_k(probs, k, &mut st.chosen);
+                    st.weights
+                        .extend(st.chosen[first..].iter().map(|&c| probs[c]));
+                    softmax_ggml(&mut st.weights[first..]);
+                }
+            }
         }
         dump("ffn_moe_probs", il, &st.probs[..m * nx]);
         dump("ffn_moe_weights", il, &st.weights);
@@ -111,15 +127,33 @@ impl Model {
                 (&st.x, &[]),
                 n,
             );
+            if let Some(b) = &ffn.biases {
+                let (bg, bu) = (&b.gate[expert * f..][..f], &b.up[expert * f..][..f]);
+                st.gate[..n * f]
+                    .chunks_exact_mut(f)
+                    .for_each(|row| ops::add_in_place(row, bg));
+                st.up[..n * f]
+                    .chunks_exact_mut(f)
+                    .for_each(|row| ops::add_in_place(row, bu));
+            }
             // ggml's SwiGLU takes each row alone (groups of 16, then the row's tail).
             for (g, u) in st.gate[..n * f]
                 .chunks_exact_mut(f)
                 .zip(st.up[..n * f].chunks_exact(f))
             {
-                ops::swiglu(g, u);
+                match p.act {
+                    ExpertAct::Silu => ops::swiglu(g, u),
+                    ExpertAct::SwigluOai => swiglu_oai(g, u),
+                }
             }
             acts.invalidate();
             self.project(acts, &mats.down, (&st.gate, &[]), n, &mut st.down);
+            if let Some(b) = &ffn.biases {
+                let bd = &b.down[expert * e..][..e];
+                st.down[..n * e]
+                    .chunks_exact_mut(e)
+                    .for_each(|row| ops::add_in_place(row, bd));
+            }
             for (r, &(t, j)) in st.members.iter().enumerate() {
                 let at = (t * k + j) * e;
                 st.out[at..at + e].copy_from_slice(&st.down[r * e..(r + 1) * e]);
@@ -158,6 +192,20 @@ pub fn softmax_ggml(x: &mut [f32]) {
     }
     let inv = (1.0 / sum) as f32;
     x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// gpt-oss's clamped SwiGLU in place of `gate`, as ggml's `swiglu_oai` computes it (α 1.702,
+/// limit 7): x = min(gate, 7), y = clamp(up, −7, 7), x / (1 + e^(α·(−x))) · (y + 1), with the C
+/// library's `expf`.
+pub fn swiglu_oai(gate: &mut [f32], up: &[f32]) {
+    const ALPHA: f32 = 1.702;
+    const LIMIT: f32 = 7.0;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(LIMIT);
+        let y = u.clamp(-LIMIT, LIMIT);
+        let out_glu = x / (1.0 + (ALPHA * (-x)).exp());
+        *g = out_glu * (y + 1.0);
+    }
 }
 
 /// Appends the indices of the `k` largest of `probs` to `out`, largest first; equal values in

@@ -58,6 +58,10 @@ pub struct Layer {
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
+    /// The output projection's bias (gpt-oss).
+    pub bo: Option<Vec<f32>>,
+    /// One attention-sink logit per query head (gpt-oss).
+    pub attn_sinks: Option<Vec<f32>>,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     pub post_attn_norm: Option<Vec<f32>>,
@@ -82,9 +86,20 @@ pub struct MoeFfn {
     /// `ffn_gate_inp`: one row of `n_embd` per expert, whose product with the normed input
     /// gives the expert logits.
     pub router: Matrix,
+    /// The router's bias, one per expert (gpt-oss).
+    pub router_bias: Option<Vec<f32>>,
+    /// The experts' biases (gpt-oss): `n_ff_exp` per expert for gate and up, `n_embd` for down,
+    /// expert after expert.
+    pub biases: Option<ExpertBiases>,
     /// Expert `i`'s matrices: slices of the 3-D `ffn_{gate,up,down}_exps` tensors (the same
     /// bytes of the file).
     pub experts: Vec<Expert>,
+}
+
+pub struct ExpertBiases {
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub down: Vec<f32>,
 }
 
 pub struct Expert {
@@ -246,7 +261,7 @@ impl Loader<'_> {
             }
             other => other,
         })?;
-        let ff_key = if hp.arch == Arch::Qwen3Moe {
+        let ff_key = if matches!(hp.arch, Arch::Qwen3Moe | Arch::GptOss) {
             format!("{arch}.expert_feed_forward_length = {f}")
         } else {
             format!("{arch}.feed_forward_length = {f}")
@@ -261,9 +276,23 @@ impl Loader<'_> {
             .zip(down)
             .map(|((gate, up), down)| Expert { gate, up, down })
             .collect();
+        // gpt-oss: the router and every expert matrix have biases, all required.
+        let (router_bias, biases) = if hp.arch == Arch::GptOss {
+            let bias = |s: &str, len: usize| self.vector(&n(s), len);
+            let biases = ExpertBiases {
+                gate: bias("ffn_gate_exps.bias", f * x)?,
+                up: bias("ffn_up_exps.bias", f * x)?,
+                down: bias("ffn_down_exps.bias", e * x)?,
+            };
+            (Some(bias("ffn_gate_inp.bias", x)?), Some(biases))
+        } else {
+            (None, None)
+        };
         Ok(Ffn::Moe(MoeFfn {
             params: moe,
             router,
+            router_bias,
+            biases,
             experts,
         }))
     }
@@ -391,6 +420,7 @@ impl Weights {
                     l.opt_vector(&n("attn_v.bias"), v_dim)?,
                 )
             };
+            let gpt_oss = hp.arch == Arch::GptOss;
             let norm =
                 |s: &str, len: usize, required: bool| -> Result<Option<Vec<f32>>, ModelError> {
                     if required {
@@ -408,10 +438,20 @@ impl Weights {
                 bq,
                 bk,
                 bv,
+                bo: norm("attn_output.bias", e, gpt_oss)?,
+                attn_sinks: norm("attn_sinks.weight", hp.n_head, gpt_oss)?,
                 q_norm: norm("attn_q_norm.weight", qk_norm_len.0, has_qk_norm)?,
                 k_norm: norm("attn_k_norm.weight", qk_norm_len.1, has_qk_norm)?,
                 post_attn_norm: norm("post_attention_norm.weight", e, hp.post_norms)?,
-                ffn_norm: l.vector(&n("ffn_norm.weight"), e)?,
+                // gpt-oss's norm before its FFN is named for where it sits, after attention.
+                ffn_norm: l.vector(
+                    &n(if gpt_oss {
+                        "post_attention_norm.weight"
+                    } else {
+                        "ffn_norm.weight"
+                    }),
+                    e,
+                )?,
                 ffn,
                 post_ffn_norm: norm("post_ffw_norm.weight", e, hp.post_norms)?,
             });

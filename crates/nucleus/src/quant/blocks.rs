@@ -260,6 +260,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
         Q3_K => super::blocks_low_bit::dequantize_q3_k(src, dst),
         IQ4_NL => super::blocks_low_bit::dequantize_iq4_nl(src, dst),
         IQ4_XS => super::blocks_low_bit::dequantize_iq4_xs(src, dst),
+        MXFP4 => super::blocks_low_bit::dequantize_mxfp4(src, dst),
         _ => panic!("dequantize_row: {ty} is not supported"),
     }
 }

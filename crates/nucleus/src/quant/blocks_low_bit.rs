@@ -24,7 +24,14 @@ pub(crate) const KVALUES_IQ4NL: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
+/// The 16 values of an MXFP4 code (ggml's `kvalues_mxfp4`): the E2M1 floats 0, ±0.5, ±1,
+/// ±1.5, ±2, ±3, ±4, ±6, doubled to integers (the block's scale is halved to match).
+pub(crate) const KVALUES_MXFP4: [i8; 16] =
+    [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
 pub(crate) const Q2_K_BYTES: usize = 84;
+/// MXFP4 (OCP microscaling, gpt-oss's experts): e (E8M0 exponent) and qs[16], 32 values.
+pub(crate) const MXFP4_BYTES: usize = 17;
 pub(crate) const Q3_K_BYTES: usize = 110;
 pub(crate) const IQ4_NL_BYTES: usize = 18;
 pub(crate) const IQ4_XS_BYTES: usize = 136;
@@ -122,6 +129,36 @@ pub(crate) fn dequantize_q3_k(src: &[u8], dst: &mut [f32]) {
         let q = q3_k_values(b);
         for e in 0..QK_K {
             y[e] = (d * scales[e / 16] as f32) * q[e] as f32;
+        }
+    }
+}
+
+/// An MXFP4 block's scale, halved (ggml's `ggml_e8m0_to_fp32_half`): 2^(e − 128), built from
+/// its bits (subnormal for e < 2), so that scale times a [`KVALUES_MXFP4`] value is the E2M1
+/// value times 2^(e − 127).
+pub(crate) fn e8m0_to_f32_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
+/// The 32 values of an MXFP4 block's 16 bytes of nibbles, in element order.
+pub(crate) fn mxfp4_values(qs: &[u8]) -> [i32; QK] {
+    std::array::from_fn(|e| {
+        let nib = if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 };
+        KVALUES_MXFP4[nib as usize] as i32
+    })
+}
+
+/// Dequantizes MXFP4 blocks: 2^(e − 128)·KVALUES_MXFP4[nibble].
+pub(crate) fn dequantize_mxfp4(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(MXFP4_BYTES)) {
+        let d = e8m0_to_f32_half(b[0]);
+        for (o, v) in y.iter_mut().zip(mxfp4_values(&b[1..17])) {
+            *o = d * v as f32;
         }
     }
 }

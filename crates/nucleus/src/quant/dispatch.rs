@@ -58,7 +58,7 @@ pub(crate) struct Kernels {
     #[allow(dead_code)]
     pub level: SimdLevel,
     /// Indexed by [`slot`].
-    pub dots: [DotFn; 15],
+    pub dots: [DotFn; 16],
     /// Q6_K with the float arithmetic of ggml's tiled kernel, which llama.cpp uses for Q6_K
     /// matrices once a batch has 8 or more rows (a prompt): each super-block's integer sum s,
     /// then acc = acc + (s·d)·dy. The default Q6_K kernel follows `ggml_vec_dot_q6_K_q8_K`,
@@ -98,6 +98,8 @@ pub(crate) struct Kernels {
     /// IQ4_NL as llama.cpp's repacked kernels compute a matrix with a multiple of 8 rows (every
     /// row of it): each block's integer sum, then one FMA with dw·dx.
     pub iq4_nl_block_sums: DotFn,
+    /// MXFP4 as llama.cpp's repacked kernels compute a matrix with a multiple of 8 rows.
+    pub mxfp4_block_sums: DotFn,
 }
 
 /// Index of a computable weight type in a kernel table.
@@ -119,6 +121,7 @@ pub(crate) fn slot(ty: GgmlType) -> usize {
         Q3_K => 12,
         IQ4_NL => 13,
         IQ4_XS => 14,
+        MXFP4 => 15,
         _ => panic!("no dot kernel for {ty}: not a computable weight type"),
     }
 }
@@ -192,6 +195,7 @@ static SCALAR: Kernels = Kernels {
     q3_k_tiled: super::scalar_low_bit::Q3_K_TILED,
     iq4_xs_tiled: super::scalar_low_bit::IQ4_XS_TILED,
     iq4_nl_block_sums: super::scalar_low_bit::IQ4_NL_BLOCK_SUMS,
+    mxfp4_block_sums: super::scalar_low_bit::MXFP4_BLOCK_SUMS,
 };
 
 fn detect() -> SimdLevel {

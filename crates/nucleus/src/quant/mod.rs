@@ -45,7 +45,7 @@ pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
         F32 => F32,
         F16 => F16,
         BF16 => BF16,
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | MXFP4 => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => Q8_K,
         _ => panic!("vec_dot_type: {ty} is not a computable weight type"),

@@ -71,7 +71,7 @@ wrap!(k_q5_k, dot_q5_k, GgmlType::Q5_K);
 wrap!(k_q6_k, dot_q6_k, GgmlType::Q6_K);
 
 /// In [`super::dispatch::slot`] order.
-pub(crate) const DOTS: [DotFn; 15] = [
+pub(crate) const DOTS: [DotFn; 16] = [
     k_f32,
     k_f16,
     k_bf16,
@@ -87,6 +87,7 @@ pub(crate) const DOTS: [DotFn; 15] = [
     super::scalar_low_bit::Q3_K,
     super::scalar_low_bit::IQ4_NL,
     super::scalar_low_bit::IQ4_XS,
+    super::scalar_low_bit::MXFP4,
 ];
 
 wrap!(k_q6_k_batched, dot_q6_k_batched, GgmlType::Q6_K);
@@ -656,6 +657,7 @@ pub(crate) fn row_dot(ty: GgmlType) -> RowDot {
         Q3_K => super::scalar_low_bit::dot_q3_k,
         IQ4_NL => super::scalar_low_bit::dot_iq4_nl,
         IQ4_XS => super::scalar_low_bit::dot_iq4_xs,
+        MXFP4 => super::scalar_low_bit::dot_mxfp4,
         _ => panic!("no dot for {ty}"),
     }
 }

@@ -11,6 +11,7 @@
 use std::array::from_fn;
 
 use super::blocks::{f16_to_f32, rd_f32, rd_u16, QK, QK_K};
+use super::blocks_low_bit::{e8m0_to_f32_half, mxfp4_values, MXFP4_BYTES};
 use super::blocks_low_bit::{
     iq4_values, iq4_xs_scales, iq4_xs_values, q2_k_scales_mins, q2_k_values, q3_k_scales,
     q3_k_values, IQ4_NL_BYTES,
@@ -29,6 +30,8 @@ wrap!(k_q2_k_tiled, dot_q2_k_tiled, GgmlType::Q2_K);
 wrap!(k_q3_k_tiled, dot_q3_k_tiled, GgmlType::Q3_K);
 wrap!(k_iq4_xs_tiled, dot_iq4_xs_tiled, GgmlType::IQ4_XS);
 wrap!(k_iq4_nl_block_sums, dot_iq4_nl_block_sums, GgmlType::IQ4_NL);
+wrap!(k_mxfp4, dot_mxfp4, GgmlType::MXFP4);
+wrap!(k_mxfp4_block_sums, dot_mxfp4_block_sums, GgmlType::MXFP4);
 
 pub(crate) const Q2_K: DotFn = k_q2_k;
 pub(crate) const Q3_K: DotFn = k_q3_k;
@@ -40,6 +43,8 @@ pub(crate) const Q2_K_TILED: DotFn = k_q2_k_tiled;
 pub(crate) const Q3_K_TILED: DotFn = k_q3_k_tiled;
 pub(crate) const IQ4_XS_TILED: DotFn = k_iq4_xs_tiled;
 pub(crate) const IQ4_NL_BLOCK_SUMS: DotFn = k_iq4_nl_block_sums;
+pub(crate) const MXFP4: DotFn = k_mxfp4;
+pub(crate) const MXFP4_BLOCK_SUMS: DotFn = k_mxfp4_block_sums;
 
 /// One super-block of a Q2_K/Q3_K/IQ4_XS row against a Q8_K block, in the integers the x86
 /// kernels form.
@@ -199,14 +204,26 @@ pub(crate) fn dot_iq4_xs_tiled(n: usize, w: &[u8], x: &[u8]) -> f32 {
     dot_tiled(n, w, x, GgmlType::IQ4_XS)
 }
 
-/// Calls `f(dw·dx, lanes)` for each IQ4_NL block against its Q8_0 block.
-fn for_iq4_nl_blocks(n: usize, w: &[u8], x: &[u8], mut f: impl FnMut(f32, [i32; 8])) {
+/// Calls `f(dw·dx, lanes)` for each IQ4_NL block (MXFP4 with `MX`) against its Q8_0 block.
+/// MXFP4's blocks are IQ4_NL's with another table and a power-of-two scale: ggml's kernels for
+/// the two are one code (dx times the weight's scale, in that order).
+fn for_nl_blocks<const MX: bool>(n: usize, w: &[u8], x: &[u8], mut f: impl FnMut(f32, [i32; 8])) {
+    let bytes = if MX { MXFP4_BYTES } else { IQ4_NL_BYTES };
     for i in 0..n / QK {
-        let wb = &w[IQ4_NL_BYTES * i..IQ4_NL_BYTES * (i + 1)];
+        let wb = &w[bytes * i..bytes * (i + 1)];
         let xb = &x[34 * i..34 * i + 34];
-        let d = f16_to_f32(rd_u16(xb, 0)) * f16_to_f32(rd_u16(wb, 0));
-        f(d, lanes_32(&iq4_values(&wb[2..]), &xb[2..]));
+        let dx = f16_to_f32(rd_u16(xb, 0));
+        let (d, values) = if MX {
+            (dx * e8m0_to_f32_half(wb[0]), mxfp4_values(&wb[1..]))
+        } else {
+            (dx * f16_to_f32(rd_u16(wb, 0)), iq4_values(&wb[2..]))
+        };
+        f(d, lanes_32(&values, &xb[2..]));
     }
+}
+
+fn for_iq4_nl_blocks(n: usize, w: &[u8], x: &[u8], f: impl FnMut(f32, [i32; 8])) {
+    for_nl_blocks::<false>(n, w, x, f)
 }
 
 /// `ggml_vec_dot_iq4_nl_q8_0` (AVX2): blocks in pairs, the first of each pair into one 8-lane
@@ -214,11 +231,30 @@ fn for_iq4_nl_blocks(n: usize, w: &[u8], x: &[u8], mut f: impl FnMut(f32, [i32; 
 /// an odd last block is added by the C tail loop, `sumf += d·sumi` (one FMA, as GCC contracts
 /// it).
 pub(crate) fn dot_iq4_nl(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_nl::<false>(n, w, x)
+}
+
+/// `ggml_vec_dot_mxfp4_q8_0` (AVX2): [`dot_iq4_nl`]'s order.
+pub(crate) fn dot_mxfp4(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_nl::<true>(n, w, x)
+}
+
+/// MXFP4 as llama.cpp's repacked kernels compute it (`gemv/gemm_q4_b32_8x8_q8_0_lut_avx` with
+/// `block_mxfp4x8`): [`dot_iq4_nl_block_sums`]'s order.
+pub(crate) fn dot_mxfp4_block_sums(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for_nl_blocks::<true>(n, w, x, |d, lanes| {
+        acc = (lanes.iter().sum::<i32>() as f32).mul_add(d, acc)
+    });
+    acc
+}
+
+fn dot_nl<const MX: bool>(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let nb = n / QK;
     let mut acc = [[0f32; 8]; 2];
     let mut tail = None;
     let mut i = 0;
-    for_iq4_nl_blocks(n, w, x, |d, lanes| {
+    for_nl_blocks::<MX>(n, w, x, |d, lanes| {
         if i + 1 == nb && nb % 2 == 1 {
             tail = Some((d, lanes.iter().sum::<i32>()));
         } else {

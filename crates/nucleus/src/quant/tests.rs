@@ -28,8 +28,9 @@ impl Rng {
     }
 }
 
-pub(crate) const COMPUTABLE: [GgmlType; 15] = [
+pub(crate) const COMPUTABLE: [GgmlType; 16] = [
     F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS,
+    MXFP4,
 ];
 
 pub(super) fn put_f16(b: &mut [u8], at: usize, v: f32) {
@@ -58,6 +59,13 @@ pub(crate) fn random_row(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
                 for &at in scale_fields(ty) {
                     put_f16(blk, at, 0.001 + 0.01 * rng.f32().abs());
                 }
+            }
+        }
+        MXFP4 => {
+            // Random nibbles; exponents around 2^-7 (weights of about 0.05), as gpt-oss's.
+            out.iter_mut().for_each(|b| *b = rng.byte());
+            for blk in out.chunks_exact_mut(17) {
+                blk[0] = 118 + rng.byte() % 8;
             }
         }
         Q4_K | Q5_K | Q6_K => {

@@ -44,7 +44,7 @@ fn dequantization_matches_gguf_py() {
 }
 
 /// The kernels a matrix product picks for these types besides the one-row ones.
-fn extra_kernels() -> [(&'static str, GgmlType, Pick<'static>); 6] {
+fn extra_kernels() -> [(&'static str, GgmlType, Pick<'static>); 7] {
     [
         ("q2_k_block_sums", Q2_K, &|k: &Kernels| k.q2_k_block_sums),
         ("q2_k_gemm", Q2_K, &|k: &Kernels| k.q2_k_gemm),
@@ -54,6 +54,7 @@ fn extra_kernels() -> [(&'static str, GgmlType, Pick<'static>); 6] {
         ("iq4_nl_block_sums", IQ4_NL, &|k: &Kernels| {
             k.iq4_nl_block_sums
         }),
+        ("mxfp4_block_sums", MXFP4, &|k: &Kernels| k.mxfp4_block_sums),
     ]
 }
 
@@ -219,5 +220,27 @@ fn dequant_low_bit_known() {
         let (sc, mn) = ((e / 16) as f32, (15 - e / 16) as f32);
         let want = 2.0 * sc * ((e / 3) % 4) as f32 - 0.5 * mn;
         assert_eq!(y[e], want, "Q2_K element {e}");
+    }
+}
+
+/// MXFP4 against the OCP Microscaling spec (v1.0, §5.3.3, E2M1): the 16 codes are 0, 0.5, 1,
+/// 1.5, 2, 3, 4, 6 and their negatives (code 8 is −0), times the block's 2^(e − 127).
+#[test]
+fn mxfp4_dequantizes_as_the_ocp_spec_says() {
+    const E2M1: [f32; 16] = [
+        0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+    ];
+    for e in [1u8, 2, 100, 127, 130, 200] {
+        let mut block = [0u8; 17];
+        block[0] = e;
+        for (i, b) in block[1..].iter_mut().enumerate() {
+            *b = (i as u8) | (((15 - i) as u8) << 4);
+        }
+        let got = deq(MXFP4, &block, 32);
+        let scale = 2f64.powi(e as i32 - 127);
+        for (k, &g) in got.iter().enumerate() {
+            let code = if k < 16 { k } else { 15 - (k - 16) };
+            assert_eq!(g as f64, E2M1[code] as f64 * scale, "e {e}, value {k}");
+        }
     }
 }

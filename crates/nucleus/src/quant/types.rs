@@ -188,6 +188,7 @@ impl GgmlType {
                 | Q6_K
                 | IQ4_NL
                 | IQ4_XS
+                | MXFP4
         )
     }
 }

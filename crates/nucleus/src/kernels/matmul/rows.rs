@@ -134,7 +134,7 @@ struct RowKernels {
 impl RowKernels {
     fn choose(w: &QMatrix) -> RowKernels {
         let kernels = crate::quant::dispatch_kernels();
-        // llama.cpp repacks Q4_0 and IQ4_NL matrices whose row count is a multiple of 8 on x86
+        // llama.cpp repacks Q4_0, IQ4_NL and MXFP4 matrices whose row count is a multiple of 8 on x86
         // and computes them with its interleaved kernels (one FMA per block sum); its AVX-512
         // build repacks Q2_K and Q4_K matrices with a multiple of 8 rows (gemv for one row, gemm
         // for a prompt's rows in groups of four); others go through its vec_dot and tiled
@@ -142,11 +142,16 @@ impl RowKernels {
         let repacked = w.rows.is_multiple_of(8)
             && matches!(
                 w.ty,
-                GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q2_K | GgmlType::Q4_K
+                GgmlType::Q4_0
+                    | GgmlType::IQ4_NL
+                    | GgmlType::MXFP4
+                    | GgmlType::Q2_K
+                    | GgmlType::Q4_K
             );
         let dot = match w.ty {
             GgmlType::Q4_0 if repacked => kernels.q4_0_block_sums,
             GgmlType::IQ4_NL if repacked => kernels.iq4_nl_block_sums,
+            GgmlType::MXFP4 if repacked => kernels.mxfp4_block_sums,
             GgmlType::Q2_K if repacked => kernels.q2_k_block_sums,
             GgmlType::Q4_K if !repacked => kernels.q4_k_vec_dot,
             _ => kernels.dot_fn(w.ty),

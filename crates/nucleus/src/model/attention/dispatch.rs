@@ -132,6 +132,8 @@ impl Model {
             if hp.scale_queries { 1.0 } else { hp.attn_scale },
             hp.attn_softcap,
         );
+        // gpt-oss's attention sinks, one per query head.
+        let sinks = self.weights.layers[il].attn_sinks.as_deref();
         // Tasks are claimed in small groups from a shared counter, so a thread that is
         // descheduled or slower (long prompts: later tokens see more keys) holds up little.
         let next = std::sync::atomic::AtomicUsize::new(0);
@@ -167,9 +169,13 @@ impl Model {
                     let queries: Vec<&[f32]> = pairs().map(|(t, h)| q_of(t, h)).collect();
                     let ranges: Vec<(usize, usize)> = pairs().map(|(t, _)| range_of(t)).collect();
                     let mut outs: Vec<&mut [f32]> = pairs().map(|(t, h)| out_of(t, h)).collect();
-                    attend_tiled(kv_ref, il, blocks, kvh, &queries, &ranges, scale, &mut outs);
+                    let sinks: Option<Vec<f32>> =
+                        sinks.map(|s| pairs().map(|(_, h)| s[h]).collect());
+                    let how = (scale, sinks.as_deref());
+                    attend_tiled(kv_ref, il, blocks, kvh, &queries, &ranges, how, &mut outs);
                 } else {
                     let queries: Vec<&[f32]> = heads.clone().map(|h| q_of(t0, h)).collect();
+                    let how = (scale, sinks.map(|s| &s[heads.clone()]));
                     let mut outs: Vec<&mut [f32]> = heads.map(|h| out_of(t0, h)).collect();
                     attend_heads(
                         kv_ref,
@@ -178,7 +184,7 @@ impl Model {
                         kvh,
                         &queries,
                         range_of(t0),
-                        scale,
+                        how,
                         &mut outs,
                     );
                 }

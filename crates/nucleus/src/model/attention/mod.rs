@@ -33,6 +33,22 @@ pub fn visible_range(pos: usize, window: Option<usize>) -> (usize, usize) {
     (start, pos + 1)
 }
 
+/// An attention sink (gpt-oss): a learned logit per head that joins each query's softmax as one
+/// more score with no value, so that a query may attend to nothing. Applied as llama.cpp's
+/// flash attention applies it, after the keys, to the query's running maximum `max`, sum and
+/// f32 accumulator: when the sink is above the maximum, the accumulator and the sum are scaled
+/// by e^(max − sink) and the sink adds 1; otherwise it adds e^(sink − max). Returns the new sum
+/// (`S = S·ms + vs`, one FMA as GCC contracts it).
+pub(super) fn apply_sink(sink: f32, max: f32, sum: f32, acc: &mut [f32]) -> f32 {
+    if sink > max {
+        let ms = (max - sink).exp();
+        acc.iter_mut().for_each(|a| *a *= ms);
+        sum.mul_add(ms, 1.0)
+    } else {
+        sum.mul_add(1.0, (sink - max).exp())
+    }
+}
+
 /// How a raw q·k becomes an attention score: times the scale, then, with a soft cap (Gemma 2),
 /// `cap · tanh(·)`, as llama.cpp's flash attention does it (it divides the scale by the cap
 /// first, so the tanh sees `q·k · (scale / cap)`).

@@ -4,7 +4,7 @@
 
 use half::f16;
 
-use super::ScoreScale;
+use super::{apply_sink, ScoreScale};
 use crate::kernels::expf_libm::expf_libm_in_place;
 use crate::kernels::f16 as f16k;
 use crate::kernels::tile;
@@ -22,7 +22,8 @@ use crate::quant::{quantize_row_act, vec_dot, vec_dot_type};
 /// itself switches to an f32 tiled path at 64 queries per batch, which makes its own outputs
 /// batch-dependent). Each head's arithmetic is its own: the heads only share the reading of the
 /// keys and values (each widened once for all) and the calls to `expf`. Over a quantized cache,
-/// one head at a time ([`attend_head_blocks`]).
+/// one head at a time ([`attend_head_blocks`]). `sinks`: each query's attention sink
+/// ([`apply_sink`]), when the model has them.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_heads(
     kv: &KvCache,
@@ -31,14 +32,16 @@ pub fn attend_heads(
     kv_head: usize,
     qs: &[&[f32]],
     range: (usize, usize),
-    scale: ScoreScale,
+    (scale, sinks): (ScoreScale, Option<&[f32]>),
     outs: &mut [&mut [f32]],
 ) {
     assert_eq!(qs.len(), outs.len());
+    assert!(sinks.is_none_or(|s| s.len() == qs.len()));
     let cfg = kv.config();
     if cfg.ty != KvType::F16 {
-        for (q, out) in qs.iter().zip(outs.iter_mut()) {
-            attend_head_blocks(kv, layer, blocks, kv_head, q, range, scale, out);
+        for (h, (q, out)) in qs.iter().zip(outs.iter_mut()).enumerate() {
+            let sink = sinks.map(|s| s[h]);
+            attend_head_blocks(kv, layer, blocks, kv_head, q, range, (scale, sink), out);
         }
         return;
     }
@@ -114,10 +117,15 @@ pub fn attend_heads(
         pos += g;
     }
     for h in 0..nh {
-        let inv = 1.0 / sum[h];
-        for (o, a) in outs[h][..dv].iter_mut().zip(&accs[h * dv..(h + 1) * dv]) {
-            *o = a.to_f32() * inv;
+        let out = &mut outs[h][..dv];
+        for (o, a) in out.iter_mut().zip(&accs[h * dv..(h + 1) * dv]) {
+            *o = a.to_f32();
         }
+        if let Some(s) = sinks {
+            sum[h] = apply_sink(s[h], max[h], sum[h], out);
+        }
+        let inv = 1.0 / sum[h];
+        out.iter_mut().for_each(|o| *o *= inv);
     }
 }
 
@@ -134,7 +142,7 @@ fn attend_head_blocks(
     kv_head: usize,
     q: &[f32],
     (start, end): (usize, usize),
-    scale: ScoreScale,
+    (scale, sink): (ScoreScale, Option<f32>),
     out: &mut [f32],
 ) {
     let cfg = kv.config();
@@ -170,6 +178,9 @@ fn attend_head_blocks(
             *a = v.mul_add(vs, *a);
         }
         sum = sum.mul_add(ms, vs);
+    }
+    if let Some(s) = sink {
+        sum = apply_sink(s, max, sum, acc);
     }
     let inv = 1.0 / sum;
     for (o, a) in out[..dv].iter_mut().zip(acc.iter()) {

@@ -18,7 +18,16 @@ fn attend_head(
     scale: ScoreScale,
     out: &mut [f32],
 ) {
-    attend_heads(kv, layer, blocks, kv_head, &[q], range, scale, &mut [out]);
+    attend_heads(
+        kv,
+        layer,
+        blocks,
+        kv_head,
+        &[q],
+        range,
+        (scale, None),
+        &mut [out],
+    );
 }
 
 /// [`attend_tiled`] on layer 0, KV head 0 of the test cache: each query's output.
@@ -31,7 +40,16 @@ fn tiled_outputs(
 ) -> Vec<Vec<f32>> {
     let mut outs = vec![vec![0f32; DV]; queries.len()];
     let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-    attend_tiled(kv, 0, blocks, 0, queries, ranges, scale, &mut out_refs);
+    attend_tiled(
+        kv,
+        0,
+        blocks,
+        0,
+        queries,
+        ranges,
+        (scale, None),
+        &mut out_refs,
+    );
     outs
 }
 
@@ -201,7 +219,16 @@ fn heads_attended_together_get_their_own_bits() {
             let q_refs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
             let mut outs = vec![vec![0f32; DV]; qs.len()];
             let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-            attend_heads(&kv, 0, blocks, 0, &q_refs, range, scale, &mut out_refs);
+            attend_heads(
+                &kv,
+                0,
+                blocks,
+                0,
+                &q_refs,
+                range,
+                (scale, None),
+                &mut out_refs,
+            );
             for (q, got) in qs.iter().zip(&outs) {
                 let mut alone = vec![0f32; DV];
                 attend_head(&kv, 0, blocks, 0, q, range, scale, &mut alone);

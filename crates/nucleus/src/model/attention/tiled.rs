@@ -1,7 +1,7 @@
 //! llama.cpp's tiled flash attention, which it uses from 64 queries per micro-batch: f32
 //! queries and accumulators, keys in tiles of 64 positions, the scores as chains of FMAs.
 
-use super::ScoreScale;
+use super::{apply_sink, ScoreScale};
 use crate::kernels::{ops, tile};
 use crate::kv_cache::{BlockId, KvCache};
 
@@ -19,7 +19,8 @@ const TRANSPOSED_MAX_QUERIES: usize = 4;
 /// accumulators, keys in tiles of 64 positions (from position 0), per tile the scores as chains
 /// of FMAs, the tile's maximum, a rescale when it grows, ggml's SIMD `expf` and a sum per 16
 /// scores, and the values folded in by chains of FMAs. `ranges[l]` are the positions query `l`
-/// sees; `out[l]` receives its output.
+/// sees; `out[l]` receives its output; `sinks[l]`, when given, is its attention sink
+/// ([`apply_sink`]).
 ///
 /// Every query's arithmetic is its own, whatever else is in the call: the queries only share
 /// the work of reading the tile (its keys and values widened to f32 once for all the heads of
@@ -32,7 +33,7 @@ pub fn attend_tiled(
     kv_head: usize,
     queries: &[&[f32]],
     ranges: &[(usize, usize)],
-    scale: ScoreScale,
+    (scale, sinks): (ScoreScale, Option<&[f32]>),
     out: &mut [&mut [f32]],
 ) {
     const LANES: usize = tile::QUERY_LANES;
@@ -182,6 +183,9 @@ pub fn attend_tiled(
         tile_start += KEY_TILE;
     }
     for (l, o) in out.iter_mut().enumerate() {
+        if let Some(s) = sinks {
+            sum[l] = apply_sink(s[l], max[l], sum[l], &mut acc[l * dv..(l + 1) * dv]);
+        }
         let inv = if sum[l] == 0.0 { 0.0 } else { 1.0 / sum[l] };
         for (o, a) in o[..dv].iter_mut().zip(&acc[l * dv..(l + 1) * dv]) {
             *o = a * inv;

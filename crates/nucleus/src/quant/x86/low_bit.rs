@@ -6,7 +6,9 @@ use std::arch::x86_64::*;
 
 use super::helpers::*;
 use super::k_quants::{BLOCK_SUMS, LANES, PAIR_SUMS, TILED};
-use crate::quant::blocks_low_bit::{iq4_xs_scales, q3_k_scales, KVALUES_IQ4NL};
+use crate::quant::blocks_low_bit::{
+    e8m0_to_f32_half, iq4_xs_scales, q3_k_scales, KVALUES_IQ4NL, KVALUES_MXFP4, MXFP4_BYTES,
+};
 
 /// Σ of the 8 i32 lanes (exact).
 #[inline(always)]
@@ -35,8 +37,14 @@ unsafe fn mul_add_i8(w: __m256i, x: __m256i) -> __m256i {
 /// The 32 IQ4 values of one 16-byte sub-block at `p`, in element order (low nibbles first).
 #[inline(always)]
 unsafe fn iq4_bytes(p: *const u8) -> __m256i {
+    unsafe { nl_bytes(p, &KVALUES_IQ4NL) }
+}
+
+/// [`iq4_bytes`] with another table of 16 values (MXFP4's).
+#[inline(always)]
+unsafe fn nl_bytes(p: *const u8, table: &[i8; 16]) -> __m256i {
     unsafe {
-        let table = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        let table = _mm_loadu_si128(table.as_ptr() as *const __m128i);
         let m4 = _mm_set1_epi8(0xF);
         let bits = load128(p);
         let lo = _mm_shuffle_epi8(table, _mm_and_si128(bits, m4));
@@ -251,17 +259,53 @@ unsafe fn iq4_nl_impl<const NX: usize, const BLOCK_SUMS_: bool>(
     stride: usize,
     out: *mut f32,
 ) {
+    unsafe { nl_impl::<NX, BLOCK_SUMS_, false>(n, w, x, stride, out) }
+}
+
+/// MXFP4 against Q8_0: ggml's MXFP4 kernels are its IQ4_NL kernels with MXFP4's table and
+/// block scale (`e8m0_to_fp32_half(e)`, 17-byte blocks).
+#[inline(always)]
+unsafe fn mxfp4_impl<const NX: usize, const BLOCK_SUMS_: bool>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    out: *mut f32,
+) {
+    unsafe { nl_impl::<NX, BLOCK_SUMS_, true>(n, w, x, stride, out) }
+}
+
+/// A block's weight scale and its 32 values as signed bytes: IQ4_NL (`MX = false`) or MXFP4.
+#[inline(always)]
+unsafe fn nl_block<const MX: bool>(wb: *const u8) -> (f32, __m256i) {
     unsafe {
+        if MX {
+            (e8m0_to_f32_half(*wb), nl_bytes(wb.add(1), &KVALUES_MXFP4))
+        } else {
+            (f16(wb), iq4_bytes(wb.add(2)))
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn nl_impl<const NX: usize, const BLOCK_SUMS_: bool, const MX: bool>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    stride: usize,
+    out: *mut f32,
+) {
+    unsafe {
+        let bytes = if MX { MXFP4_BYTES } else { 18 };
         let nb = n / 32;
         let paired = if BLOCK_SUMS_ { nb } else { nb / 2 * 2 };
         let mut acc = [[_mm256_setzero_ps(); NX]; 2];
         let mut acc_s = [0f32; NX];
         let ones = _mm256_set1_epi16(1);
         for i in 0..paired {
-            let wb = w.add(i * 18);
+            let wb = w.add(i * bytes);
             _mm_prefetch::<_MM_HINT_T0>(wb.add(PREFETCH) as *const i8);
-            let v = iq4_bytes(wb.add(2));
-            let dw = f16(wb);
+            let (dw, v) = nl_block::<MX>(wb);
             for k in 0..NX {
                 let xb = x.add(k * stride + i * 34);
                 let d = f16(xb) * dw;
@@ -282,12 +326,9 @@ unsafe fn iq4_nl_impl<const NX: usize, const BLOCK_SUMS_: bool>(
                 if paired < nb {
                     // The odd last block: sumf += d·sumi (one FMA, as GCC contracts it).
                     let xb = x.add(k * stride + (nb - 1) * 34);
-                    let wb = w.add((nb - 1) * 18);
-                    let d = f16(xb) * f16(wb);
-                    let lanes = _mm256_madd_epi16(
-                        mul_add_i8(iq4_bytes(wb.add(2)), load256(xb.add(2))),
-                        ones,
-                    );
+                    let (dw, v) = nl_block::<MX>(w.add((nb - 1) * bytes));
+                    let d = f16(xb) * dw;
+                    let lanes = _mm256_madd_epi16(mul_add_i8(v, load256(xb.add(2))), ones);
                     d.mul_add(hsum_epi32(lanes) as f32, sum)
                 } else {
                     sum
@@ -319,4 +360,8 @@ mode_kernels! {
     iq4_nl = iq4_nl_impl::<false>;
     /// The repacked IQ4_NL kernels.
     iq4_nl_block_sums = iq4_nl_impl::<true>;
+    /// `ggml_vec_dot_mxfp4_q8_0`.
+    mxfp4 = mxfp4_impl::<false>;
+    /// The repacked MXFP4 kernels.
+    mxfp4_block_sums = mxfp4_impl::<true>;
 }

@@ -113,8 +113,10 @@ macro_rules! level {
             entry!(k_q3_k_tiled, q3_k_tiled);
             entry!(k_iq4_xs_tiled, iq4_xs_tiled);
             entry!(k_iq4_nl_block_sums, iq4_nl_block_sums);
+            entry!(k_mxfp4, mxfp4);
+            entry!(k_mxfp4_block_sums, mxfp4_block_sums);
 
-            pub(super) const DOTS: [DotFn; 15] = [
+            pub(super) const DOTS: [DotFn; 16] = [
                 k_f32 as DotFn,
                 k_f16,
                 k_bf16,
@@ -130,6 +132,7 @@ macro_rules! level {
                 k_q3_k,
                 k_iq4_nl,
                 k_iq4_xs,
+                k_mxfp4,
             ];
         }
 
@@ -151,6 +154,7 @@ macro_rules! level {
             q3_k_tiled: $modname::k_q3_k_tiled,
             iq4_xs_tiled: $modname::k_iq4_xs_tiled,
             iq4_nl_block_sums: $modname::k_iq4_nl_block_sums,
+            mxfp4_block_sums: $modname::k_mxfp4_block_sums,
         };
     };
 }
