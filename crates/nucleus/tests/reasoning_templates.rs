@@ -99,3 +99,77 @@ fn a_template_without_thinking_does_not_reason() {
     let chatml = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
     assert!(!ChatTemplate::new(chatml, "", "").unwrap().reasons());
 }
+
+/// gpt-oss: its published template (llama.cpp's `models/templates/openai-gpt-oss-120b.jinja`,
+/// as the gpt-oss fixture carries it) renders a conversation in harmony, and the model's
+/// harmony output splits into its analysis channel (the reasoning) and its final channel (the
+/// answer), whole or streamed token by token.
+#[test]
+fn gpt_oss_template_renders_harmony_and_its_final_channel_is_the_answer() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/arch/gpt-oss.gguf");
+    let file = nucleus::gguf::GgufFile::open(&path).unwrap();
+    let source = file.metadata.get_str("tokenizer.chat_template").unwrap();
+    let t = ChatTemplate::new(source, "<|startoftext|>", "<|return|>").unwrap();
+    assert!(t.reasons());
+    let prompt = t
+        .render_with_kwargs(&[Message::new("user", "What is 2+2?")], None, true, None)
+        .unwrap();
+    assert!(
+        prompt.starts_with("<|start|>system<|message|>"),
+        "{prompt:?}"
+    );
+    assert!(
+        prompt.contains("<|start|>user<|message|>What is 2+2?<|end|>"),
+        "{prompt:?}"
+    );
+    assert!(prompt.ends_with("<|start|>assistant"), "{prompt:?}");
+    let effort = t
+        .render_with_kwargs(
+            &[Message::new("user", "Hi")],
+            None,
+            true,
+            Some(&kwargs(json!({"reasoning_effort": "high"}))),
+        )
+        .unwrap();
+    assert!(effort.contains("Reasoning: high"), "{effort:?}");
+
+    let tokens = [
+        "<|channel|>",
+        "analysis",
+        "<|message|>",
+        "Simple",
+        " sum.",
+        "<|end|>",
+        "<|start|>",
+        "assistant",
+        "<|channel|>",
+        "final",
+        "<|message|>",
+        "4",
+    ];
+    let (reasoning, content) = split_reasoning(&tokens.concat(), false);
+    assert_eq!(reasoning.as_deref(), Some("Simple sum."));
+    assert_eq!(content, "4");
+    let mut s = ReasoningSplitter::new(false);
+    let mut pieces: Vec<ReasoningPiece> = tokens.iter().flat_map(|t| s.push(t)).collect();
+    pieces.extend(s.finish());
+    let text = |want_reasoning: bool| -> String {
+        pieces
+            .iter()
+            .filter_map(|p| match (p, want_reasoning) {
+                (ReasoningPiece::Reasoning(r), true) | (ReasoningPiece::Content(r), false) => {
+                    Some(r.as_str())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(text(true), "Simple sum.");
+    assert_eq!(text(false), "4");
+    // Plain text from a model that does not speak harmony stays the answer.
+    assert_eq!(
+        split_reasoning("<|chan", false),
+        (None, "<|chan".to_string())
+    );
+}

@@ -4,6 +4,7 @@
 pub mod harmony;
 mod pyjson;
 pub mod reasoning;
+pub mod strftime;
 pub mod tools;
 
 mod encode;
@@ -81,6 +82,13 @@ impl ChatTemplate {
                     minijinja::ErrorKind::InvalidOperation,
                     msg,
                 ))
+            },
+        );
+        env.add_function(
+            "strftime_now",
+            |format: String| -> Result<String, minijinja::Error> {
+                strftime::strftime_now(&format)
+                    .map_err(|m| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, m))
             },
         );
         // Hugging Face's `tojson` is Python's `json.dumps` (", " and ": ", no HTML escapes),

@@ -12,6 +12,12 @@
 //!   `</think>` and the answer is dropped;
 //! - output that does not open with `<think>` is all answer; a block never closed is all
 //!   reasoning.
+//!
+//! Output that opens with a harmony header (gpt-oss, `<|channel|>`) is split by
+//! [`HarmonySplitter`] instead: its analysis channel is the reasoning, its final channel the
+//! answer.
+
+use super::harmony::HarmonySplitter;
 
 /// The tags of a thinking block.
 pub const THINK_OPEN: &str = "<think>";
@@ -45,7 +51,16 @@ pub struct ReasoningSplitter {
     /// Text not yet released: a possible start of a tag, or whitespace whose place (inside
     /// the reasoning or at its end) is not known yet.
     held: String,
+    /// Output that opens with a harmony header (gpt-oss: `<|channel|>analysis<|message|>…`)
+    /// goes to a [`HarmonySplitter`] instead; `None` until the start decides.
+    harmony: Option<HarmonySplitter>,
+    /// Whether the start of the output is still being read for a harmony header.
+    undecided: bool,
+    pending: String,
 }
+
+/// The token a harmony answer opens with.
+const HARMONY_START: &str = "<|channel|>";
 
 /// The length of the longest tail of `s` that is a proper prefix of `tag`.
 fn partial_tag(s: &str, tag: &str) -> usize {
@@ -66,6 +81,9 @@ impl ReasoningSplitter {
                 State::Start
             },
             held: String::new(),
+            harmony: None,
+            undecided: !opened,
+            pending: String::new(),
         }
     }
 
@@ -76,6 +94,27 @@ impl ReasoningSplitter {
 
     /// The pieces that `text` completes (none while a possible tag is held back).
     pub fn push(&mut self, text: &str) -> Vec<ReasoningPiece> {
+        if let Some(h) = self.harmony.as_mut() {
+            return h.push(text);
+        }
+        if !self.undecided {
+            return self.push_think(text);
+        }
+        self.pending.push_str(text);
+        if self.pending.len() < HARMONY_START.len() && HARMONY_START.starts_with(&self.pending) {
+            return Vec::new();
+        }
+        self.undecided = false;
+        let start = std::mem::take(&mut self.pending);
+        if start.starts_with(HARMONY_START) {
+            let h = self.harmony.insert(HarmonySplitter::new());
+            return h.push(&start);
+        }
+        self.push_think(&start)
+    }
+
+    /// [`push`](Self::push) for output with `<think>` blocks.
+    fn push_think(&mut self, text: &str) -> Vec<ReasoningPiece> {
         self.held.push_str(text);
         let mut out = Vec::new();
         loop {
@@ -143,6 +182,20 @@ impl ReasoningSplitter {
 
     /// The end of the output: what is still held.
     pub fn finish(&mut self) -> Vec<ReasoningPiece> {
+        if let Some(h) = self.harmony.as_mut() {
+            return h.finish();
+        }
+        let mut out = Vec::new();
+        if self.undecided {
+            self.undecided = false;
+            let start = std::mem::take(&mut self.pending);
+            out = self.push_think(&start);
+        }
+        out.extend(self.finish_think());
+        out
+    }
+
+    fn finish_think(&mut self) -> Vec<ReasoningPiece> {
         let held = std::mem::take(&mut self.held);
         let piece = match self.state {
             // Whitespace, or an unfinished `<think>`: text after all.
