@@ -54,6 +54,30 @@ pub struct ChatMessage {
     pub reasoning_content: Option<String>,
 }
 
+impl ChatMessage {
+    /// A message of `role` with a text `content` and nothing else.
+    pub fn text(role: &str, content: String) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: Some(Content::Text(content)),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
+            reasoning_content: None,
+        }
+    }
+}
+
+/// One of [`ChatMessage::tool_calls`]: `{"id", "type": "function", "function": {"name",
+/// "arguments"}}`.
+pub fn tool_call(id: &str, name: &str, arguments: impl Into<Value>) -> Value {
+    serde_json::json!({
+        "id": id,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments.into()},
+    })
+}
+
 /// The fields of both endpoints (OpenAI's, then nucleus extensions). Unknown fields are ignored,
 /// except those [`crate::unsupported`] lists.
 #[derive(Deserialize, Debug, Clone, Default)]

@@ -291,9 +291,7 @@ pub fn message_with(
         m["tool_calls"] = a
             .calls
             .iter()
-            .map(|(name, args)| {
-                json!({"id": new_id(), "type": "function", "function": {"name": name, "arguments": args}})
-            })
+            .map(|(name, args)| crate::api::tool_call(&new_id(), name, args.as_str()))
             .collect();
     }
     (m, a.calls.len())
