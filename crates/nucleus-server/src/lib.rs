@@ -25,6 +25,7 @@ pub mod reasoning;
 mod respond;
 mod routes;
 pub mod samplers;
+mod settings;
 pub mod structured;
 pub mod tools;
 mod unsupported;

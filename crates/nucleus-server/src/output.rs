@@ -116,6 +116,23 @@ pub struct Answer {
     pub calls: Vec<(String, String)>,
 }
 
+impl Answer {
+    /// The text as sent: see [`text_beside_calls`].
+    pub fn body(&self) -> String {
+        text_beside_calls(&self.text, !self.calls.is_empty())
+    }
+}
+
+/// An answer's text, trimmed when it comes with tool calls (the white space the model puts
+/// around them is not part of what it says).
+pub fn text_beside_calls(text: &str, calls: bool) -> String {
+    if calls {
+        text.trim().to_string()
+    } else {
+        text.to_string()
+    }
+}
+
 fn piece(e: ToolEvent) -> Piece {
     match e {
         ToolEvent::Text(t) => Piece::Text(t),

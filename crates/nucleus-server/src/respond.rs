@@ -9,7 +9,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::{Sender, UnboundedReceiver};
 
 use nucleus::engine::scheduler::Event;
 use nucleus::engine::ContextPolicy;
@@ -303,6 +303,27 @@ pub(crate) fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
+/// A server-sent event named by the value's `type` (Anthropic's and Responses' streams).
+pub(crate) fn typed_sse(v: &Value) -> Bytes {
+    let kind = v["type"].as_str().unwrap_or("message");
+    Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
+}
+
+/// A `text/event-stream` response and the sender of its bytes; the stream ends when the
+/// sender is dropped.
+pub(crate) fn event_stream() -> (Sender<Result<Bytes, Infallible>>, Response) {
+    let (btx, brx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let resp = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(
+            tokio_stream::wrappers::ReceiverStream::new(brx),
+        ))
+        .expect("valid response");
+    (btx, resp)
+}
+
 /// Streams each choice's events as SSE chunks (`shape.n` choices, ids `0..n`).
 pub(crate) fn stream_response(
     st: Arc<AppState>,
@@ -320,7 +341,7 @@ pub(crate) fn stream_response(
         tools,
         reasoning,
     } = shape;
-    let (btx, brx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let (btx, resp) = event_stream();
     let created = unix_now();
     let object = match ep {
         Endpoint::Chat => "chat.completion.chunk",
@@ -487,12 +508,5 @@ pub(crate) fn stream_response(
         }
         let _ = btx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
     });
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(
-            tokio_stream::wrappers::ReceiverStream::new(brx),
-        ))
-        .expect("valid response")
+    resp
 }

@@ -280,8 +280,7 @@ pub fn message_with(
     let a = OutputParser::new(reasoning, tools.map(<[String]>::to_vec)).whole(text);
     let content = match tools {
         None => Value::String(a.text),
-        Some(_) if a.calls.is_empty() => json!(Some(a.text).filter(|t| !t.is_empty())),
-        Some(_) => json!(Some(a.text.trim().to_string()).filter(|t| !t.is_empty())),
+        Some(_) => json!(Some(a.body()).filter(|t| !t.is_empty())),
     };
     let mut m = json!({"role": "assistant", "content": content});
     if let Some(r) = a.reasoning {
@@ -291,9 +290,7 @@ pub fn message_with(
         m["tool_calls"] = a
             .calls
             .iter()
-            .map(|(name, args)| {
-                json!({"id": new_id(), "type": "function", "function": {"name": name, "arguments": args}})
-            })
+            .map(|(name, args)| crate::api::tool_call(&new_id(), name, args.as_str()))
             .collect();
     }
     (m, a.calls.len())

@@ -7,15 +7,15 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use nucleus::engine::context::SINK_TOKENS;
 
 use crate::api::{self, Endpoint};
 use crate::generate::generate;
-use crate::prompt::{chat_prompt, completion_prompt, fim_prompt, Prompt};
-use crate::routes::body_bytes;
-use crate::{ApiError, AppState};
+use crate::prompt::{completion_prompt, fim_prompt, Prompt};
+use crate::routes::{body_bytes, chat_request, finish_response};
+use crate::AppState;
 
 pub(crate) async fn completions(
     State(st): State<Arc<AppState>>,
@@ -49,18 +49,9 @@ pub(crate) async fn chat_completions(
     let r = async {
         let body = body_bytes(body, st.max_body)?;
         let req = api::parse(&body)?;
-        let mut settings = req.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
-        let r = crate::reasoning::settings(&req, st.template.as_ref())?;
-        let (prompt, opened) = chat_prompt(&st, &req, settings.tools.as_ref(), r.kwargs.as_ref())?;
-        settings.reasoning = r.split.then_some(opened);
+        let (prompt, settings) = chat_request(&st, &req)?;
         generate(st.clone(), Endpoint::Chat, prompt, settings, t0).await
     }
     .await;
     finish_response(&st, r)
-}
-
-pub(crate) fn finish_response(st: &AppState, r: Result<Response, ApiError>) -> Response {
-    let resp = r.unwrap_or_else(IntoResponse::into_response);
-    st.metrics.count_status(resp.status().as_u16());
-    resp
 }

@@ -10,10 +10,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
@@ -29,8 +29,7 @@ use crate::editor::{self, EditorLimits};
 use crate::generate::{capped_max_tokens, check_fits, relay, request_submit_error, submit_error};
 use crate::infill::{self, Infill};
 use crate::respond::sse;
-use crate::routes::body_bytes;
-use crate::routes::completions::finish_response;
+use crate::routes::{body_bytes, finish_response};
 use crate::{ApiError, AppState};
 
 pub(crate) async fn infill(
@@ -189,16 +188,9 @@ async fn run(
         }
         return Ok(Json(out.final_json(&st, true)).into_response());
     }
-    let (btx, brx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let (btx, resp) = crate::respond::event_stream();
     tokio::spawn(async move { stream(st, out, mrx, btx).await });
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(
-            tokio_stream::wrappers::ReceiverStream::new(brx),
-        ))
-        .expect("valid response"))
+    Ok(resp)
 }
 
 async fn stream(

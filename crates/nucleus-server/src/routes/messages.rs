@@ -6,14 +6,13 @@
 //! (`thinking_delta`, `text_delta`, `input_json_delta`) / `content_block_stop`, then
 //! `message_delta` (stop reason, usage) and `message_stop`. Errors have Anthropic's shape.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -23,11 +22,12 @@ use nucleus::engine::scheduler::{Event, Finished};
 use nucleus::sampling::FinishReason;
 
 use super::messages_input::MessagesRequest;
-use crate::api::{self, Endpoint};
+use crate::api;
 use crate::generate::{check_fit, collect_single, submit, Tally};
 use crate::output::{OutputParser, Piece};
 use crate::prompt::{chat_prompt, Prompt};
-use crate::routes::body_bytes;
+use crate::respond::typed_sse;
+use crate::routes::{body_bytes, chat_request};
 use crate::{ApiError, AppState};
 
 /// Anthropic's error type for an HTTP status.
@@ -77,12 +77,10 @@ fn prepare(st: &AppState, body: &[u8]) -> Result<(Prompt, api::GenSettings, Ctx)
     let req: MessagesRequest = api::parse_json(body)?;
     let reasons = crate::reasoning::model_reasons(st.template.as_ref());
     let chat = req.to_chat(true, reasons)?;
-    let settings = chat.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
-    let r = crate::reasoning::settings(&chat, st.template.as_ref())?;
-    let (prompt, opened) = chat_prompt(st, &chat, settings.tools.as_ref(), r.kwargs.as_ref())?;
+    let (prompt, settings) = chat_request(st, &chat)?;
     let ctx = Ctx {
         id: st.new_id("msg"),
-        reasoning: r.split.then_some(opened),
+        reasoning: settings.reasoning,
         tools: settings.tools.as_ref().map(|t| t.names.clone()),
         stops: req.stop_sequences.clone().unwrap_or_default(),
         prompt_tokens: prompt.tokens.len(),
@@ -169,11 +167,7 @@ fn whole(st: &AppState, ctx: &Ctx, text: &str, f: &Finished, tally: &Tally) -> V
     if let Some(r) = &a.reasoning {
         content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
     }
-    let body = if a.calls.is_empty() {
-        a.text.clone()
-    } else {
-        a.text.trim().to_string()
-    };
+    let body = a.body();
     if !body.is_empty() || (a.calls.is_empty() && content.is_empty()) {
         content.push(json!({"type": "text", "text": body}));
     }
@@ -191,11 +185,6 @@ fn whole(st: &AppState, ctx: &Ctx, text: &str, f: &Finished, tally: &Tally) -> V
         "stop_sequence": seq,
         "usage": usage(ctx, f),
     })
-}
-
-fn event(v: &Value) -> Bytes {
-    let kind = v["type"].as_str().unwrap_or("message");
-    Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
 }
 
 /// The open content block: its index and kind.
@@ -267,7 +256,7 @@ impl Blocks {
 
 /// The event stream.
 fn stream(st: Arc<AppState>, ctx: Ctx, mut rx: UnboundedReceiver<(usize, Event)>) -> Response {
-    let (btx, brx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let (btx, resp) = crate::respond::event_stream();
     tokio::spawn(async move {
         let start = json!({"type": "message_start", "message": {
             "id": ctx.id, "type": "message", "role": "assistant", "model": st.model_id,
@@ -275,7 +264,7 @@ fn stream(st: Arc<AppState>, ctx: Ctx, mut rx: UnboundedReceiver<(usize, Event)>
             "usage": {"input_tokens": ctx.prompt_tokens, "output_tokens": 0},
         }});
         for v in [start, json!({"type": "ping"})] {
-            if btx.send(Ok(event(&v))).await.is_err() {
+            if btx.send(Ok(typed_sse(&v))).await.is_err() {
                 return;
             }
         }
@@ -316,7 +305,7 @@ fn stream(st: Arc<AppState>, ctx: Ctx, mut rx: UnboundedReceiver<(usize, Event)>
                 .last()
                 .is_some_and(|v| v["type"] == "message_stop" || v["type"] == "error");
             for v in out.drain(..) {
-                if btx.send(Ok(event(&v))).await.is_err() {
+                if btx.send(Ok(typed_sse(&v))).await.is_err() {
                     return;
                 }
             }
@@ -325,12 +314,5 @@ fn stream(st: Arc<AppState>, ctx: Ctx, mut rx: UnboundedReceiver<(usize, Event)>
             }
         }
     });
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(
-            tokio_stream::wrappers::ReceiverStream::new(brx),
-        ))
-        .expect("valid response")
+    resp
 }

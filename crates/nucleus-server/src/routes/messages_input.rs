@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::api::{ApiRequest, ChatMessage, Content, StopField};
+use crate::api::{tool_call, ApiRequest, ChatMessage, StopField};
 use crate::ApiError;
 
 /// The body of `POST /v1/messages` (and, without `max_tokens`, of `count_tokens`). Any other
@@ -65,17 +65,6 @@ fn text_of(field: &str, v: &Value) -> Result<String, ApiError> {
     }
 }
 
-fn chat(role: &str, content: String) -> ChatMessage {
-    ChatMessage {
-        role: role.into(),
-        content: Some(Content::Text(content)),
-        tool_calls: None,
-        tool_call_id: None,
-        name: None,
-        reasoning_content: None,
-    }
-}
-
 /// One Anthropic message as chat messages: a user's `tool_result` blocks become `tool`
 /// messages (before its text), an assistant's `tool_use` blocks its `tool_calls` and its
 /// `thinking` its `reasoning_content`.
@@ -88,7 +77,7 @@ fn translate_message(i: usize, m: &AnthropicMessage) -> Result<Vec<ChatMessage>,
         ));
     }
     let blocks = match &m.content {
-        Value::String(s) => return Ok(vec![chat(&m.role, s.clone())]),
+        Value::String(s) => return Ok(vec![ChatMessage::text(&m.role, s.clone())]),
         Value::Array(b) => b,
         _ => {
             return Err(ApiError::param(
@@ -119,11 +108,7 @@ fn translate_message(i: usize, m: &AnthropicMessage) -> Result<Vec<ChatMessage>,
             ("text", _) => text.push_str(&str_of("text")?),
             ("tool_use", "assistant") => {
                 let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
-                calls.push(json!({
-                    "id": str_of("id")?,
-                    "type": "function",
-                    "function": {"name": str_of("name")?, "arguments": input},
-                }));
+                calls.push(tool_call(&str_of("id")?, &str_of("name")?, input));
             }
             ("thinking", "assistant") => {
                 reasoning.get_or_insert_with(String::new).push_str(&str_of("thinking")?)
@@ -135,7 +120,7 @@ fn translate_message(i: usize, m: &AnthropicMessage) -> Result<Vec<ChatMessage>,
                     Some(c) => text_of(&format!("{bf}.content"), c)?,
                 };
                 let is_error = b.get("is_error").and_then(Value::as_bool) == Some(true);
-                let mut msg = chat(
+                let mut msg = ChatMessage::text(
                     "tool",
                     if is_error { format!("Error: {content}") } else { content },
                 );
@@ -152,7 +137,7 @@ fn translate_message(i: usize, m: &AnthropicMessage) -> Result<Vec<ChatMessage>,
         }
     }
     if m.role == "assistant" || !text.is_empty() || out.is_empty() {
-        let mut msg = chat(&m.role, text);
+        let mut msg = ChatMessage::text(&m.role, text);
         msg.tool_calls = (!calls.is_empty()).then_some(calls);
         msg.reasoning_content = reasoning;
         out.push(msg);
@@ -272,7 +257,7 @@ impl MessagesRequest {
         }
         let mut messages = Vec::new();
         if let Some(s) = self.system.as_ref().filter(|s| !s.is_null()) {
-            messages.push(chat("system", text_of("system", s)?));
+            messages.push(ChatMessage::text("system", text_of("system", s)?));
         }
         for (i, m) in self.messages.iter().enumerate() {
             messages.extend(translate_message(i, m)?);

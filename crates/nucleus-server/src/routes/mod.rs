@@ -14,8 +14,11 @@ pub(crate) mod tokens;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 
-use crate::ApiError;
+use crate::api::{ApiRequest, Endpoint, GenSettings};
+use crate::prompt::{chat_prompt, Prompt};
+use crate::{ApiError, AppState};
 
 /// The request body, or the error for a body that could not be read (larger than `limit`
 /// bytes, ...).
@@ -38,4 +41,24 @@ pub(crate) fn body_bytes(
             ApiError::new(status, "invalid_request_error", rej.body_text())
         }
     })
+}
+
+/// The answer, or the error's; counted by its status.
+pub(crate) fn finish_response(st: &AppState, r: Result<Response, ApiError>) -> Response {
+    let resp = r.unwrap_or_else(IntoResponse::into_response);
+    st.metrics.count_status(resp.status().as_u16());
+    resp
+}
+
+/// A chat request's settings and prompt, with `reasoning` set where the request and the
+/// template split a thinking block off the answer (chat completions, Messages, Responses).
+pub(crate) fn chat_request(
+    st: &AppState,
+    req: &ApiRequest,
+) -> Result<(Prompt, GenSettings), ApiError> {
+    let mut settings = req.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
+    let r = crate::reasoning::settings(req, st.template.as_ref())?;
+    let (prompt, opened) = chat_prompt(st, req, settings.tools.as_ref(), r.kwargs.as_ref())?;
+    settings.reasoning = r.split.then_some(opened);
+    Ok((prompt, settings))
 }

@@ -7,14 +7,12 @@
 //! `response.content_part.added`, `response.output_text.delta`, `...done`,
 //! `response.function_call_arguments.delta`, `...done`, `response.completed`).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -24,11 +22,11 @@ use nucleus::engine::scheduler::{Event, Finished};
 use nucleus::sampling::FinishReason;
 
 use super::responses_input::{answer_message, ResponsesRequest, Store};
-use crate::api::{self, ChatMessage, Endpoint};
+use crate::api::{self, ChatMessage};
 use crate::generate::{check_fit, collect_single, submit};
-use crate::output::{OutputParser, Piece};
-use crate::prompt::chat_prompt;
-use crate::routes::body_bytes;
+use crate::output::{text_beside_calls, OutputParser, Piece};
+use crate::respond::typed_sse;
+use crate::routes::{body_bytes, chat_request, finish_response};
 use crate::{unix_now, ApiError, AppState};
 
 /// What the answer's formatting needs to know.
@@ -130,13 +128,11 @@ fn prepare(
     };
     let reasons = crate::reasoning::model_reasons(st.template.as_ref());
     let (chat, conversation) = req.to_chat(history, reasons)?;
-    let settings = chat.settings(Endpoint::Chat, st.tokenizer.vocab_size())?;
-    let r = crate::reasoning::settings(&chat, st.template.as_ref())?;
-    let (prompt, opened) = chat_prompt(st, &chat, settings.tools.as_ref(), r.kwargs.as_ref())?;
+    let (prompt, settings) = chat_request(st, &chat)?;
     let ctx = Ctx {
         id: st.new_id("resp"),
         created: unix_now(),
-        reasoning: r.split.then_some(opened),
+        reasoning: settings.reasoning,
         tools: settings.tools.as_ref().map(|t| t.names.clone()),
         req,
         conversation,
@@ -162,9 +158,7 @@ pub(crate) async fn responses(
         Ok(Json(whole(&st, &ctx, &one.text, &one.done)).into_response())
     }
     .await;
-    let resp = r.unwrap_or_else(IntoResponse::into_response);
-    st.metrics.count_status(resp.status().as_u16());
-    resp
+    finish_response(&st, r)
 }
 
 fn reasoning_item(id: &str, text: &str, status: &str) -> Value {
@@ -192,11 +186,7 @@ fn whole(st: &AppState, ctx: &Ctx, text: &str, f: &Finished) -> Value {
     if let Some(r) = &a.reasoning {
         output.push(reasoning_item(&st.new_id("rs"), r, "completed"));
     }
-    let body = if a.calls.is_empty() {
-        a.text.clone()
-    } else {
-        a.text.trim().to_string()
-    };
+    let body = a.body();
     if !body.is_empty() || a.calls.is_empty() {
         output.push(message_item(&st.new_id("msg"), Some(&body), "completed"));
     }
@@ -374,7 +364,7 @@ impl Items {
 
 /// The event stream.
 fn stream(st: Arc<AppState>, ctx: Ctx, mut rx: UnboundedReceiver<(usize, Event)>) -> Response {
-    let (btx, brx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let (btx, resp) = crate::respond::event_stream();
     tokio::spawn(async move {
         let mut seq = 0u64;
         let mut items = Items::default();
@@ -402,11 +392,7 @@ fn stream(st: Arc<AppState>, ctx: Ctx, mut rx: UnboundedReceiver<(usize, Event)>
                         });
                     }
                     items.close();
-                    let text = if items.calls.is_empty() {
-                        items.text.clone()
-                    } else {
-                        items.text.trim().to_string()
-                    };
+                    let text = text_beside_calls(&items.text, !items.calls.is_empty());
                     ctx.store(&st, items.reasoning.clone(), text, &items.calls);
                     let status = status_of(&f);
                     let done = ctx.object(&st, status, items.done.clone(), Some(&f));
@@ -435,12 +421,7 @@ fn stream(st: Arc<AppState>, ctx: Ctx, mut rx: UnboundedReceiver<(usize, Event)>
             for mut v in items.events.drain(..) {
                 v["sequence_number"] = json!(seq);
                 seq += 1;
-                let kind = v["type"].as_str().unwrap_or("message").to_string();
-                if btx
-                    .send(Ok(Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))))
-                    .await
-                    .is_err()
-                {
+                if btx.send(Ok(typed_sse(&v))).await.is_err() {
                     return;
                 }
             }
@@ -449,12 +430,5 @@ fn stream(st: Arc<AppState>, ctx: Ctx, mut rx: UnboundedReceiver<(usize, Event)>
             }
         }
     });
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(
-            tokio_stream::wrappers::ReceiverStream::new(brx),
-        ))
-        .expect("valid response")
+    resp
 }

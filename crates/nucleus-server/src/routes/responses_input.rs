@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::api::{ApiRequest, ChatMessage, Content};
+use crate::api::{tool_call, ApiRequest, ChatMessage};
 use crate::ApiError;
 
 /// The body of `POST /v1/responses`. Any other field is a 400 naming it.
@@ -48,17 +48,6 @@ pub(crate) struct ResponsesRequest {
     pub include: Option<Vec<Value>>,
 }
 
-fn chat(role: &str, content: String) -> ChatMessage {
-    ChatMessage {
-        role: role.into(),
-        content: Some(Content::Text(content)),
-        tool_calls: None,
-        tool_call_id: None,
-        name: None,
-        reasoning_content: None,
-    }
-}
-
 /// A message item's content: a string or a list of text parts.
 fn content_text(field: &str, v: &Value) -> Result<String, ApiError> {
     match v {
@@ -95,7 +84,7 @@ fn content_text(field: &str, v: &Value) -> Result<String, ApiError> {
 /// (or start one); a reasoning item goes to the next assistant message.
 pub(crate) fn input_messages(input: &Value) -> Result<Vec<ChatMessage>, ApiError> {
     let items = match input {
-        Value::String(s) => return Ok(vec![chat("user", s.clone())]),
+        Value::String(s) => return Ok(vec![ChatMessage::text("user", s.clone())]),
         Value::Array(items) => items,
         _ => {
             return Err(ApiError::param(
@@ -130,21 +119,17 @@ pub(crate) fn input_messages(input: &Value) -> Result<Vec<ChatMessage>, ApiError
                     return Err(ApiError::param(&format!("{f}.role"), format!("unknown role {role:?}")));
                 }
                 let content = content_text(&format!("{f}.content"), item.get("content").unwrap_or(&Value::Null))?;
-                let mut m = chat(&role, content);
+                let mut m = ChatMessage::text(&role, content);
                 if role == "assistant" {
                     m.reasoning_content = reasoning.take();
                 }
                 out.push(m);
             }
             "function_call" => {
-                let call = json!({
-                    "id": str_of("call_id")?,
-                    "type": "function",
-                    "function": {"name": str_of("name")?, "arguments": str_of("arguments")?},
-                });
+                let call = tool_call(&str_of("call_id")?, &str_of("name")?, str_of("arguments")?);
                 let joins = out.last().is_some_and(|m| m.role == "assistant");
                 if !joins {
-                    let mut m = chat("assistant", String::new());
+                    let mut m = ChatMessage::text("assistant", String::new());
                     m.reasoning_content = reasoning.take();
                     out.push(m);
                 }
@@ -157,7 +142,7 @@ pub(crate) fn input_messages(input: &Value) -> Result<Vec<ChatMessage>, ApiError
                     Some(v @ Value::Array(_)) => content_text(&format!("{f}.output"), v)?,
                     _ => return Err(ApiError::param(&format!("{f}.output"), "`output` must be a string")),
                 };
-                let mut m = chat("tool", output);
+                let mut m = ChatMessage::text("tool", output);
                 m.tool_call_id = Some(str_of("call_id")?);
                 out.push(m);
             }
@@ -264,7 +249,7 @@ impl ResponsesRequest {
         conversation.extend(input_messages(input)?);
         let mut messages = Vec::new();
         if let Some(i) = &self.instructions {
-            messages.push(chat("system", i.clone()));
+            messages.push(ChatMessage::text("system", i.clone()));
         }
         messages.extend(conversation.iter().cloned());
         let mut kwargs = Map::new();
@@ -335,13 +320,13 @@ pub(crate) fn answer_message(
     text: String,
     calls: &[(String, String, String)],
 ) -> ChatMessage {
-    let mut m = chat("assistant", text);
+    let mut m = ChatMessage::text("assistant", text);
     m.reasoning_content = reasoning;
     if !calls.is_empty() {
         m.tool_calls = Some(
             calls
                 .iter()
-                .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+                .map(|(id, name, args)| tool_call(id, name, args.as_str()))
                 .collect(),
         );
     }
