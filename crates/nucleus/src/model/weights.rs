@@ -16,7 +16,7 @@ pub struct Matrix {
     pub info: TensorInfo,
     pub rows: usize,
     pub cols: usize,
-    /// The matrix repacked for nucleus's own arithmetic (Q8_0, Q5_0, Q4_0, IQ4_NL and Q4_K with
+    /// The matrix repacked for nucleus's own arithmetic (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4 and Q4_K with
     /// whole groups of rows, when the model runs in [`Arithmetic::Fast`]).
     pub packed: Option<Arc<PackedMatrix>>,
 }

@@ -447,6 +447,7 @@ fn matmul_packed_with(
                     | GgmlType::Q8_0
                     | GgmlType::Q4_0
                     | GgmlType::IQ4_NL
+                    | GgmlType::MXFP4
                     | GgmlType::Q6_K
             );
         let groups = w.rows() / GROUP_ROWS;

@@ -9,13 +9,15 @@
 //!   holding the low four bits of `q[j][4c + m]` in the low nibble of byte `4j + m` and those of
 //!   `q[j][4(c + 4) + m]` in its high nibble; 32 bytes of fifth bits, bit `k` of byte `4j + m`
 //!   being bit 4 of `q[j][4k + m]`. Q5_0 values are kept unsigned (weight + 16, 0..=31);
-//! - Q4_0 and IQ4_NL (144 bytes): the eight f16 scales and the 128 bytes of nibbles of Q5_0's
-//!   layout, without fifth bits: the file's nibbles, Q4_0's unsigned (weight + 8), IQ4_NL's
-//!   indices into `kvalues_iq4nl`.
+//! - Q4_0, IQ4_NL and MXFP4 (144 bytes): the eight f16 scales and the 128 bytes of nibbles of
+//!   Q5_0's layout, without fifth bits: the file's nibbles, Q4_0's unsigned (weight + 8),
+//!   IQ4_NL's indices into `kvalues_iq4nl`, MXFP4's into `kvalues_mxfp4`. MXFP4's scale,
+//!   2^(e − 128), is a power of two that f16 holds exactly from 2^-24 to 2^15 (e from 104 to
+//!   143); a matrix with a block outside that range (but for blocks of zeros) is not packed.
 
 use super::{q4_k, q6_k, GROUP_ROWS, QK};
 use crate::kernels::matmul::QMatrix;
-use crate::quant::{GgmlType, KVALUES_IQ4NL};
+use crate::quant::{GgmlType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 /// A weight matrix in the interleaved layout.
 #[derive(Debug)]
@@ -31,7 +33,7 @@ fn group_block_bytes(ty: GgmlType) -> usize {
     match ty {
         GgmlType::Q8_0 => 16 + 256,
         GgmlType::Q5_0 => 16 + 128 + 32,
-        GgmlType::Q4_0 | GgmlType::IQ4_NL => 16 + 128,
+        GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => 16 + 128,
         GgmlType::Q4_K => q4_k::GROUP_BLOCK,
         GgmlType::Q6_K => q6_k::GROUP_BLOCK,
         _ => unreachable!("only Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_K and Q6_K are packed"),
@@ -57,8 +59,9 @@ impl PackedMatrix {
     pub fn cols(&self) -> usize {
         self.cols
     }
-    /// Bytes held (the same as the file's tensor for the 32-value blocks; 2.8 % more for Q4_K, its
-    /// scales and mins unpacked).
+    /// Bytes held (the same as the file's tensor for the 32-value blocks but MXFP4, whose
+    /// one-byte scales widen to f16: 5.9 % more; 2.8 % more for Q4_K, its scales and mins
+    /// unpacked).
     pub fn bytes(&self) -> usize {
         self.data.len()
     }
@@ -74,7 +77,7 @@ impl PackedMatrix {
 /// is a multiple of eight.
 pub fn can_pack(ty: GgmlType, rows: usize, cols: usize) -> bool {
     use GgmlType::*;
-    matches!(ty, Q8_0 | Q5_0 | Q4_0 | IQ4_NL | Q4_K | Q6_K)
+    matches!(ty, Q8_0 | Q5_0 | Q4_0 | IQ4_NL | MXFP4 | Q4_K | Q6_K)
         && rows.is_multiple_of(GROUP_ROWS)
         && cols.is_multiple_of(block_len(ty))
         && rows > 0
@@ -83,8 +86,15 @@ pub fn can_pack(ty: GgmlType, rows: usize, cols: usize) -> bool {
 /// The 32 unsigned values of a file block (Q8_0: the signed bytes as they are; Q5_0: weight +
 /// 16; Q4_0 and IQ4_NL: the nibbles) and its f16 scale bits.
 fn block_values(ty: GgmlType, block: &[u8]) -> (u16, [u8; QK]) {
-    let d = u16::from_le_bytes([block[0], block[1]]);
     let mut q = [0u8; QK];
+    if ty == GgmlType::MXFP4 {
+        for (i, &byte) in block[1..1 + QK / 2].iter().enumerate() {
+            q[i] = byte & 0x0F;
+            q[i + 16] = byte >> 4;
+        }
+        return (mxfp4_scale_f16(block).unwrap_or(0), q);
+    }
+    let d = u16::from_le_bytes([block[0], block[1]]);
     match ty {
         GgmlType::Q8_0 => q.copy_from_slice(&block[2..2 + QK]),
         GgmlType::Q4_0 | GgmlType::IQ4_NL => {
@@ -108,6 +118,24 @@ fn block_values(ty: GgmlType, block: &[u8]) -> (u16, [u8; QK]) {
     (d, q)
 }
 
+/// An MXFP4 block's scale 2^(e − 128) as f16 bits, when f16 holds it exactly; 0 for a block
+/// whose values are all zero (its scale multiplies nothing); `None` otherwise.
+fn mxfp4_scale_f16(block: &[u8]) -> Option<u16> {
+    let e = block[0] as i32;
+    match e - 128 {
+        // Subnormal f16: 2^k = 2^-24 · 2^(k + 24).
+        k @ -24..=-15 => Some(1 << (k + 24)),
+        k @ -14..=15 => Some(((k + 15) as u16) << 10),
+        _ if block[1..17].iter().all(|&b| b & 0x77 == 0) => Some(0),
+        _ => None,
+    }
+}
+
+/// Whether every MXFP4 block of `data` has a scale [`mxfp4_scale_f16`] takes.
+fn mxfp4_packs(data: &[u8]) -> bool {
+    data.chunks_exact(17).all(|b| mxfp4_scale_f16(b).is_some())
+}
+
 /// Repacks `w`, or `None` when [`can_pack`] says no.
 pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
     pack_releasing(w, &|_, _| {})
@@ -116,7 +144,7 @@ pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
 /// [`pack`], calling `done(offset, len)` as each stretch of `w.data` has been read (so that a
 /// caller may drop a large matrix's file pages as it goes, instead of holding both copies).
 pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Option<PackedMatrix> {
-    if !can_pack(w.ty, w.rows, w.cols) {
+    if !can_pack(w.ty, w.rows, w.cols) || (w.ty == GgmlType::MXFP4 && !mxfp4_packs(w.data)) {
         return None;
     }
     let rb = w.ty.row_bytes(w.cols)?;
@@ -247,6 +275,7 @@ pub(crate) fn unpack_group_scalar(
                         v[32 * k + l] = match ty {
                             GgmlType::Q5_0 => nib | ((s[16 + 128 + l] >> k) & 1) << 4,
                             GgmlType::IQ4_NL => KVALUES_IQ4NL[nib as usize] as u8,
+                            GgmlType::MXFP4 => KVALUES_MXFP4[nib as usize] as u8,
                             _ => nib,
                         };
                     }

@@ -13,6 +13,18 @@ use crate::quant::quantize::quantize_rows;
 fn matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let rb = ty.row_bytes(cols).unwrap();
     let mut data = vec![0u8; rows * rb];
+    if ty == GgmlType::MXFP4 {
+        // Random codes; exponents from 2^-24 to 2^15 (every one f16 holds), and an all-zero
+        // block with exponent 0 now and then (gpt-oss's files have them).
+        for (i, b) in data.chunks_exact_mut(17).enumerate() {
+            let mut byte = || ((rng.f32() + 1.0) * 128.0) as u8;
+            b[0] = if i % 13 == 5 { 0 } else { 104 + byte() % 40 };
+            for v in &mut b[1..] {
+                *v = if i % 13 == 5 { 0x80 } else { byte() };
+            }
+        }
+        return data;
+    }
     for r in 0..rows {
         let scale = 0.01 * (1 + r % 7) as f32;
         let f: Vec<f32> = (0..cols).map(|_| rng.f32() * scale).collect();
@@ -33,12 +45,33 @@ fn acts(rng: &mut Rng, n: usize, cols: usize) -> (QuantizedActs, PackedActs) {
 }
 
 /// The types computed in the arithmetic of the module doc.
-const TYPES: [GgmlType; 4] = [
+const TYPES: [GgmlType; 5] = [
     GgmlType::Q5_0,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::IQ4_NL,
+    GgmlType::MXFP4,
 ];
+
+#[test]
+fn mxfp4_out_of_f16_range_is_not_packed() {
+    let mut rng = Rng(12);
+    let mut data = matrix(&mut rng, GgmlType::MXFP4, 8, 64);
+    let w = |data: &[u8]| {
+        let q = QMatrix {
+            ty: GgmlType::MXFP4,
+            data,
+            rows: 8,
+            cols: 64,
+        };
+        pack(&q).is_some()
+    };
+    assert!(w(&data));
+    data[17 * 3] = 144; // 2^16: past f16's largest power of two
+    assert!(!w(&data));
+    data[17 * 3] = 103; // 2^-25: below its smallest
+    assert!(!w(&data));
+}
 
 #[test]
 fn packing_keeps_every_value_and_scale() {
@@ -53,11 +86,13 @@ fn packing_keeps_every_value_and_scale() {
             cols,
         };
         let p = pack(&w).unwrap();
-        assert_eq!(
-            p.bytes(),
-            data.len(),
-            "{ty}: the packed matrix is as large as the file's"
-        );
+        // MXFP4's one-byte scales widen to f16 (18 bytes a block for 17).
+        let want = if ty == GgmlType::MXFP4 {
+            data.len() / 17 * 18
+        } else {
+            data.len()
+        };
+        assert_eq!(p.bytes(), want, "{ty}: the packed matrix's size");
         let blocks = cols / QK;
         let rb = ty.row_bytes(cols).unwrap();
         for g in 0..rows / GROUP_ROWS {
@@ -431,11 +466,17 @@ fn extreme_values_do_not_saturate() {
     for ty in TYPES {
         let bb = ty.block_layout().1;
         let mut data = vec![0u8; rows * ty.row_bytes(cols).unwrap()];
+        // MXFP4's scale is one byte (2^(e − 128)); the others' an f16.
+        let at = if ty == GgmlType::MXFP4 { 1 } else { 2 };
         for (i, block) in data.chunks_exact_mut(bb).enumerate() {
             let row = i / (cols / QK);
-            block[0..2].copy_from_slice(&half::f16::from_f32(1.0 / 64.0).to_le_bytes());
+            if ty == GgmlType::MXFP4 {
+                block[0] = 122; // 1/64
+            } else {
+                block[0..2].copy_from_slice(&half::f16::from_f32(1.0 / 64.0).to_le_bytes());
+            }
             let p = patterns[row % patterns.len()];
-            for v in &mut block[2..] {
+            for v in &mut block[at..] {
                 *v = if row < 8 {
                     p
                 } else {
@@ -495,15 +536,15 @@ fn extreme_values_do_not_saturate() {
     }
 }
 
-/// Packed Q4_0 and IQ4_NL compute what llama.cpp's kernels for its repacked Q4_0 and IQ4_NL
-/// matrices compute (the one-row kernels `--exact` uses for matrices of whole groups of 8 rows:
+/// Packed Q4_0, IQ4_NL and MXFP4 compute what llama.cpp's kernels for its repacked Q4_0,
+/// IQ4_NL and MXFP4 matrices compute (the one-row kernels `--exact` uses for matrices of whole groups of 8 rows:
 /// one `fma(isum, dw·dx, acc)` per block, in block order), bit for bit, for every token count,
 /// with the SIMD kernels and the scalar ones.
 #[test]
 fn q4_0_and_iq4_nl_packed_have_llama_cpps_repacked_bits() {
     let mut rng = Rng(17);
     let pool = ThreadPool::new(2);
-    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL] {
+    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4] {
         for (rows, cols) in [(8, 32), (24, 896), (64, 4864)] {
             let data = matrix(&mut rng, ty, rows, cols);
             let qm = QMatrix {

@@ -98,6 +98,7 @@ impl Product<'_> {
                     GgmlType::Q5_0 => unsafe { x86::tile_q5_stored(stored, &tile) },
                     GgmlType::Q4_0 => unsafe { x86::tile_q4_stored(stored, &tile) },
                     GgmlType::IQ4_NL => unsafe { x86::tile_iq4nl_stored(stored, &tile) },
+                    GgmlType::MXFP4 => unsafe { x86::tile_mxfp4_stored(stored, &tile) },
                     GgmlType::Q6_K => unsafe { q6_k::tile_stored(stored, &tile) },
                     _ => unsafe { x86::tile_q8_stored(stored, &tile) },
                 }

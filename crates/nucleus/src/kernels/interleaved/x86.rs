@@ -15,7 +15,7 @@ pub(super) const PREFETCH: usize = 1024;
 pub(super) fn uses_vnni() -> bool {
     crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni
 }
-use crate::quant::{GgmlType, KVALUES_IQ4NL};
+use crate::quant::{GgmlType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 /// Q5_0 groups (for many tokens: a long prompt): the unsigned five-bit values by the signed
 /// activations, the offset 16·Σx taken off the exact 32-bit sum ([`unsigned_block_sum`]).
@@ -239,10 +239,10 @@ pub(crate) unsafe fn tile_q4_stored(stored: &[u8], tile: &Tile) {
     // SAFETY: forwarded; `nx` picks the instantiation.
     unsafe {
         match tile.nx {
-            1 => nibbles_stored_nx::<false, 1>(stored, tile),
-            2 => nibbles_stored_nx::<false, 2>(stored, tile),
-            3 => nibbles_stored_nx::<false, 3>(stored, tile),
-            _ => nibbles_stored_nx::<false, 4>(stored, tile),
+            1 => nibbles_stored_nx::<false, 1>(stored, tile, &KVALUES_IQ4NL),
+            2 => nibbles_stored_nx::<false, 2>(stored, tile, &KVALUES_IQ4NL),
+            3 => nibbles_stored_nx::<false, 3>(stored, tile, &KVALUES_IQ4NL),
+            _ => nibbles_stored_nx::<false, 4>(stored, tile, &KVALUES_IQ4NL),
         }
     }
 }
@@ -255,29 +255,48 @@ pub(crate) unsafe fn tile_q4_stored(stored: &[u8], tile: &Tile) {
 /// # Safety
 /// As [`tile_q4_stored`].
 pub(crate) unsafe fn tile_iq4nl_stored(stored: &[u8], tile: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { tile_table_stored(stored, tile, &KVALUES_IQ4NL) }
+}
+
+/// MXFP4 groups read as stored: [`tile_iq4nl_stored`] with `kvalues_mxfp4` (|w| ≤ 12).
+///
+/// # Safety
+/// As [`tile_q4_stored`].
+pub(crate) unsafe fn tile_mxfp4_stored(stored: &[u8], tile: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { tile_table_stored(stored, tile, &KVALUES_MXFP4) }
+}
+
+/// Groups whose nibbles index `table` (signed values of magnitude at most 127).
+unsafe fn tile_table_stored(stored: &[u8], tile: &Tile, table: &[i8; 16]) {
     assert!(stored.len() >= 144 * tile.blocks);
     // SAFETY: forwarded; `nx` picks the instantiation.
     unsafe {
         match tile.nx {
-            1 => nibbles_stored_nx::<true, 1>(stored, tile),
-            2 => nibbles_stored_nx::<true, 2>(stored, tile),
-            3 => nibbles_stored_nx::<true, 3>(stored, tile),
-            _ => nibbles_stored_nx::<true, 4>(stored, tile),
+            1 => nibbles_stored_nx::<true, 1>(stored, tile, table),
+            2 => nibbles_stored_nx::<true, 2>(stored, tile, table),
+            3 => nibbles_stored_nx::<true, 3>(stored, tile, table),
+            _ => nibbles_stored_nx::<true, 4>(stored, tile, table),
         }
     }
 }
 
-/// `IQ4`: IQ4_NL's table values, signed; otherwise Q4_0's unsigned nibbles, offset 8.
+/// `IQ4`: `table`'s values (IQ4_NL's or MXFP4's), signed; otherwise Q4_0's unsigned nibbles,
+/// offset 8.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles_stored_nx<const IQ4: bool, const NX: usize>(stored: &[u8], t: &Tile) {
+unsafe fn nibbles_stored_nx<const IQ4: bool, const NX: usize>(
+    stored: &[u8],
+    t: &Tile,
+    table: &[i8; 16],
+) {
     let ones = _mm256_set1_epi16(1);
     let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = [_mm256_setzero_ps(); NX];
     // SAFETY: block b < blocks: 144 stored bytes (checked by the caller); the table is 16
     // bytes; activation reads as in `tile_signed`.
     unsafe {
-        let table =
-            _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr() as *const __m128i));
         for b in 0..t.blocks {
             let s = stored.as_ptr().add(144 * b);
             for l in 0..3 {
@@ -376,8 +395,13 @@ unsafe fn unpack_avx2(
     // SAFETY: block b < blocks: `gbb` source bytes, 8 scales and 256 value bytes (sizes checked
     // by the caller); the table is 16 bytes.
     unsafe {
+        let values_of = if ty == GgmlType::MXFP4 {
+            &KVALUES_MXFP4
+        } else {
+            &KVALUES_IQ4NL
+        };
         let table =
-            _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(values_of.as_ptr() as *const __m128i));
         for b in 0..blocks {
             let s = src.as_ptr().add(b * gbb);
             let d = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
@@ -399,7 +423,7 @@ unsafe fn unpack_avx2(
                     let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
                     let lo = _mm256_and_si256(qs, m4);
                     let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
-                    if ty == GgmlType::IQ4_NL {
+                    if matches!(ty, GgmlType::IQ4_NL | GgmlType::MXFP4) {
                         (
                             _mm256_shuffle_epi8(table, lo),
                             _mm256_shuffle_epi8(table, hi),
