@@ -213,12 +213,7 @@ pub(crate) async fn collect_response(
         }
     }
     if let Some(e) = choices.iter().find_map(|c| c.error.clone()) {
-        let status = if st.engine.is_shut_down() {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else {
-            StatusCode::INTERNAL_SERVER_ERROR
-        };
-        return Err(ApiError::new(status, "server_error", e));
+        return Err(crate::generate::event_error(&st, e));
     }
     // Usage counts every sampled choice.
     let completion: usize = choices.iter().map(|c| c.completion_tokens).sum();
