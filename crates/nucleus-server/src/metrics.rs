@@ -47,8 +47,7 @@ impl Histogram {
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} histogram");
+        describe(out, name, "histogram", help);
         for (b, c) in self.bounds.iter().zip(&self.counts) {
             let _ = writeln!(
                 out,
@@ -105,164 +104,23 @@ impl Metrics {
     /// The metrics page for `s`, an engine whose KV blocks hold `block_size` tokens each.
     pub fn render(&self, s: &EngineStats, block_size: usize) -> String {
         let mut out = String::new();
-        let mut gauge = |name: &str, help: &str, v: u64, kind: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (kind, name, v, help) in engine_metrics(s) {
+            describe(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {v}");
-        };
-        gauge(
-            "nucleus_requests_running",
-            "Sequences being decoded.",
-            s.running as u64,
-            "gauge",
-        );
-        gauge(
-            "nucleus_requests_waiting",
-            "Sequences waiting for admission (queued or preempted).",
-            s.waiting as u64,
-            "gauge",
-        );
-        gauge(
-            "nucleus_kv_blocks_used",
-            "KV cache blocks in use.",
-            s.kv_used_blocks as u64,
-            "gauge",
-        );
-        gauge(
-            "nucleus_kv_blocks_free",
-            "KV cache blocks free.",
-            s.kv_free_blocks as u64,
-            "gauge",
-        );
-        gauge(
-            "nucleus_kv_blocks_capacity",
-            "KV cache blocks in the pool.",
-            s.kv_total_blocks as u64,
-            "gauge",
-        );
-        gauge(
-            "nucleus_kv_blocks_cached",
-            "KV cache blocks holding a cached prefix (in use, or kept for reuse and counted free).",
-            s.kv_cached_blocks as u64,
-            "gauge",
-        );
-        gauge(
-            "nucleus_prefix_cache_queries_total",
-            "Prompt tokens looked up in the prefix cache.",
-            s.prefix_cache_queries_tokens,
-            "counter",
-        );
-        gauge(
-            "nucleus_prefix_cache_hits_total",
-            "Prompt tokens found in the prefix cache (not computed).",
-            s.prefix_cache_hits_tokens,
-            "counter",
-        );
-        gauge(
-            "nucleus_prompt_tokens_total",
-            "Prompt tokens of admitted requests.",
-            s.prompt_tokens_total,
-            "counter",
-        );
-        gauge(
-            "nucleus_generation_tokens_total",
-            "Tokens generated.",
-            s.generation_tokens_total,
-            "counter",
-        );
-        gauge(
-            "nucleus_forward_tokens_total",
-            "Tokens through the forward pass (including recomputation).",
-            s.forward_tokens_total,
-            "counter",
-        );
-        gauge(
-            "nucleus_steps_total",
-            "Scheduler steps (batched forward passes).",
-            s.steps_total,
-            "counter",
-        );
-        gauge(
-            "nucleus_preemptions_total",
-            "Sequences preempted for lack of KV blocks (recomputed later).",
-            s.preemptions_total,
-            "counter",
-        );
-        gauge(
-            "nucleus_spec_decode_num_drafts_total",
-            "Speculative decoding: verifications of proposed tokens.",
-            s.spec_decode_num_drafts,
-            "counter",
-        );
-        gauge(
-            "nucleus_spec_decode_num_draft_tokens_total",
-            "Speculative decoding: tokens proposed.",
-            s.spec_decode_num_draft_tokens,
-            "counter",
-        );
-        gauge(
-            "nucleus_spec_decode_num_accepted_tokens_total",
-            "Speculative decoding: proposed tokens accepted (the output is the same as without).",
-            s.spec_decode_num_accepted_tokens,
-            "counter",
-        );
-        gauge(
-            "nucleus_draft_kv_blocks_used",
-            "Blocks of the draft model's KV pool in use (0 without a draft model).",
-            s.draft_kv_used_blocks as u64,
-            "gauge",
-        );
-        gauge(
-            "nucleus_draft_kv_blocks_capacity",
-            "Blocks in the draft model's KV pool (0 without a draft model).",
-            s.draft_kv_total_blocks as u64,
-            "gauge",
-        );
-        gauge(
-            "nucleus_sequences_finished_total",
-            "Sequences that ended normally.",
-            s.requests_finished,
-            "counter",
-        );
-        gauge(
-            "nucleus_sequences_cancelled_total",
-            "Sequences cancelled by their client.",
-            s.requests_cancelled,
-            "counter",
-        );
-        gauge(
-            "nucleus_sequences_failed_total",
-            "Sequences that ended with an error.",
-            s.requests_failed,
-            "counter",
-        );
-        let usage = if s.kv_total_blocks == 0 {
-            0.0
-        } else {
-            s.kv_used_blocks as f64 / s.kv_total_blocks as f64
-        };
-        let _ = writeln!(
+        }
+        kv_cache_metrics(&mut out, s, block_size);
+        self.render_http(&mut out);
+        out
+    }
+
+    /// Requests by outcome, and the latency histograms.
+    fn render_http(&self, out: &mut String) {
+        describe(
             out,
-            "# HELP nucleus_kv_cache_usage_ratio Fraction of the KV cache's blocks in use by \
-             sequences (cached blocks kept for reuse count as free).\n\
-             # TYPE nucleus_kv_cache_usage_ratio gauge\nnucleus_kv_cache_usage_ratio {usage}"
+            "nucleus_http_requests_total",
+            COUNTER,
+            "HTTP generation requests by outcome.",
         );
-        // vLLM's `cache_config_info` shape: an info gauge whose labels carry the values; the
-        // picker's prefix-cache scorer hashes prompts in blocks of this size (in tokens, about
-        // four characters each) and sizes its per-server index by the number of blocks.
-        let _ = writeln!(
-            out,
-            "# HELP nucleus_cache_config_info The KV cache's configuration as labels: tokens per \
-             block and blocks in the pool (always 1).\n\
-             # TYPE nucleus_cache_config_info gauge\n\
-             nucleus_cache_config_info{{block_size=\"{block_size}\",num_blocks=\"{}\"}} 1",
-            s.kv_total_blocks
-        );
-        let _ = writeln!(
-            out,
-            "# HELP nucleus_http_requests_total HTTP generation requests by outcome."
-        );
-        let _ = writeln!(out, "# TYPE nucleus_http_requests_total counter");
         for (label, c) in [
             ("ok", &self.requests_ok),
             ("client_error", &self.requests_client_error),
@@ -276,15 +134,105 @@ impl Metrics {
             );
         }
         self.ttft.render(
-            &mut out,
+            out,
             "nucleus_time_to_first_token_seconds",
             "Time from request arrival to the first generated token.",
         );
         self.itl.render(
-            &mut out,
+            out,
             "nucleus_inter_token_latency_seconds",
             "Time between consecutive generated tokens of a sequence.",
         );
-        out
     }
+}
+
+/// Prometheus metric types.
+const GAUGE: &str = "gauge";
+const COUNTER: &str = "counter";
+
+/// The engine's gauges and counters: (type, name, value, help).
+#[rustfmt::skip]
+fn engine_metrics(s: &EngineStats) -> [(&'static str, &'static str, u64, &'static str); 21] {
+    [
+        (GAUGE, "nucleus_requests_running", s.running as u64,
+            "Sequences being decoded."),
+        (GAUGE, "nucleus_requests_waiting", s.waiting as u64,
+            "Sequences waiting for admission (queued or preempted)."),
+        (GAUGE, "nucleus_kv_blocks_used", s.kv_used_blocks as u64,
+            "KV cache blocks in use."),
+        (GAUGE, "nucleus_kv_blocks_free", s.kv_free_blocks as u64,
+            "KV cache blocks free."),
+        (GAUGE, "nucleus_kv_blocks_capacity", s.kv_total_blocks as u64,
+            "KV cache blocks in the pool."),
+        (GAUGE, "nucleus_kv_blocks_cached", s.kv_cached_blocks as u64,
+            "KV cache blocks holding a cached prefix (in use, or kept for reuse and counted free)."),
+        (COUNTER, "nucleus_prefix_cache_queries_total", s.prefix_cache_queries_tokens,
+            "Prompt tokens looked up in the prefix cache."),
+        (COUNTER, "nucleus_prefix_cache_hits_total", s.prefix_cache_hits_tokens,
+            "Prompt tokens found in the prefix cache (not computed)."),
+        (COUNTER, "nucleus_prompt_tokens_total", s.prompt_tokens_total,
+            "Prompt tokens of admitted requests."),
+        (COUNTER, "nucleus_generation_tokens_total", s.generation_tokens_total,
+            "Tokens generated."),
+        (COUNTER, "nucleus_forward_tokens_total", s.forward_tokens_total,
+            "Tokens through the forward pass (including recomputation)."),
+        (COUNTER, "nucleus_steps_total", s.steps_total,
+            "Scheduler steps (batched forward passes)."),
+        (COUNTER, "nucleus_preemptions_total", s.preemptions_total,
+            "Sequences preempted for lack of KV blocks (recomputed later)."),
+        (COUNTER, "nucleus_spec_decode_num_drafts_total", s.spec_decode_num_drafts,
+            "Speculative decoding: verifications of proposed tokens."),
+        (COUNTER, "nucleus_spec_decode_num_draft_tokens_total", s.spec_decode_num_draft_tokens,
+            "Speculative decoding: tokens proposed."),
+        (COUNTER, "nucleus_spec_decode_num_accepted_tokens_total", s.spec_decode_num_accepted_tokens,
+            "Speculative decoding: proposed tokens accepted (the output is the same as without)."),
+        (GAUGE, "nucleus_draft_kv_blocks_used", s.draft_kv_used_blocks as u64,
+            "Blocks of the draft model's KV pool in use (0 without a draft model)."),
+        (GAUGE, "nucleus_draft_kv_blocks_capacity", s.draft_kv_total_blocks as u64,
+            "Blocks in the draft model's KV pool (0 without a draft model)."),
+        (COUNTER, "nucleus_sequences_finished_total", s.requests_finished,
+            "Sequences that ended normally."),
+        (COUNTER, "nucleus_sequences_cancelled_total", s.requests_cancelled,
+            "Sequences cancelled by their client."),
+        (COUNTER, "nucleus_sequences_failed_total", s.requests_failed,
+            "Sequences that ended with an error."),
+    ]
+}
+
+/// The KV cache's usage ratio and configuration (the endpoint picker reads both).
+fn kv_cache_metrics(out: &mut String, s: &EngineStats, block_size: usize) {
+    let usage = if s.kv_total_blocks == 0 {
+        0.0
+    } else {
+        s.kv_used_blocks as f64 / s.kv_total_blocks as f64
+    };
+    describe(
+        out,
+        "nucleus_kv_cache_usage_ratio",
+        GAUGE,
+        "Fraction of the KV cache's blocks in use by sequences (cached blocks kept for reuse \
+         count as free).",
+    );
+    let _ = writeln!(out, "nucleus_kv_cache_usage_ratio {usage}");
+    // vLLM's `cache_config_info` shape: an info gauge whose labels carry the values; the
+    // picker's prefix-cache scorer hashes prompts in blocks of this size (in tokens, about
+    // four characters each) and sizes its per-server index by the number of blocks.
+    describe(
+        out,
+        "nucleus_cache_config_info",
+        GAUGE,
+        "The KV cache's configuration as labels: tokens per block and blocks in the pool \
+         (always 1).",
+    );
+    let _ = writeln!(
+        out,
+        "nucleus_cache_config_info{{block_size=\"{block_size}\",num_blocks=\"{}\"}} 1",
+        s.kv_total_blocks
+    );
+}
+
+/// A metric's `# HELP` and `# TYPE` lines.
+fn describe(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
 }

@@ -11,7 +11,7 @@ use axum::Json;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{Sender, UnboundedReceiver};
 
-use nucleus::engine::scheduler::Event;
+use nucleus::engine::scheduler::{Event, Finished, TokenEvent};
 use nucleus::engine::ContextPolicy;
 use nucleus::sampling::{Explain, FinishReason};
 use nucleus::tokenizer::{TokenId, Tokenizer};
@@ -213,12 +213,7 @@ pub(crate) async fn collect_response(
         }
     }
     if let Some(e) = choices.iter().find_map(|c| c.error.clone()) {
-        let status = if st.engine.is_shut_down() {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else {
-            StatusCode::INTERNAL_SERVER_ERROR
-        };
-        return Err(ApiError::new(status, "server_error", e));
+        return Err(crate::generate::event_error(&st, e));
     }
     // Usage counts every sampled choice.
     let completion: usize = choices.iter().map(|c| c.completion_tokens).sum();
@@ -324,67 +319,212 @@ pub(crate) fn event_stream() -> (Sender<Result<Bytes, Infallible>>, Response) {
     (btx, resp)
 }
 
-/// Streams each choice's events as SSE chunks (`shape.n` choices, ids `0..n`).
-pub(crate) fn stream_response(
-    st: Arc<AppState>,
-    shape: Shape,
-    mut rx: UnboundedReceiver<(usize, Event)>,
-) -> Response {
-    let Shape {
-        ep,
-        id,
-        n,
-        policy,
-        want_logprobs,
-        want_explain,
-        include_usage,
-        tools,
-        reasoning,
-    } = shape;
-    let (btx, resp) = event_stream();
-    let created = unix_now();
-    let object = match ep {
-        Endpoint::Chat => "chat.completion.chunk",
-        Endpoint::Completions => "text_completion",
-    };
-    let model = st.model_id.clone();
-    let chunk = move |choice: Value, usage: Option<Value>| {
+/// The end of an OpenAI stream.
+const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// The fields every chunk of a stream carries.
+struct Chunks {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+    include_usage: bool,
+}
+
+impl Chunks {
+    fn new(st: &AppState, shape: Shape) -> Chunks {
+        Chunks {
+            id: shape.id,
+            object: match shape.ep {
+                Endpoint::Chat => "chat.completion.chunk",
+                Endpoint::Completions => "text_completion",
+            },
+            created: unix_now(),
+            model: st.model_id.clone(),
+            include_usage: shape.include_usage,
+        }
+    }
+
+    /// A chunk of `choice` (of none when it is null), with `usage` on the last one.
+    fn chunk(&self, choice: Value, usage: Option<Value>) -> Bytes {
         let mut v = json!({
-            "id": id,
-            "object": object,
-            "created": created,
-            "model": model,
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
             "system_fingerprint": "nucleus",
             "choices": if choice.is_null() { json!([]) } else { json!([choice]) },
         });
         // With `include_usage`, OpenAI's chunks carry `usage: null` until the last.
         if let Some(u) = usage {
             v["usage"] = u;
-        } else if include_usage {
+        } else if self.include_usage {
             v["usage"] = Value::Null;
         }
         sse(&v)
-    };
-    let mut streams: Vec<Option<ToolStream>> = (0..n)
-        .map(|_| {
-            (tools.is_some() || reasoning.is_some()).then(|| {
-                let st = st.clone();
-                ToolStream::with(
-                    reasoning,
-                    tools.clone(),
-                    Box::new(move || st.new_id("call")),
-                )
+    }
+}
+
+/// The streamed choices: what their next chunks need, and the totals for `usage`.
+struct StreamedChoices {
+    ep: Endpoint,
+    policy: ContextPolicy,
+    want_logprobs: bool,
+    want_explain: bool,
+    /// Per choice: its text's length so far (completions' `text_offset`).
+    offsets: Vec<usize>,
+    /// Per choice, with tools or a thinking block: the parser of its text into deltas.
+    parsers: Vec<Option<ToolStream>>,
+    completion: usize,
+    cached: usize,
+    n_prompt: usize,
+}
+
+impl StreamedChoices {
+    fn new(st: &Arc<AppState>, shape: &Shape) -> StreamedChoices {
+        let parsers = (0..shape.n)
+            .map(|_| {
+                (shape.tools.is_some() || shape.reasoning.is_some()).then(|| {
+                    let st = st.clone();
+                    ToolStream::with(
+                        shape.reasoning,
+                        shape.tools.clone(),
+                        Box::new(move || st.new_id("call")),
+                    )
+                })
             })
-        })
-        .collect();
+            .collect();
+        StreamedChoices {
+            ep: shape.ep,
+            policy: shape.policy,
+            want_logprobs: shape.want_logprobs,
+            want_explain: shape.want_explain,
+            offsets: vec![0; shape.n],
+            parsers,
+            completion: 0,
+            cached: usize::MAX,
+            n_prompt: usize::MAX,
+        }
+    }
+
+    /// A token's choice objects: none for an empty token without logprobs or explain; with a
+    /// parser, one per delta (the first with the token's logprobs and explain).
+    fn token(&mut self, tok: &Tokenizer, i: usize, t: &TokenEvent) -> Vec<Value> {
+        let lp = t.logprob.filter(|_| self.want_logprobs);
+        let ex = t.explain.as_ref().filter(|_| self.want_explain);
+        if t.text.is_empty() && lp.is_none() && ex.is_none() {
+            return Vec::new();
+        }
+        let logprobs = match (lp, self.ep) {
+            (None, _) => Value::Null,
+            (Some(l), Endpoint::Chat) => {
+                json!({"content": [chat_logprob(tok, t.token, l, &t.top_logprobs)]})
+            }
+            (Some(l), Endpoint::Completions) => {
+                let mut c = CompletionLogprobs::default();
+                c.push(tok, t.token, l, &t.top_logprobs, self.offsets[i]);
+                c.to_json()
+            }
+        };
+        self.offsets[i] += t.text.len();
+        let explain = ex.map(|ex| json!([explain_json(tok, t.token, ex)]));
+        if let Some(parser) = self.parsers[i].as_mut() {
+            let mut deltas = parser.push(&t.text);
+            if deltas.is_empty() && (lp.is_some() || ex.is_some()) {
+                deltas.push(json!({}));
+            }
+            let mut out = Vec::with_capacity(deltas.len());
+            for (k, delta) in deltas.into_iter().enumerate() {
+                let lp = if k == 0 {
+                    logprobs.clone()
+                } else {
+                    Value::Null
+                };
+                let mut choice = json!({"index": i, "delta": delta, "logprobs": lp, "finish_reason": Value::Null});
+                if let (Some(ex), 0) = (&explain, k) {
+                    choice["explain"] = ex.clone();
+                }
+                out.push(choice);
+            }
+            return out;
+        }
+        let mut choice = match self.ep {
+            Endpoint::Chat => {
+                json!({"index": i, "delta": {"content": t.text}, "logprobs": logprobs, "finish_reason": Value::Null})
+            }
+            Endpoint::Completions => {
+                json!({"index": i, "text": t.text, "logprobs": logprobs, "finish_reason": Value::Null})
+            }
+        };
+        if let Some(ex) = explain {
+            choice["explain"] = ex;
+        }
+        vec![choice]
+    }
+
+    /// A choice's last objects: its parser's remaining deltas, then its finish reason (and
+    /// `dropped_tokens` under a policy other than `error`).
+    fn done(&mut self, i: usize, f: Finished) -> Vec<Value> {
+        self.completion += f.completion_tokens;
+        self.cached = self.cached.min(f.cached_tokens);
+        self.n_prompt = self.n_prompt.min(f.prompt_tokens);
+        let mut out = Vec::new();
+        let mut reason = f.finish_reason.as_str();
+        let mut text = f.text;
+        if let Some(parser) = self.parsers[i].as_mut() {
+            let mut deltas = parser.push(&text);
+            deltas.extend(parser.finish());
+            for delta in deltas {
+                out.push(json!({"index": i, "delta": delta, "logprobs": Value::Null, "finish_reason": Value::Null}));
+            }
+            reason = tool_finish(Some(f.finish_reason), parser.calls()).unwrap_or(reason);
+            text = String::new();
+        }
+        let mut choice = match self.ep {
+            Endpoint::Chat => {
+                let delta = if text.is_empty() {
+                    json!({})
+                } else {
+                    json!({"content": text})
+                };
+                json!({"index": i, "delta": delta, "logprobs": Value::Null, "finish_reason": reason})
+            }
+            Endpoint::Completions => {
+                json!({"index": i, "text": text, "logprobs": Value::Null, "finish_reason": reason})
+            }
+        };
+        if self.policy != ContextPolicy::Error {
+            choice["dropped_tokens"] = json!(f.dropped_tokens);
+        }
+        out.push(choice);
+        out
+    }
+
+    /// The stream's `usage`: prompt tokens and cached ones counted once, completion tokens
+    /// summed over the choices.
+    fn usage(&self) -> Value {
+        usage(
+            self.n_prompt,
+            self.completion,
+            self.cached.min(self.n_prompt),
+        )
+    }
+}
+
+/// Streams each choice's events as SSE chunks (`shape.n` choices, ids `0..n`).
+pub(crate) fn stream_response(
+    st: Arc<AppState>,
+    shape: Shape,
+    mut rx: UnboundedReceiver<(usize, Event)>,
+) -> Response {
+    let (ep, n) = (shape.ep, shape.n);
+    let mut choices = StreamedChoices::new(&st, &shape);
+    let chunks = Chunks::new(&st, shape);
+    let (btx, resp) = event_stream();
     tokio::spawn(async move {
-        let mut offsets = vec![0usize; n];
-        let mut completion = 0;
-        let mut cached = usize::MAX;
-        let mut n_prompt = usize::MAX;
         if ep == Endpoint::Chat {
             for i in 0..n {
-                let c = chunk(
+                let c = chunks.chunk(
                     json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": Value::Null, "finish_reason": Value::Null}),
                     None,
                 );
@@ -394,119 +534,28 @@ pub(crate) fn stream_response(
             }
         }
         while let Some((i, ev)) = rx.recv().await {
-            let piece = match ev {
-                Event::Token(t) => {
-                    let lp = t.logprob.filter(|_| want_logprobs);
-                    let ex = t.explain.as_ref().filter(|_| want_explain);
-                    if t.text.is_empty() && lp.is_none() && ex.is_none() {
-                        continue;
-                    }
-                    let logprobs = match (lp, ep) {
-                        (None, _) => Value::Null,
-                        (Some(l), Endpoint::Chat) => {
-                            json!({"content": [chat_logprob(&st.tokenizer, t.token, l, &t.top_logprobs)]})
-                        }
-                        (Some(l), Endpoint::Completions) => {
-                            let mut c = CompletionLogprobs::default();
-                            c.push(&st.tokenizer, t.token, l, &t.top_logprobs, offsets[i]);
-                            c.to_json()
-                        }
-                    };
-                    offsets[i] += t.text.len();
-                    if let Some(ts) = streams[i].as_mut() {
-                        // Tools: the text's deltas (content or tool_calls), the first with the
-                        // token's logprobs and explain.
-                        let mut deltas = ts.push(&t.text);
-                        if deltas.is_empty() && (lp.is_some() || ex.is_some()) {
-                            deltas.push(json!({}));
-                        }
-                        for (k, delta) in deltas.into_iter().enumerate() {
-                            let mut choice = json!({"index": i, "delta": delta, "logprobs": if k == 0 { logprobs.clone() } else { Value::Null }, "finish_reason": Value::Null});
-                            if let (Some(ex), 0) = (ex, k) {
-                                choice["explain"] =
-                                    json!([explain_json(&st.tokenizer, t.token, ex)]);
-                            }
-                            if btx.send(Ok(chunk(choice, None))).await.is_err() {
-                                return;
-                            }
-                        }
-                        continue;
-                    }
-                    let mut choice = match ep {
-                        Endpoint::Chat => {
-                            json!({"index": i, "delta": {"content": t.text}, "logprobs": logprobs, "finish_reason": Value::Null})
-                        }
-                        Endpoint::Completions => {
-                            json!({"index": i, "text": t.text, "logprobs": logprobs, "finish_reason": Value::Null})
-                        }
-                    };
-                    if let Some(ex) = ex {
-                        choice["explain"] = json!([explain_json(&st.tokenizer, t.token, ex)]);
-                    }
-                    choice
-                }
-                Event::Done(f) => {
-                    completion += f.completion_tokens;
-                    cached = cached.min(f.cached_tokens);
-                    n_prompt = n_prompt.min(f.prompt_tokens);
-                    let mut reason = f.finish_reason.as_str();
-                    if let Some(ts) = streams[i].as_mut() {
-                        let mut deltas = ts.push(&f.text);
-                        deltas.extend(ts.finish());
-                        for delta in deltas {
-                            let choice = json!({"index": i, "delta": delta, "logprobs": Value::Null, "finish_reason": Value::Null});
-                            if btx.send(Ok(chunk(choice, None))).await.is_err() {
-                                return;
-                            }
-                        }
-                        reason = tool_finish(Some(f.finish_reason), ts.calls()).unwrap_or(reason);
-                    }
-                    let f = nucleus::engine::scheduler::Finished {
-                        text: if streams[i].is_some() {
-                            String::new()
-                        } else {
-                            f.text
-                        },
-                        ..f
-                    };
-                    let mut choice = match ep {
-                        Endpoint::Chat => {
-                            let delta = if f.text.is_empty() {
-                                json!({})
-                            } else {
-                                json!({"content": f.text})
-                            };
-                            json!({"index": i, "delta": delta, "logprobs": Value::Null, "finish_reason": reason})
-                        }
-                        Endpoint::Completions => {
-                            json!({"index": i, "text": f.text, "logprobs": Value::Null, "finish_reason": reason})
-                        }
-                    };
-                    if policy != ContextPolicy::Error {
-                        choice["dropped_tokens"] = json!(f.dropped_tokens);
-                    }
-                    choice
-                }
+            let out = match ev {
+                Event::Token(t) => choices.token(&st.tokenizer, i, &t),
+                Event::Done(f) => choices.done(i, f),
                 Event::Error(e) => {
                     let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
                     let _ = btx.send(Ok(sse(&err.body()))).await;
-                    let _ = btx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+                    let _ = btx.send(Ok(Bytes::from_static(DONE))).await;
                     return;
                 }
             };
-            if btx.send(Ok(chunk(piece, None))).await.is_err() {
-                return;
+            for choice in out {
+                if btx.send(Ok(chunks.chunk(choice, None))).await.is_err() {
+                    return;
+                }
             }
         }
-        if include_usage {
+        if chunks.include_usage {
             let _ = btx
-                .send(Ok(chunk(
-                    Value::Null,
-                    Some(usage(n_prompt, completion, cached.min(n_prompt))),
-                )))
+                .send(Ok(chunks.chunk(Value::Null, Some(choices.usage()))))
                 .await;
         }
-        let _ = btx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+        let _ = btx.send(Ok(Bytes::from_static(DONE))).await;
     });
     resp
 }

@@ -466,3 +466,96 @@ fn logit_bias(bias: &HashMap<String, f32>, n_vocab: usize) -> Result<Vec<(u32, f
     out.sort_by_key(|&(t, _)| t);
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The field the first failing check names, for a body with several faults.
+    fn first_fault(ep: Endpoint, body: &str) -> String {
+        let req = crate::api::parse(body.as_bytes()).expect("parses");
+        let e = req.settings(ep, 100).expect_err("refused");
+        e.param.unwrap_or_default()
+    }
+
+    #[test]
+    fn the_checks_run_in_their_order() {
+        let chat = Endpoint::Chat;
+        let cases = [
+            (
+                r#"{"temperature": 5, "logit_bias": {"x": 1}, "n": 99}"#,
+                "temperature",
+            ),
+            (
+                r#"{"logit_bias": {"100": 1}, "logprobs": "yes"}"#,
+                "logit_bias",
+            ),
+            (r#"{"logprobs": "yes", "n": 99}"#, "logprobs"),
+            (r#"{"n": 99, "max_tokens": 0}"#, "n"),
+            (r#"{"max_tokens": 0, "echo": true}"#, "max_tokens"),
+            (r#"{"echo": true, "stream_options": {}}"#, "echo"),
+            (r#"{"stream_options": {}, "metadata": 1}"#, "stream_options"),
+            (r#"{"metadata": 1, "n": 2, "best_of": 1}"#, "metadata"),
+            (r#"{"n": 2, "best_of": 1, "suffix": "x"}"#, "best_of"),
+            (
+                r#"{"suffix": "x", "use_beam_search": true, "top_p": 0.5}"#,
+                "suffix",
+            ),
+            (
+                r#"{"use_beam_search": true, "top_p": 0.5, "grammar": 1}"#,
+                "top_p",
+            ),
+            (
+                r#"{"use_beam_search": true, "response_format": {"type": "json_object"}, "ignore_eos": true}"#,
+                "response_format",
+            ),
+            (
+                r#"{"response_format": {"type": "json_object"}, "ignore_eos": true, "n": 1, "best_of": 2, "stream": true}"#,
+                "ignore_eos",
+            ),
+            (
+                r#"{"best_of": 2, "stream": true, "context_policy": "no"}"#,
+                "best_of",
+            ),
+            (r#"{"context_policy": "no"}"#, "context_policy"),
+        ];
+        for (body, field) in cases {
+            assert_eq!(first_fault(chat, body), field, "{body}");
+        }
+        // Completions: the per-endpoint rules come after the structured-output field's check.
+        let completions = Endpoint::Completions;
+        let body = r#"{"response_format": 1, "tools": [{"type": "function"}]}"#;
+        assert_eq!(first_fault(completions, body), "response_format");
+        let body = r#"{"tools": [{"type": "function"}], "ignore_eos": true}"#;
+        assert_eq!(first_fault(completions, body), "tools");
+    }
+
+    #[test]
+    fn the_steps_fill_the_settings() {
+        let body = r#"{"temperature": 0.5, "top_p": 0.9, "logit_bias": {"7": -100, "3": 2},
+            "logprobs": true, "top_logprobs": 2, "stop": "x", "max_completion_tokens": 5,
+            "stream": true, "stream_options": {"include_usage": true}, "n": 2, "seed": 4}"#;
+        let req = crate::api::parse(body.as_bytes()).expect("parses");
+        let s = req.settings(Endpoint::Chat, 100).expect("valid");
+        assert_eq!(s.sampling.temperature, 0.5);
+        assert_eq!(s.sampling.top_p, 0.9);
+        assert_eq!(
+            s.sampling.logit_bias,
+            vec![(3, 2.0), (7, f32::NEG_INFINITY)]
+        );
+        assert_eq!(s.sampling.logprobs, Some(2));
+        assert_eq!(s.sampling.seed, Some(4));
+        assert_eq!(s.stop, vec!["x".to_string()]);
+        assert_eq!(s.max_tokens, Some(5));
+        assert!(s.stream && s.include_usage);
+        assert_eq!((s.n, s.best_of), (2, 2));
+        assert!(s.beams.is_none() && s.sampling.grammar.is_none());
+        // Completions default to 16 tokens; chat to none.
+        let req = crate::api::parse(b"{}").expect("parses");
+        assert_eq!(
+            req.settings(Endpoint::Completions, 100).unwrap().max_tokens,
+            Some(16)
+        );
+        assert_eq!(req.settings(Endpoint::Chat, 100).unwrap().max_tokens, None);
+    }
+}

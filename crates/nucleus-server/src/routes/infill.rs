@@ -13,7 +13,6 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
@@ -26,7 +25,9 @@ use nucleus::tokenizer::TokenId;
 
 use crate::api::{self, Endpoint, GenSettings};
 use crate::editor::{self, EditorLimits};
-use crate::generate::{capped_max_tokens, check_fits, relay, request_submit_error, submit_error};
+use crate::generate::{
+    capped_max_tokens, check_fits, event_error, relay, request_submit_error, submit_error,
+};
 use crate::infill::{self, Infill};
 use crate::respond::sse;
 use crate::routes::{body_bytes, finish_response};
@@ -333,14 +334,7 @@ impl Answer {
                 self.predicted = f.completion_tokens;
                 self.done = Some(f);
             }
-            Event::Error(e) => {
-                let status = if st.engine.is_shut_down() {
-                    StatusCode::SERVICE_UNAVAILABLE
-                } else {
-                    StatusCode::INTERNAL_SERVER_ERROR
-                };
-                return Err(ApiError::new(status, "server_error", e));
-            }
+            Event::Error(e) => return Err(event_error(st, e)),
         }
         Ok(None)
     }
