@@ -9,8 +9,9 @@ forward pass reads every byte whatever its value).
     .bench/venv/bin/python scripts/real_shapes.py --list
 
 Each NAME is `<shape>-<mix>`: shapes qwen2.5-1.5b, qwen2.5-7b, llama-3.1-8b, and the mixtures
-of experts qwen3-30b-a3b-24l (24 of its 48 layers) and olmoe-1b-7b (hyper-parameters from the
-models' config.json), mixes q4_k_m, q6_k, q8_0. `--moe` writes the two MoE Q4_K_M files. The Q4_K_M mix is llama-quantize's
+of experts qwen3-30b-a3b-24l (24 of its 48 layers), olmoe-1b-7b and gpt-oss-20b (hyper-parameters
+from the models' config.json), mixes q4_k_m, q6_k, q8_0, and mxfp4 (gpt-oss's: MXFP4 experts,
+Q8_0 for the other matrices). `--moe` writes the two MoE Q4_K_M files and gpt-oss-20b-mxfp4. The Q4_K_M mix is llama-quantize's
 (`llama_tensor_get_type` in the vendored src/llama-quant.cpp): Q4_K everywhere but attn_v and
 ffn_down in the layers `use_more_bits` picks (Q6_K), the output matrix (Q6_K; the token
 embeddings too where they are tied to it); norms and biases F32. Q6_K and Q8_0: every matrix.
@@ -73,11 +74,17 @@ SHAPES = {
                         n_ff=1024, n_vocab=50304, tied=False, qkv_bias=False, qk_norm="all",
                         n_expert=64, n_expert_used=8, n_ff_exp=1024, rope_theta=1e4, eps=1e-5,
                         ctx=4096),
+    # openai/gpt-oss-20b's config.json; its GGUF (ggml-org/gpt-oss-20b-GGUF, 12.1 GB) keeps the
+    # experts in MXFP4 and the other matrices in Q8_0 (the "mxfp4" mix here).
+    "gpt-oss-20b": dict(arch="gpt-oss", n_layer=24, n_embd=2880, n_head=64, n_head_kv=8,
+                        head_dim=64, n_ff=2880, n_vocab=201088, tied=False, qkv_bias=True,
+                        n_expert=32, n_expert_used=4, n_ff_exp=2880, rope_theta=150000.0,
+                        eps=1e-5, ctx=131072, sliding_window=128, yarn=(32.0, 4096)),
 }
-MIXES = {"q4_k_m": 15, "q6_k": 18, "q8_0": 7}  # llama_ftype of each mix
+MIXES = {"q4_k_m": 15, "q6_k": 18, "q8_0": 7, "mxfp4": 38}  # llama_ftype of each mix
 DEFAULT = ["qwen2.5-1.5b-q4_k_m", "qwen2.5-7b-q4_k_m", "llama-3.1-8b-q4_k_m",
            "qwen2.5-1.5b-q8_0", "qwen2.5-1.5b-q6_k"]
-MOE = ["qwen3-30b-a3b-24l-q4_k_m", "olmoe-1b-7b-q4_k_m"]
+MOE = ["qwen3-30b-a3b-24l-q4_k_m", "olmoe-1b-7b-q4_k_m", "gpt-oss-20b-mxfp4"]
 
 
 def use_more_bits(i, n):
@@ -86,6 +93,8 @@ def use_more_bits(i, n):
 
 def matrix_type(mix, name, layer, n_layer, tied):
     """llama-quantize's choice for a 2-D weight of a llama/qwen2 model (rows a multiple of 256)."""
+    if mix == "mxfp4":
+        return Q.MXFP4 if name.endswith("_exps.weight") else Q.Q8_0
     if mix == "q8_0":
         return Q.Q8_0
     if mix == "q6_k":
@@ -115,6 +124,8 @@ def random_blocks(rng, ty, n_blocks):
     elif ty == Q.Q6_K:
         scales(208)
         b[:, 192:208] &= 0x3F  # int8 sub-block scales: 0..63
+    elif ty == Q.MXFP4:
+        b[:, 0] = rng.integers(119, 123, size=n_blocks, dtype=np.uint8)  # 2^-9 .. 2^-6
     else:
         raise ValueError(ty)
     return b
@@ -152,7 +163,11 @@ def tensors(shape, mix):
             vec(b + "attn_q_norm.weight", q)
             vec(b + "attn_k_norm.weight", kv)
         mat(b + "attn_output.weight", s["n_embd"], q, i)
-        vec(b + "ffn_norm.weight", s["n_embd"])
+        gpt_oss = s["arch"] == "gpt-oss"
+        if gpt_oss:
+            vec(b + "attn_output.bias", s["n_embd"])
+            vec(b + "attn_sinks.weight", s["n_head"])
+        vec(b + ("post_attention_norm.weight" if gpt_oss else "ffn_norm.weight"), s["n_embd"])
         if "n_expert" in s:
             ne, ff = s["n_expert"], s["n_ff_exp"]
             # The router stays F32, as llama-quantize leaves it (a 1-D-like small matrix).
@@ -160,6 +175,11 @@ def tensors(shape, mix):
             mat(b + "ffn_gate_exps.weight", ff, s["n_embd"], i, ne)
             mat(b + "ffn_up_exps.weight", ff, s["n_embd"], i, ne)
             mat(b + "ffn_down_exps.weight", s["n_embd"], ff, i, ne)
+            if gpt_oss:
+                vec(b + "ffn_gate_inp.bias", ne)
+                out.append((b + "ffn_gate_exps.bias", ne, ff, Q.F32, 0))
+                out.append((b + "ffn_up_exps.bias", ne, ff, Q.F32, 0))
+                out.append((b + "ffn_down_exps.bias", ne, s["n_embd"], Q.F32, 0))
         else:
             mat(b + "ffn_gate.weight", s["n_ff"], s["n_embd"], i)
             mat(b + "ffn_up.weight", s["n_ff"], s["n_embd"], i)
@@ -230,6 +250,12 @@ def write(name, out_dir, seed):
     if "head_dim" in s:
         w.add_uint32(f"{a}.attention.key_length", s["head_dim"])
         w.add_uint32(f"{a}.attention.value_length", s["head_dim"])
+    if "sliding_window" in s:
+        w.add_uint32(f"{a}.attention.sliding_window", s["sliding_window"])
+    if "yarn" in s:
+        w.add_string(f"{a}.rope.scaling.type", "yarn")
+        w.add_float32(f"{a}.rope.scaling.factor", s["yarn"][0])
+        w.add_uint32(f"{a}.rope.scaling.original_context_length", s["yarn"][1])
     if "n_expert" in s:
         w.add_uint32(f"{a}.expert_count", s["n_expert"])
         w.add_uint32(f"{a}.expert_used_count", s["n_expert_used"])
@@ -260,7 +286,7 @@ def write(name, out_dir, seed):
     total = 0
     for tname, rows, cols, ty, ne in plan:
         if ty == Q.F32:
-            if tname.endswith("bias") or rows > 1:  # biases, routers
+            if tname.endswith(("bias", "sinks.weight")) or rows > 1:  # biases, sinks, routers
                 data = (0.02 * rng.standard_normal(rows * cols)).astype(np.float32)
             else:
                 data = np.ones(cols, dtype=np.float32)

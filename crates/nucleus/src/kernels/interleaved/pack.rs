@@ -83,37 +83,18 @@ pub fn can_pack(ty: GgmlType, rows: usize, cols: usize) -> bool {
         && rows > 0
 }
 
-/// The 32 unsigned values of a file block (Q8_0: the signed bytes as they are; Q5_0: weight +
-/// 16; Q4_0 and IQ4_NL: the nibbles) and its f16 scale bits.
-fn block_values(ty: GgmlType, block: &[u8]) -> (u16, [u8; QK]) {
+/// The 32 values of a Q5_0 block (weight + 16, 0..=31) and its f16 scale bits. (Q8_0, Q4_0,
+/// IQ4_NL and MXFP4 blocks move whole bytes, see [`pack_releasing`].)
+fn q5_0_values(block: &[u8]) -> (u16, [u8; QK]) {
     let mut q = [0u8; QK];
-    if ty == GgmlType::MXFP4 {
-        for (i, &byte) in block[1..1 + QK / 2].iter().enumerate() {
-            q[i] = byte & 0x0F;
-            q[i + 16] = byte >> 4;
-        }
-        return (mxfp4_scale_f16(block).unwrap_or(0), q);
-    }
     let d = u16::from_le_bytes([block[0], block[1]]);
-    match ty {
-        GgmlType::Q8_0 => q.copy_from_slice(&block[2..2 + QK]),
-        GgmlType::Q4_0 | GgmlType::IQ4_NL => {
-            // qs: value i in the low nibble of byte i, value i + 16 in its high nibble.
-            for (i, &byte) in block[2..2 + QK / 2].iter().enumerate() {
-                q[i] = byte & 0x0F;
-                q[i + 16] = byte >> 4;
-            }
-        }
-        _ => {
-            // ggml's block_q5_0: d, qh (32 fifth bits), qs (value i in the low nibble of byte
-            // i, value i + 16 in its high nibble).
-            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-            let qs = &block[6..22];
-            for i in 0..16 {
-                q[i] = (qs[i] & 0x0F) | (((qh >> i) & 1) << 4) as u8;
-                q[i + 16] = (qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4) as u8;
-            }
-        }
+    // ggml's block_q5_0: d, qh (32 fifth bits), qs (value i in the low nibble of byte i, value
+    // i + 16 in its high nibble).
+    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+    let qs = &block[6..22];
+    for i in 0..16 {
+        q[i] = (qs[i] & 0x0F) | (((qh >> i) & 1) << 4) as u8;
+        q[i + 16] = (qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4) as u8;
     }
     (d, q)
 }
@@ -180,23 +161,35 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
                 }
                 continue;
             }
+            if matches!(w.ty, GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4) {
+                // The file's byte i holds values i and i + 16, which the layout puts in one
+                // byte too (chunk i / 4, place 4j + i % 4): four bytes at a time.
+                for j in 0..GROUP_ROWS {
+                    let at = (g * GROUP_ROWS + j) * rb + b * bb;
+                    let src = &w.data[at..at + bb];
+                    let (d, qs) = match w.ty {
+                        GgmlType::MXFP4 => (mxfp4_scale_f16(src).unwrap_or(0), &src[1..17]),
+                        _ => (u16::from_le_bytes([src[0], src[1]]), &src[2..18]),
+                    };
+                    dst[2 * j..2 * j + 2].copy_from_slice(&d.to_le_bytes());
+                    for c in 0..4 {
+                        let to = 16 + 32 * c + 4 * j;
+                        dst[to..to + 4].copy_from_slice(&qs[4 * c..4 * c + 4]);
+                    }
+                }
+                continue;
+            }
             for j in 0..GROUP_ROWS {
                 let r = g * GROUP_ROWS + j;
                 let at = r * rb + b * bb;
-                let (d, q) = block_values(w.ty, &w.data[at..at + bb]);
+                let (d, q) = q5_0_values(&w.data[at..at + bb]);
                 dst[2 * j..2 * j + 2].copy_from_slice(&d.to_le_bytes());
+                // Q5_0: the low four bits as Q4_0's nibbles, the fifth bits apart.
                 for (i, &v) in q.iter().enumerate() {
                     let (k, m) = (i / 4, i % 4);
-                    match w.ty {
-                        GgmlType::Q8_0 => dst[16 + 32 * k + 4 * j + m] = v,
-                        _ => {
-                            let nib = 16 + 32 * (k % 4) + 4 * j + m;
-                            dst[nib] |= (v & 0x0F) << (4 * (k / 4));
-                            if w.ty == GgmlType::Q5_0 {
-                                dst[16 + 128 + 4 * j + m] |= ((v >> 4) & 1) << k;
-                            }
-                        }
-                    }
+                    let nib = 16 + 32 * (k % 4) + 4 * j + m;
+                    dst[nib] |= (v & 0x0F) << (4 * (k / 4));
+                    dst[16 + 128 + 4 * j + m] |= ((v >> 4) & 1) << k;
                 }
             }
         }

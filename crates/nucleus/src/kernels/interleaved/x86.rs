@@ -239,10 +239,10 @@ pub(crate) unsafe fn tile_q4_stored(stored: &[u8], tile: &Tile) {
     // SAFETY: forwarded; `nx` picks the instantiation.
     unsafe {
         match tile.nx {
-            1 => nibbles_stored_nx::<false, 1>(stored, tile, &KVALUES_IQ4NL),
-            2 => nibbles_stored_nx::<false, 2>(stored, tile, &KVALUES_IQ4NL),
-            3 => nibbles_stored_nx::<false, 3>(stored, tile, &KVALUES_IQ4NL),
-            _ => nibbles_stored_nx::<false, 4>(stored, tile, &KVALUES_IQ4NL),
+            1 => q4_stored_nx::<1>(stored, tile),
+            2 => q4_stored_nx::<2>(stored, tile),
+            3 => q4_stored_nx::<3>(stored, tile),
+            _ => q4_stored_nx::<4>(stored, tile),
         }
     }
 }
@@ -250,13 +250,19 @@ pub(crate) unsafe fn tile_q4_stored(stored: &[u8], tile: &Tile) {
 /// IQ4_NL groups read as stored (decode): the nibbles index `kvalues_iq4nl` with `vpshufb`,
 /// then [`tile_i8`]'s signed arithmetic, so its bits. `vpmaddubsw` of |w| (at most 127) by x
 /// carrying w's sign (Q8_0 activations lie in −127..=127) sums a pair to at most 2·127·127 =
-/// 32,258: no 16-bit saturation. Two chunks could overflow, so each widens to 32 bits alone.
+/// 32,258: no 16-bit saturation. With VNNI one `vpdpbusd` per chunk and token: the same
+/// 32-bit sums.
 ///
 /// # Safety
 /// As [`tile_q4_stored`].
 pub(crate) unsafe fn tile_iq4nl_stored(stored: &[u8], tile: &Tile) {
-    // SAFETY: forwarded.
-    unsafe { tile_table_stored(stored, tile, &KVALUES_IQ4NL) }
+    assert!(stored.len() >= 144 * tile.blocks);
+    kernel_by_level!(
+        table_stored_nx,
+        (stored, &KVALUES_IQ4NL),
+        (&[u8], &[i8; 16]),
+        tile
+    )
 }
 
 /// MXFP4 groups read as stored: [`tile_iq4nl_stored`] with `kvalues_mxfp4` (|w| ≤ 12).
@@ -264,31 +270,20 @@ pub(crate) unsafe fn tile_iq4nl_stored(stored: &[u8], tile: &Tile) {
 /// # Safety
 /// As [`tile_q4_stored`].
 pub(crate) unsafe fn tile_mxfp4_stored(stored: &[u8], tile: &Tile) {
-    // SAFETY: forwarded.
-    unsafe { tile_table_stored(stored, tile, &KVALUES_MXFP4) }
+    assert!(stored.len() >= 144 * tile.blocks);
+    kernel_by_level!(
+        table_stored_nx,
+        (stored, &KVALUES_MXFP4),
+        (&[u8], &[i8; 16]),
+        tile
+    )
 }
 
 /// Groups whose nibbles index `table` (signed values of magnitude at most 127).
-unsafe fn tile_table_stored(stored: &[u8], tile: &Tile, table: &[i8; 16]) {
-    assert!(stored.len() >= 144 * tile.blocks);
-    // SAFETY: forwarded; `nx` picks the instantiation.
-    unsafe {
-        match tile.nx {
-            1 => nibbles_stored_nx::<true, 1>(stored, tile, table),
-            2 => nibbles_stored_nx::<true, 2>(stored, tile, table),
-            3 => nibbles_stored_nx::<true, 3>(stored, tile, table),
-            _ => nibbles_stored_nx::<true, 4>(stored, tile, table),
-        }
-    }
-}
-
-/// `IQ4`: `table`'s values (IQ4_NL's or MXFP4's), signed; otherwise Q4_0's unsigned nibbles,
-/// offset 8.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles_stored_nx<const IQ4: bool, const NX: usize>(
-    stored: &[u8],
+#[inline(always)]
+unsafe fn table_stored_nx<const VNNI: bool, const NX: usize>(
+    (stored, table): (&[u8], &[i8; 16]),
     t: &Tile,
-    table: &[i8; 16],
 ) {
     let ones = _mm256_set1_epi16(1);
     let m4 = _mm256_set1_epi8(0x0F);
@@ -308,46 +303,72 @@ unsafe fn nibbles_stored_nx<const IQ4: bool, const NX: usize>(
                 let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
                 _mm256_set1_epi32(p.read_unaligned())
             };
-            let mut s16 = [_mm256_setzero_si256(); NX];
             let mut s32 = [_mm256_setzero_si256(); NX];
+            for c in 0..4 {
+                let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
+                let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(qs, m4));
+                let hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4));
+                let (a_lo, a_hi) = (_mm256_abs_epi8(lo), _mm256_abs_epi8(hi));
+                for (n, s) in s32.iter_mut().enumerate() {
+                    let x_lo = _mm256_sign_epi8(x_at(n, c), lo);
+                    let x_hi = _mm256_sign_epi8(x_at(n, c + 4), hi);
+                    *s = if VNNI {
+                        _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(*s, a_lo, x_lo), a_hi, x_hi)
+                    } else {
+                        let p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(a_lo, x_lo), ones);
+                        let p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(a_hi, x_hi), ones);
+                        _mm256_add_epi32(*s, _mm256_add_epi32(p_lo, p_hi))
+                    };
+                }
+            }
+            for (n, a) in acc.iter_mut().enumerate() {
+                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
+                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s32[n]), *a);
+            }
+        }
+        for (n, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
+        }
+    }
+}
+
+/// Q4_0's unsigned nibbles, offset 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
+    let ones = _mm256_set1_epi16(1);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut acc = [_mm256_setzero_ps(); NX];
+    // SAFETY: block b < blocks: 144 stored bytes (checked by the caller); activation reads as
+    // in `tile_signed`.
+    unsafe {
+        for b in 0..t.blocks {
+            let s = stored.as_ptr().add(144 * b);
+            for l in 0..3 {
+                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(s.add(super::PREFETCH_L2 + 64 * l) as *const i8);
+            }
+            let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
+            let x_at = |n: usize, k: usize| {
+                let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
+                _mm256_set1_epi32(p.read_unaligned())
+            };
+            let mut s16 = [_mm256_setzero_si256(); NX];
             for c in 0..4 {
                 let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
                 let lo = _mm256_and_si256(qs, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
-                if IQ4 {
-                    let (lo, hi) = (
-                        _mm256_shuffle_epi8(table, lo),
-                        _mm256_shuffle_epi8(table, hi),
+                for (n, s) in s16.iter_mut().enumerate() {
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, x_at(n, c)),
+                        _mm256_maddubs_epi16(hi, x_at(n, c + 4)),
                     );
-                    let (a_lo, a_hi) = (_mm256_abs_epi8(lo), _mm256_abs_epi8(hi));
-                    for (n, s) in s32.iter_mut().enumerate() {
-                        let p_lo = _mm256_maddubs_epi16(a_lo, _mm256_sign_epi8(x_at(n, c), lo));
-                        let p_hi = _mm256_maddubs_epi16(a_hi, _mm256_sign_epi8(x_at(n, c + 4), hi));
-                        *s = _mm256_add_epi32(
-                            *s,
-                            _mm256_add_epi32(
-                                _mm256_madd_epi16(p_lo, ones),
-                                _mm256_madd_epi16(p_hi, ones),
-                            ),
-                        );
-                    }
-                } else {
-                    for (n, s) in s16.iter_mut().enumerate() {
-                        let p = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo, x_at(n, c)),
-                            _mm256_maddubs_epi16(hi, x_at(n, c + 4)),
-                        );
-                        *s = _mm256_add_epi16(*s, p);
-                    }
+                    *s = _mm256_add_epi16(*s, p);
                 }
             }
             for n in 0..NX {
-                let isum = if IQ4 {
-                    s32[n]
-                } else {
-                    let offset = *t.offsets.add(n * t.blocks + b);
-                    _mm256_sub_epi32(_mm256_madd_epi16(s16[n], ones), _mm256_set1_epi32(offset))
-                };
+                let offset = *t.offsets.add(n * t.blocks + b);
+                let isum =
+                    _mm256_sub_epi32(_mm256_madd_epi16(s16[n], ones), _mm256_set1_epi32(offset));
                 let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
                 acc[n] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[n]);
             }
