@@ -233,3 +233,47 @@ fn a_streamed_window_slides_as_without_speculation() {
     assert!(stats.spec_decode_num_drafts > 0, "{stats:?}");
     assert_eq!(stats.kv_used_blocks, 0);
 }
+
+/// Mixtures of experts in the engine: the tiny Qwen3-MoE and gpt-oss fixtures (gpt-oss: its
+/// experts' routing, attention sinks and sliding window too) give the same tokens, logprobs
+/// and text with prompt-lookup speculation as without, with a pool small enough to preempt,
+/// in nucleus's arithmetic and in `--exact`; a verification's rows touch experts its tokens
+/// would not touch alone, which must not change them.
+#[test]
+fn same_output_in_a_batch_moe_fixtures() {
+    use nucleus::model::Arithmetic;
+    const GEN: usize = 160;
+    for stem in ["qwen3moe", "gpt-oss"] {
+        for arithmetic in [Arithmetic::Fast, Arithmetic::Exact] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("tests/data/arch/{stem}.gguf"));
+            let model = Arc::new(Model::load_with(&path, 2, arithmetic).unwrap());
+            let tok = Arc::new(Tokenizer::from_gguf(&model.file.metadata).unwrap());
+            let mut reqs = requests(&tok, Chat::ChatMl, GEN);
+            for r in &mut reqs {
+                r.ignore_eos = true;
+            }
+            let need: usize = reqs
+                .iter()
+                .map(|r| (r.prompt_tokens.len() + GEN).div_ceil(16))
+                .sum();
+            let (plain, _) = run_all(&model, &tok, config(8192, None), &reqs);
+            let (spec, stats) = run_all(&model, &tok, config(8192, NGRAM), &reqs);
+            let small_cfg = config(need * 16 * 2 / 5, NGRAM);
+            let (small, small_stats) = run_all(&model, &tok, small_cfg, &reqs);
+            let at = format!("{stem} ({arithmetic:?})");
+            for (i, p) in plain.iter().enumerate() {
+                assert_eq!(p.0.len(), GEN, "{at}, request {i}");
+                assert_eq!(spec[i].0, p.0, "{at}, request {i}: speculation");
+                assert_eq!(spec[i].1, p.1, "{at}, request {i}: speculation's text");
+                assert_eq!(small[i].0, p.0, "{at}, request {i}: small pool");
+            }
+            // Drafts were proposed and verified (random weights repeat themselves enough).
+            assert!(stats.spec_decode_num_drafts > 0, "{at}: {stats:?}");
+            assert!(small_stats.preemptions_total > 0, "{at}: {small_stats:?}");
+            for s in [&stats, &small_stats] {
+                assert_eq!(s.kv_used_blocks, 0, "{at}: {s:?}");
+            }
+        }
+    }
+}

@@ -138,6 +138,12 @@ impl Model {
         n: usize,
         y: &mut [f32],
     ) {
+        if p.ty() == GgmlType::MXFP4 {
+            // llama.cpp computes MXFP4 matrices of whole groups of 8 rows with its repacked
+            // kernels for any number of rows, whose chain the interleaved kernels have.
+            let (q, pa) = acts.get_packed(&self.pool, x, n, w.cols);
+            return matmul_packed(&self.pool, p, q, pa, y);
+        }
         let route = |t: usize| {
             let class = slots.get(t).copied().unwrap_or_default().matmul_class();
             match p.ty() {

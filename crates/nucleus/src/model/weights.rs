@@ -302,8 +302,8 @@ impl Weights {
     /// The weight index of `file`, the matrices the arithmetic computes from a repacked copy
     /// repacked (in memory; the file is never written): with [`Arithmetic::Fast`] every one
     /// that [`pack`] takes; with [`Arithmetic::Exact`] the Q4_K and Q6_K layer matrices of a
-    /// dense model, for which the interleaved kernels have llama.cpp's bits (see
-    /// `Model::project_exact`).
+    /// dense model and every MXFP4 matrix, for which the interleaved kernels have llama.cpp's
+    /// bits (see `Model::project_exact`).
     pub fn load(
         file: &GgufFile,
         hp: &HParams,
@@ -322,12 +322,18 @@ impl Weights {
             .iter_mut()
             .flat_map(|l| {
                 let mut m = vec![&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo];
-                if !exact || matches!(l.ffn, Ffn::Dense { .. }) {
-                    m.extend(l.ffn.matrices_mut());
-                }
+                let moe = matches!(l.ffn, Ffn::Moe(_));
+                m.extend(
+                    l.ffn
+                        .matrices_mut()
+                        .into_iter()
+                        .filter(|m| !exact || !moe || m.info.ty == GgmlType::MXFP4),
+                );
                 m
             })
-            .filter(|m| !exact || matches!(m.info.ty, GgmlType::Q4_K | GgmlType::Q6_K))
+            .filter(|m| {
+                !exact || matches!(m.info.ty, GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::MXFP4)
+            })
             .collect();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = todo.len().div_ceil(threads).max(1);
