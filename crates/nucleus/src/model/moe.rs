@@ -99,7 +99,14 @@ impl Model {
         dump("ffn_moe_weights", il, &st.weights);
 
         fit(&mut st.out, m * k * e);
-        for (expert, mats) in ffn.experts.iter().enumerate() {
+        // One token (a decode step): its experts' gate and up products in one pass.
+        let by_expert = if m == 1 {
+            self.experts_of_one_token(ffn, acts, st, &x[..e]);
+            &[][..]
+        } else {
+            &ffn.experts[..]
+        };
+        for (expert, mats) in by_expert.iter().enumerate() {
             st.members.clear();
             st.members.extend(
                 st.chosen
@@ -127,32 +134,16 @@ impl Model {
                 (&st.x, &[]),
                 n,
             );
-            if let Some(b) = &ffn.biases {
-                let (bg, bu) = (&b.gate[expert * f..][..f], &b.up[expert * f..][..f]);
-                st.gate[..n * f]
-                    .chunks_exact_mut(f)
-                    .for_each(|row| ops::add_in_place(row, bg));
-                st.up[..n * f]
-                    .chunks_exact_mut(f)
-                    .for_each(|row| ops::add_in_place(row, bu));
-            }
-            // ggml's SwiGLU takes each row alone (groups of 16, then the row's tail).
             for (g, u) in st.gate[..n * f]
                 .chunks_exact_mut(f)
-                .zip(st.up[..n * f].chunks_exact(f))
+                .zip(st.up[..n * f].chunks_exact_mut(f))
             {
-                match p.act {
-                    ExpertAct::Silu => ops::swiglu(g, u),
-                    ExpertAct::SwigluOai => swiglu_oai(g, u),
-                }
+                expert_act(ffn, expert, g, u);
             }
             acts.invalidate();
             self.project(acts, &mats.down, (&st.gate, &[]), n, &mut st.down);
-            if let Some(b) = &ffn.biases {
-                let bd = &b.down[expert * e..][..e];
-                st.down[..n * e]
-                    .chunks_exact_mut(e)
-                    .for_each(|row| ops::add_in_place(row, bd));
+            for row in st.down[..n * e].chunks_exact_mut(e) {
+                down_bias(ffn, expert, row);
             }
             for (r, &(t, j)) in st.members.iter().enumerate() {
                 let at = (t * k + j) * e;
@@ -192,6 +183,72 @@ pub fn softmax_ggml(x: &mut [f32]) {
     }
     let inv = (1.0 / sum) as f32;
     x.iter_mut().for_each(|v| *v *= inv);
+}
+
+impl Model {
+    /// The chosen experts' outputs for a batch of one token (a decode step), into `st.out`:
+    /// every expert reads the same input, so all their gate and up products go to the kernels
+    /// in one pass (each row computed as alone: the same bits as the general path).
+    fn experts_of_one_token(
+        &self,
+        ffn: &MoeFfn,
+        acts: &mut ActsCache,
+        st: &mut MoeState,
+        x: &[f32],
+    ) {
+        let p = &ffn.params;
+        let (e, k, f) = (self.hp.n_embd, p.n_expert_used, p.n_ff_exp);
+        for buf in [&mut st.gate, &mut st.up] {
+            fit(buf, k * f);
+        }
+        fit(&mut st.down, e);
+        let mut list = Vec::with_capacity(2 * k);
+        let gates = st.gate[..k * f].chunks_exact_mut(f);
+        for ((&c, g), u) in st.chosen[..k]
+            .iter()
+            .zip(gates)
+            .zip(st.up[..k * f].chunks_exact_mut(f))
+        {
+            list.push((&ffn.experts[c].gate, g));
+            list.push((&ffn.experts[c].up, u));
+        }
+        acts.invalidate();
+        self.project_list(acts, list, (x, &[]), 1);
+        for (j, &c) in st.chosen[..k].iter().enumerate() {
+            let (g, u) = (
+                &mut st.gate[j * f..(j + 1) * f],
+                &mut st.up[j * f..(j + 1) * f],
+            );
+            expert_act(ffn, c, g, u);
+            acts.invalidate();
+            self.project(acts, &ffn.experts[c].down, (g, &[]), 1, &mut st.down);
+            down_bias(ffn, c, &mut st.down[..e]);
+            st.out[j * e..(j + 1) * e].copy_from_slice(&st.down[..e]);
+        }
+    }
+}
+
+/// Expert `expert`'s activation of one row, in place of `gate`: its gate and up biases added
+/// (gpt-oss), then its gated activation (ggml's SwiGLU takes each row alone: groups of 16,
+/// then the row's tail).
+fn expert_act(ffn: &MoeFfn, expert: usize, gate: &mut [f32], up: &mut [f32]) {
+    let f = ffn.params.n_ff_exp;
+    if let Some(b) = &ffn.biases {
+        ops::add_in_place(gate, &b.gate[expert * f..][..f]);
+        ops::add_in_place(up, &b.up[expert * f..][..f]);
+    }
+    match ffn.params.act {
+        ExpertAct::Silu => ops::swiglu(gate, up),
+        ExpertAct::SwigluOai => swiglu_oai(gate, up),
+    }
+}
+
+/// Expert `expert`'s down bias (gpt-oss) added to one output row.
+fn down_bias(ffn: &MoeFfn, expert: usize, row: &mut [f32]) {
+    if let Some(b) = &ffn.biases {
+        let e = row.len();
+        ops::add_in_place(row, &b.down[expert * e..][..e]);
+    }
 }
 
 /// gpt-oss's clamped SwiGLU in place of `gate`, as ggml's `swiglu_oai` computes it (α 1.702,

@@ -187,15 +187,25 @@ impl Model {
         &self,
         acts: &mut ActsCache,
         products: [(&Matrix, &mut [f32]); N],
+        x: (&[f32], &[PromptSlot]),
+        n: usize,
+    ) {
+        self.project_list(acts, products.into_iter().collect(), x, n);
+    }
+
+    /// [`Self::project_many`] for any number of products (a decode step's experts).
+    pub(super) fn project_list(
+        &self,
+        acts: &mut ActsCache,
+        products: Vec<(&Matrix, &mut [f32])>,
         (x, slots): (&[f32], &[PromptSlot]),
         n: usize,
     ) {
+        let act_type = |w: &Matrix| w.packed.as_ref().map(|p| packed_act_type(p.ty()));
+        let first = products.first().and_then(|(w, _)| act_type(w));
         let packed = self.arithmetic == Arithmetic::Fast
-            && products.iter().all(|(w, _)| {
-                w.packed
-                    .as_ref()
-                    .is_some_and(|p| packed_act_type(p.ty()) == GgmlType::Q8_0)
-            });
+            && first.is_some()
+            && products.iter().all(|(w, _)| act_type(w) == first);
         if !packed {
             for (w, y) in products {
                 self.project(acts, w, (x, slots), n, y);
@@ -203,7 +213,6 @@ impl Model {
             return;
         }
         let cols = products[0].0.cols;
-        let (q, pa) = acts.get_packed(&self.pool, &x[..n * cols], n, cols);
         let mut list: Vec<(&PackedMatrix, &mut [f32])> = products
             .into_iter()
             .map(|(w, y)| {
@@ -211,6 +220,11 @@ impl Model {
                 (p, &mut y[..n * w.rows])
             })
             .collect();
+        if first == Some(GgmlType::Q8_K) {
+            let q = acts.get(&self.pool, &x[..n * cols], n, cols, GgmlType::Q8_K);
+            return matmul_packed_many(&self.pool, &mut list, q, &PackedActs::new());
+        }
+        let (q, pa) = acts.get_packed(&self.pool, &x[..n * cols], n, cols);
         matmul_packed_many(&self.pool, &mut list, q, pa);
     }
 }

@@ -335,6 +335,8 @@ fn q5_stored_most() -> usize {
 
 /// Groups per work item.
 const GROUPS_PER_CHUNK: usize = 4;
+/// The least weight bytes of a decode work item (see `matmul_packed_with`).
+const DECODE_CHUNK_BYTES: usize = 256 << 10;
 /// Tokens per pass over a work item's groups.
 const TOKEN_BLOCK: usize = 32;
 
@@ -455,7 +457,16 @@ fn matmul_packed_with(
         // (decode): items of about 1/32 of a thread's share, so that a large matrix with short
         // rows (an output projection) is not all overhead.
         let chunk_groups = if nt <= TILE_TOKENS {
-            (groups / (32 * pool.n_threads())).clamp(GROUPS_PER_CHUNK, 256)
+            // At least DECODE_CHUNK_BYTES of weights a item: a thread streams a long stretch
+            // of memory, where small items of a small matrix (an expert's) would interleave
+            // the threads' reads and send each one's prefetches into the other's stretch.
+            let group_bytes = w.group(0).len().max(1);
+            let by_bytes = DECODE_CHUNK_BYTES.div_ceil(group_bytes);
+            let most = groups.div_ceil(pool.n_threads()).max(GROUPS_PER_CHUNK);
+            (groups / (32 * pool.n_threads()))
+                .max(by_bytes)
+                .clamp(GROUPS_PER_CHUNK, 256)
+                .min(most)
         } else {
             GROUPS_PER_CHUNK
         };
