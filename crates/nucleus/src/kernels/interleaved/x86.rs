@@ -169,6 +169,54 @@ unsafe fn tile_signed<const NX: usize>(group: &GroupView, t: &Tile) {
     }
 }
 
+/// Prefetches the `lines` cache lines at `s` (a stored group-block): [`PREFETCH`] bytes ahead
+/// into L1 and `PREFETCH_L2` bytes ahead into L2.
+///
+/// # Safety
+/// Prefetches never fault; `s` is only offset, not read.
+#[inline(always)]
+unsafe fn prefetch_ahead(s: *const u8, lines: usize) {
+    for l in 0..lines {
+        _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(PREFETCH + 64 * l) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(s.wrapping_add(super::PREFETCH_L2 + 64 * l) as *const i8);
+    }
+}
+
+/// Activation bytes `4k..4k + 4` of block `b` of token `n`, in every 32-bit lane.
+///
+/// # Safety
+/// Token `n`'s activation row holds block `b` (34 bytes a block).
+#[inline(always)]
+unsafe fn x_quad(t: &Tile, n: usize, b: usize, k: usize) -> __m256i {
+    // SAFETY: inside block b of row n, by the caller's contract.
+    unsafe {
+        let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
+        _mm256_set1_epi32(p.read_unaligned())
+    }
+}
+
+/// A block's float step for each token: acc[n] += (w scales · x scale) · the 32-bit sums.
+///
+/// # Safety
+/// Token `n < NX` has `t.blocks` scales.
+#[inline(always)]
+unsafe fn fold_block<const NX: usize>(
+    acc: &mut [__m256; NX],
+    ws: __m256,
+    t: &Tile,
+    b: usize,
+    sums: &[__m256i; NX],
+) {
+    for (n, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
+        // SAFETY: scale b of token n, by the caller's contract.
+        let d = _mm256_mul_ps(
+            ws,
+            _mm256_set1_ps(unsafe { *t.scales.add(n * t.blocks + b) }),
+        );
+        *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(*s), *a);
+    }
+}
+
 /// Q8_0 groups read as stored (for one tile of tokens: decode), the f16 scales widened in
 /// registers: the same integer sums and float chain as [`tile_i8`], so the same bits, without
 /// a first pass over the group to widen its scales (in decode the weights stream from memory,
@@ -194,15 +242,9 @@ unsafe fn q8_stored_nx<const VNNI: bool, const NX: usize>(stored: &[u8], t: &Til
     unsafe {
         for b in 0..t.blocks {
             let s = stored.as_ptr().add(272 * b);
-            for l in 0..5 {
-                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(s.add(super::PREFETCH_L2 + 64 * l) as *const i8);
-            }
+            prefetch_ahead(s, 5);
             let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
-            let x_at = |n: usize, k: usize| {
-                let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
-                _mm256_set1_epi32(p.read_unaligned())
-            };
+            let x_at = |n: usize, k: usize| x_quad(t, n, b, k);
             let mut s32 = [_mm256_setzero_si256(); NX];
             for k in 0..8 {
                 let wk = _mm256_loadu_si256(s.add(16 + 32 * k) as *const __m256i);
@@ -216,10 +258,7 @@ unsafe fn q8_stored_nx<const VNNI: bool, const NX: usize>(stored: &[u8], t: &Til
                     };
                 }
             }
-            for (n, (a, s)) in acc.iter_mut().zip(s32).enumerate() {
-                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
-                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), *a);
-            }
+            fold_block(&mut acc, ws, t, b, &s32);
         }
         for (n, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
@@ -294,15 +333,9 @@ unsafe fn table_stored_nx<const VNNI: bool, const NX: usize>(
         let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr() as *const __m128i));
         for b in 0..t.blocks {
             let s = stored.as_ptr().add(144 * b);
-            for l in 0..3 {
-                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(s.add(super::PREFETCH_L2 + 64 * l) as *const i8);
-            }
+            prefetch_ahead(s, 3);
             let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
-            let x_at = |n: usize, k: usize| {
-                let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
-                _mm256_set1_epi32(p.read_unaligned())
-            };
+            let x_at = |n: usize, k: usize| x_quad(t, n, b, k);
             let mut s32 = [_mm256_setzero_si256(); NX];
             for c in 0..4 {
                 let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
@@ -321,10 +354,7 @@ unsafe fn table_stored_nx<const VNNI: bool, const NX: usize>(
                     };
                 }
             }
-            for (n, a) in acc.iter_mut().enumerate() {
-                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
-                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s32[n]), *a);
-            }
+            fold_block(&mut acc, ws, t, b, &s32);
         }
         for (n, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
@@ -343,15 +373,9 @@ unsafe fn q4_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
     unsafe {
         for b in 0..t.blocks {
             let s = stored.as_ptr().add(144 * b);
-            for l in 0..3 {
-                _mm_prefetch::<_MM_HINT_T0>(s.add(PREFETCH + 64 * l) as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(s.add(super::PREFETCH_L2 + 64 * l) as *const i8);
-            }
+            prefetch_ahead(s, 3);
             let ws = _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i));
-            let x_at = |n: usize, k: usize| {
-                let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
-                _mm256_set1_epi32(p.read_unaligned())
-            };
+            let x_at = |n: usize, k: usize| x_quad(t, n, b, k);
             let mut s16 = [_mm256_setzero_si256(); NX];
             for c in 0..4 {
                 let qs = _mm256_loadu_si256(s.add(16 + 32 * c) as *const __m256i);
@@ -365,13 +389,11 @@ unsafe fn q4_stored_nx<const NX: usize>(stored: &[u8], t: &Tile) {
                     *s = _mm256_add_epi16(*s, p);
                 }
             }
-            for n in 0..NX {
+            let sums: [__m256i; NX] = std::array::from_fn(|n| {
                 let offset = *t.offsets.add(n * t.blocks + b);
-                let isum =
-                    _mm256_sub_epi32(_mm256_madd_epi16(s16[n], ones), _mm256_set1_epi32(offset));
-                let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n * t.blocks + b)));
-                acc[n] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[n]);
-            }
+                _mm256_sub_epi32(_mm256_madd_epi16(s16[n], ones), _mm256_set1_epi32(offset))
+            });
+            fold_block(&mut acc, ws, t, b, &sums);
         }
         for (n, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(t.out.add(n * t.out_stride), *a);
