@@ -103,165 +103,204 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
     check_lengths(ty, src.len(), dst.len(), "dequantize_row");
     use GgmlType::*;
     match ty {
-        F32 => {
-            for (o, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
-                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-        }
-        F16 => {
-            for (o, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
-            }
-        }
-        BF16 => {
-            for (o, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *o = bf16_to_f32(u16::from_le_bytes([c[0], c[1]]));
-            }
-        }
-        Q4_0 => {
-            for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(18)) {
-                let d = f16_to_f32(rd_u16(b, 0));
-                for j in 0..16 {
-                    let q = b[2 + j];
-                    y[j] = ((q & 0xF) as i32 - 8) as f32 * d;
-                    y[j + 16] = ((q >> 4) as i32 - 8) as f32 * d;
-                }
-            }
-        }
-        Q4_1 => {
-            for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(20)) {
-                let d = f16_to_f32(rd_u16(b, 0));
-                let m = f16_to_f32(rd_u16(b, 2));
-                for j in 0..16 {
-                    let q = b[4 + j];
-                    y[j] = (q & 0xF) as f32 * d + m;
-                    y[j + 16] = (q >> 4) as f32 * d + m;
-                }
-            }
-        }
-        Q5_0 => {
-            for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(22)) {
-                let d = f16_to_f32(rd_u16(b, 0));
-                let qh = rd_u32(b, 2);
-                for j in 0..16 {
-                    let q = b[6 + j];
-                    let h0 = ((qh >> j) << 4) & 0x10;
-                    let h1 = (qh >> (j + 12)) & 0x10;
-                    y[j] = (((q & 0xF) as u32 | h0) as i32 - 16) as f32 * d;
-                    y[j + 16] = (((q >> 4) as u32 | h1) as i32 - 16) as f32 * d;
-                }
-            }
-        }
-        Q5_1 => {
-            for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(24)) {
-                let d = f16_to_f32(rd_u16(b, 0));
-                let m = f16_to_f32(rd_u16(b, 2));
-                let qh = rd_u32(b, 4);
-                for j in 0..16 {
-                    let q = b[8 + j];
-                    let h0 = ((qh >> j) << 4) & 0x10;
-                    let h1 = (qh >> (j + 12)) & 0x10;
-                    y[j] = ((q & 0xF) as u32 | h0) as f32 * d + m;
-                    y[j + 16] = ((q >> 4) as u32 | h1) as f32 * d + m;
-                }
-            }
-        }
-        Q8_0 => {
-            for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(34)) {
-                let d = f16_to_f32(rd_u16(b, 0));
-                for j in 0..QK {
-                    y[j] = b[2 + j] as i8 as f32 * d;
-                }
-            }
-        }
-        Q8_1 => {
-            for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(36)) {
-                let d = f16_to_f32(rd_u16(b, 0));
-                for j in 0..QK {
-                    y[j] = b[4 + j] as i8 as f32 * d;
-                }
-            }
-        }
-        Q8_K => {
-            for (y, b) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(292)) {
-                let d = rd_f32(b, 0);
-                for j in 0..QK_K {
-                    y[j] = d * b[4 + j] as i8 as f32;
-                }
-            }
-        }
-        Q4_K => {
-            for (y, b) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(144)) {
-                let d = f16_to_f32(rd_u16(b, 0));
-                let dmin = f16_to_f32(rd_u16(b, 2));
-                let sc = &b[4..16];
-                let qs = &b[16..144];
-                for j in 0..4 {
-                    let (s1, m1) = scale_min_k4(2 * j, sc);
-                    let (s2, m2) = scale_min_k4(2 * j + 1, sc);
-                    let (d1, m1) = (d * s1 as f32, dmin * m1 as f32);
-                    let (d2, m2) = (d * s2 as f32, dmin * m2 as f32);
-                    let q = &qs[32 * j..32 * j + 32];
-                    let y = &mut y[64 * j..64 * j + 64];
-                    for l in 0..32 {
-                        y[l] = d1 * (q[l] & 0xF) as f32 - m1;
-                        y[l + 32] = d2 * (q[l] >> 4) as f32 - m2;
-                    }
-                }
-            }
-        }
-        Q5_K => {
-            for (y, b) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(176)) {
-                let d = f16_to_f32(rd_u16(b, 0));
-                let dmin = f16_to_f32(rd_u16(b, 2));
-                let sc = &b[4..16];
-                let qh = &b[16..48];
-                let qs = &b[48..176];
-                for j in 0..4 {
-                    let (s1, m1) = scale_min_k4(2 * j, sc);
-                    let (s2, m2) = scale_min_k4(2 * j + 1, sc);
-                    let (d1, m1) = (d * s1 as f32, dmin * m1 as f32);
-                    let (d2, m2) = (d * s2 as f32, dmin * m2 as f32);
-                    let (u1, u2) = (1u8 << (2 * j), 2u8 << (2 * j));
-                    let q = &qs[32 * j..32 * j + 32];
-                    let y = &mut y[64 * j..64 * j + 64];
-                    for l in 0..32 {
-                        let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
-                        let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
-                        y[l] = d1 * ((q[l] & 0xF) + h1) as f32 - m1;
-                        y[l + 32] = d2 * ((q[l] >> 4) + h2) as f32 - m2;
-                    }
-                }
-            }
-        }
-        Q6_K => {
-            for (y, b) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(210)) {
-                let d = f16_to_f32(rd_u16(b, 208));
-                for half_ in 0..2 {
-                    let ql = &b[64 * half_..64 * half_ + 64];
-                    let qh = &b[128 + 32 * half_..128 + 32 * half_ + 32];
-                    let sc = &b[192 + 8 * half_..192 + 8 * half_ + 8];
-                    let y = &mut y[128 * half_..128 * half_ + 128];
-                    for l in 0..32 {
-                        let is = l / 16;
-                        let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
-                        let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
-                        let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
-                        let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-                        y[l] = d * (sc[is] as i8 as f32) * q1 as f32;
-                        y[l + 32] = d * (sc[is + 2] as i8 as f32) * q2 as f32;
-                        y[l + 64] = d * (sc[is + 4] as i8 as f32) * q3 as f32;
-                        y[l + 96] = d * (sc[is + 6] as i8 as f32) * q4 as f32;
-                    }
-                }
-            }
-        }
+        F32 => dequantize_f32(src, dst),
+        F16 => dequantize_f16(src, dst),
+        BF16 => dequantize_bf16(src, dst),
+        Q4_0 => dequantize_q4_0(src, dst),
+        Q4_1 => dequantize_q4_1(src, dst),
+        Q5_0 => dequantize_q5_0(src, dst),
+        Q5_1 => dequantize_q5_1(src, dst),
+        Q8_0 => dequantize_q8_0(src, dst),
+        Q8_1 => dequantize_q8_1(src, dst),
+        Q8_K => dequantize_q8_k(src, dst),
+        Q4_K => dequantize_q4_k(src, dst),
+        Q5_K => dequantize_q5_k(src, dst),
+        Q6_K => dequantize_q6_k(src, dst),
         Q2_K => super::blocks_low_bit::dequantize_q2_k(src, dst),
         Q3_K => super::blocks_low_bit::dequantize_q3_k(src, dst),
         IQ4_NL => super::blocks_low_bit::dequantize_iq4_nl(src, dst),
         IQ4_XS => super::blocks_low_bit::dequantize_iq4_xs(src, dst),
         MXFP4 => super::blocks_low_bit::dequantize_mxfp4(src, dst),
         _ => panic!("dequantize_row: {ty} is not supported"),
+    }
+}
+
+/// F32 blocks: little-endian f32.
+fn dequantize_f32(src: &[u8], dst: &mut [f32]) {
+    for (o, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
+        *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+}
+
+/// F16 blocks: IEEE half.
+fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
+    for (o, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+        *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+    }
+}
+
+/// BF16 blocks: bfloat16.
+fn dequantize_bf16(src: &[u8], dst: &mut [f32]) {
+    for (o, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+        *o = bf16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+    }
+}
+
+/// Q4_0 blocks: d·(nibble − 8).
+fn dequantize_q4_0(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(18)) {
+        let d = f16_to_f32(rd_u16(b, 0));
+        for j in 0..16 {
+            let q = b[2 + j];
+            y[j] = ((q & 0xF) as i32 - 8) as f32 * d;
+            y[j + 16] = ((q >> 4) as i32 - 8) as f32 * d;
+        }
+    }
+}
+
+/// Q4_1 blocks: d·nibble + m.
+fn dequantize_q4_1(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(20)) {
+        let d = f16_to_f32(rd_u16(b, 0));
+        let m = f16_to_f32(rd_u16(b, 2));
+        for j in 0..16 {
+            let q = b[4 + j];
+            y[j] = (q & 0xF) as f32 * d + m;
+            y[j + 16] = (q >> 4) as f32 * d + m;
+        }
+    }
+}
+
+/// Q5_0 blocks: d·(five bits − 16).
+fn dequantize_q5_0(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(22)) {
+        let d = f16_to_f32(rd_u16(b, 0));
+        let qh = rd_u32(b, 2);
+        for j in 0..16 {
+            let q = b[6 + j];
+            let h0 = ((qh >> j) << 4) & 0x10;
+            let h1 = (qh >> (j + 12)) & 0x10;
+            y[j] = (((q & 0xF) as u32 | h0) as i32 - 16) as f32 * d;
+            y[j + 16] = (((q >> 4) as u32 | h1) as i32 - 16) as f32 * d;
+        }
+    }
+}
+
+/// Q5_1 blocks: d·five bits + m.
+fn dequantize_q5_1(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(24)) {
+        let d = f16_to_f32(rd_u16(b, 0));
+        let m = f16_to_f32(rd_u16(b, 2));
+        let qh = rd_u32(b, 4);
+        for j in 0..16 {
+            let q = b[8 + j];
+            let h0 = ((qh >> j) << 4) & 0x10;
+            let h1 = (qh >> (j + 12)) & 0x10;
+            y[j] = ((q & 0xF) as u32 | h0) as f32 * d + m;
+            y[j + 16] = ((q >> 4) as u32 | h1) as f32 * d + m;
+        }
+    }
+}
+
+/// Q8_0 blocks: d·q.
+fn dequantize_q8_0(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(34)) {
+        let d = f16_to_f32(rd_u16(b, 0));
+        for j in 0..QK {
+            y[j] = b[2 + j] as i8 as f32 * d;
+        }
+    }
+}
+
+/// Q8_1 blocks: d·q (the block sum unused).
+fn dequantize_q8_1(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(36)) {
+        let d = f16_to_f32(rd_u16(b, 0));
+        for j in 0..QK {
+            y[j] = b[4 + j] as i8 as f32 * d;
+        }
+    }
+}
+
+/// Q8_K blocks: d·q (f32 d, blocks of 256).
+fn dequantize_q8_k(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(292)) {
+        let d = rd_f32(b, 0);
+        for j in 0..QK_K {
+            y[j] = d * b[4 + j] as i8 as f32;
+        }
+    }
+}
+
+/// Q4_K blocks: per 32 values d·scale·nibble − dmin·min (six-bit scales and mins).
+fn dequantize_q4_k(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(144)) {
+        let d = f16_to_f32(rd_u16(b, 0));
+        let dmin = f16_to_f32(rd_u16(b, 2));
+        let sc = &b[4..16];
+        let qs = &b[16..144];
+        for j in 0..4 {
+            let (s1, m1) = scale_min_k4(2 * j, sc);
+            let (s2, m2) = scale_min_k4(2 * j + 1, sc);
+            let (d1, m1) = (d * s1 as f32, dmin * m1 as f32);
+            let (d2, m2) = (d * s2 as f32, dmin * m2 as f32);
+            let q = &qs[32 * j..32 * j + 32];
+            let y = &mut y[64 * j..64 * j + 64];
+            for l in 0..32 {
+                y[l] = d1 * (q[l] & 0xF) as f32 - m1;
+                y[l + 32] = d2 * (q[l] >> 4) as f32 - m2;
+            }
+        }
+    }
+}
+
+/// Q5_K blocks: Q4_K with a fifth bit per value.
+fn dequantize_q5_k(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(176)) {
+        let d = f16_to_f32(rd_u16(b, 0));
+        let dmin = f16_to_f32(rd_u16(b, 2));
+        let sc = &b[4..16];
+        let qh = &b[16..48];
+        let qs = &b[48..176];
+        for j in 0..4 {
+            let (s1, m1) = scale_min_k4(2 * j, sc);
+            let (s2, m2) = scale_min_k4(2 * j + 1, sc);
+            let (d1, m1) = (d * s1 as f32, dmin * m1 as f32);
+            let (d2, m2) = (d * s2 as f32, dmin * m2 as f32);
+            let (u1, u2) = (1u8 << (2 * j), 2u8 << (2 * j));
+            let q = &qs[32 * j..32 * j + 32];
+            let y = &mut y[64 * j..64 * j + 64];
+            for l in 0..32 {
+                let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
+                let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
+                y[l] = d1 * ((q[l] & 0xF) + h1) as f32 - m1;
+                y[l + 32] = d2 * ((q[l] >> 4) + h2) as f32 - m2;
+            }
+        }
+    }
+}
+
+/// Q6_K blocks: d·(int8 scale)·(six bits − 32), per 16 values.
+fn dequantize_q6_k(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(210)) {
+        let d = f16_to_f32(rd_u16(b, 208));
+        for half_ in 0..2 {
+            let ql = &b[64 * half_..64 * half_ + 64];
+            let qh = &b[128 + 32 * half_..128 + 32 * half_ + 32];
+            let sc = &b[192 + 8 * half_..192 + 8 * half_ + 8];
+            let y = &mut y[128 * half_..128 * half_ + 128];
+            for l in 0..32 {
+                let is = l / 16;
+                let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
+                let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+                y[l] = d * (sc[is] as i8 as f32) * q1 as f32;
+                y[l + 32] = d * (sc[is + 2] as i8 as f32) * q2 as f32;
+                y[l + 64] = d * (sc[is + 4] as i8 as f32) * q3 as f32;
+                y[l + 96] = d * (sc[is + 6] as i8 as f32) * q4 as f32;
+            }
+        }
     }
 }
 
