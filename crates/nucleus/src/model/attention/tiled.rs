@@ -50,16 +50,11 @@ pub fn attend_tiled(
     // Otherwise the queries transposed, eight to a lane chunk: element d of query c·8 + l at
     // qt[c][d · 8 + l].
     let chunks = nq.div_ceil(LANES);
-    let mut qt = Vec::new();
-    if !transposed {
-        qt = vec![0f32; chunks * dk * LANES];
-        for (i, q) in queries.iter().enumerate() {
-            let (c, l) = (i / LANES, i % LANES);
-            for d in 0..dk {
-                qt[c * dk * LANES + d * LANES + l] = q[d];
-            }
-        }
-    }
+    let qt = if transposed {
+        Vec::new()
+    } else {
+        transpose_queries(queries, dk)
+    };
     let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
     let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
     let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nq], vec![0f32; nq]);
@@ -125,63 +120,57 @@ pub fn attend_tiled(
         }
         seeing.clear();
         for l in 0..nq {
-            let (start, end) = ranges[l];
-            let scores = &scores[l / LANES * KEY_TILE..];
-            // The query's row of the tile: scaled scores, −∞ where masked; and its maximum
-            // (the masked entries, −∞, never raise it), in the same pass.
-            let row = &mut weights[l];
-            row.fill(f32::NEG_INFINITY);
-            let (s0, s1) = (k0.max(start), k1.min(end));
-            let lane = l % LANES;
-            let mut tile_max = f32::NEG_INFINITY;
-            let mut put = |p: usize, x: f32| {
-                row[p - tile_start] = x;
-                tile_max = if tile_max > x { tile_max } else { x };
-            };
-            if let Some(factor) = scale.plain_factor() {
-                (s0..s1).for_each(|p| put(p, scores[p - k0][lane] * factor));
-            } else {
-                (s0..s1).for_each(|p| put(p, scale.score(scores[p - k0][lane])));
+            let lane = (&scores[l / LANES * KEY_TILE..], l % LANES);
+            let state = (&mut max[l], &mut sum[l], &mut acc[l * dv..(l + 1) * dv]);
+            let tile = (tile_start, k0, k1);
+            if tile_weights(lane, ranges[l], tile, scale, &mut weights[l], state) {
+                seeing.push(l);
             }
-            if tile_max == f32::NEG_INFINITY {
-                continue;
-            }
-            let acc_l = &mut acc[l * dv..(l + 1) * dv];
-            let new_max = max[l].max(tile_max);
-            if new_max > max[l] {
-                let ms = (max[l] - new_max).exp();
-                acc_l.iter_mut().for_each(|a| *a *= ms);
-                sum[l] *= ms;
-            }
-            max[l] = new_max;
-            row.iter_mut().for_each(|x| *x -= new_max);
-            ops::expf_ggml_in_place(row);
-            let tile_sum: f64 = row
-                .chunks_exact(16)
-                .map(|g| reduce_add_16(g.try_into().expect("16 lanes")) as f64)
-                .sum();
-            sum[l] = (sum[l] as f64 + tile_sum) as f32;
-            seeing.push(l);
         }
         // The values folded into the accumulators of the queries that see the tile.
-        let (w0, w1) = (k0 - tile_start, k1 - tile_start);
-        for group in seeing.chunks(tile::MAD_QUERIES) {
-            let ws: Vec<&[f32]> = group.iter().map(|&l| &weights[l][w0..w1]).collect();
-            let mut accs: Vec<&mut [f32]> = Vec::with_capacity(group.len());
-            let mut rest = &mut acc[..];
-            let mut at = 0;
-            for &l in group {
-                // `group` is increasing: split off up to query l's accumulator.
-                let (_, tail) = std::mem::take(&mut rest).split_at_mut((l - at) * dv);
-                let (acc_l, tail) = tail.split_at_mut(dv);
-                accs.push(acc_l);
-                rest = tail;
-                at = l + 1;
-            }
-            tile::mad_rows_many(&mut accs, &values[..nk * dv], &ws);
-        }
+        let w = (k0 - tile_start, k1 - tile_start);
+        fold_values(&seeing, &weights, w, &values[..nk * dv], &mut acc, dv);
         tile_start += KEY_TILE;
     }
+    finish(out, &mut acc, &max, &mut sum, sinks, dv);
+}
+
+/// The tile's values, weighted by `weights[l][w0..w1]`, folded into the accumulators of the
+/// queries `seeing` (increasing), [`tile::MAD_QUERIES`] at a time.
+fn fold_values(
+    seeing: &[usize],
+    weights: &[[f32; KEY_TILE]],
+    (w0, w1): (usize, usize),
+    values: &[f32],
+    acc: &mut [f32],
+    dv: usize,
+) {
+    for group in seeing.chunks(tile::MAD_QUERIES) {
+        let ws: Vec<&[f32]> = group.iter().map(|&l| &weights[l][w0..w1]).collect();
+        let mut accs: Vec<&mut [f32]> = Vec::with_capacity(group.len());
+        let mut rest = &mut acc[..];
+        let mut at = 0;
+        for &l in group {
+            // `group` is increasing: split off up to query l's accumulator.
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut((l - at) * dv);
+            let (acc_l, tail) = tail.split_at_mut(dv);
+            accs.push(acc_l);
+            rest = tail;
+            at = l + 1;
+        }
+        tile::mad_rows_many(&mut accs, values, &ws);
+    }
+}
+
+/// Each query's output: its accumulator over its sum, after its sink ([`apply_sink`]).
+fn finish(
+    out: &mut [&mut [f32]],
+    acc: &mut [f32],
+    max: &[f32],
+    sum: &mut [f32],
+    sinks: Option<&[f32]>,
+    dv: usize,
+) {
     for (l, o) in out.iter_mut().enumerate() {
         if let Some(s) = sinks {
             sum[l] = apply_sink(s[l], max[l], sum[l], &mut acc[l * dv..(l + 1) * dv]);
@@ -191,6 +180,65 @@ pub fn attend_tiled(
             *o = a * inv;
         }
     }
+}
+
+/// The queries transposed, eight to a lane chunk: element d of query c·8 + l at
+/// `qt[c·dk·8 + d·8 + l]`.
+fn transpose_queries(queries: &[&[f32]], dk: usize) -> Vec<f32> {
+    const LANES: usize = tile::QUERY_LANES;
+    let mut qt = vec![0f32; queries.len().div_ceil(LANES) * dk * LANES];
+    for (i, q) in queries.iter().enumerate() {
+        let (c, l) = (i / LANES, i % LANES);
+        for d in 0..dk {
+            qt[c * dk * LANES + d * LANES + l] = q[d];
+        }
+    }
+    qt
+}
+
+/// One query's weights for the tile of keys `k0..k1` (starting at `tile_start`) from its lane
+/// of the tile's scores: scaled scores, −∞ where masked, and the tile's maximum (the masked
+/// entries, −∞, never raise it), in the same pass; then its online-softmax step (rescaling its
+/// accumulator and sum when the maximum grows, ggml's SIMD `expf`, the tile's sum in groups of
+/// 16). Returns whether the query sees a key of the tile.
+fn tile_weights(
+    (scores, lane): (&[[f32; tile::QUERY_LANES]], usize),
+    (start, end): (usize, usize),
+    (tile_start, k0, k1): (usize, usize, usize),
+    scale: ScoreScale,
+    row: &mut [f32; KEY_TILE],
+    (max, sum, acc): (&mut f32, &mut f32, &mut [f32]),
+) -> bool {
+    row.fill(f32::NEG_INFINITY);
+    let (s0, s1) = (k0.max(start), k1.min(end));
+    let mut tile_max = f32::NEG_INFINITY;
+    let mut put = |p: usize, x: f32| {
+        row[p - tile_start] = x;
+        tile_max = if tile_max > x { tile_max } else { x };
+    };
+    if let Some(factor) = scale.plain_factor() {
+        (s0..s1).for_each(|p| put(p, scores[p - k0][lane] * factor));
+    } else {
+        (s0..s1).for_each(|p| put(p, scale.score(scores[p - k0][lane])));
+    }
+    if tile_max == f32::NEG_INFINITY {
+        return false;
+    }
+    let new_max = max.max(tile_max);
+    if new_max > *max {
+        let ms = (*max - new_max).exp();
+        acc.iter_mut().for_each(|a| *a *= ms);
+        *sum *= ms;
+    }
+    *max = new_max;
+    row.iter_mut().for_each(|x| *x -= new_max);
+    ops::expf_ggml_in_place(row);
+    let tile_sum: f64 = row
+        .chunks_exact(16)
+        .map(|g| reduce_add_16(g.try_into().expect("16 lanes")) as f64)
+        .sum();
+    *sum = (*sum as f64 + tile_sum) as f32;
+    true
 }
 
 /// `_mm512_reduce_add_ps` as GCC defines it: upper 8 lanes + lower 8, upper 4 + lower 4, then
