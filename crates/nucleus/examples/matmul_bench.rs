@@ -7,7 +7,8 @@
 //! measured; and `vpdpbusd` where the CPU has AVX-512 VNNI).
 //!
 //! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`;
-//! `NUCLEUS_SIMD` caps the SIMD level.
+//! `NUCLEUS_SIMD` caps the SIMD level, `NUCLEUS_AMX=0` keeps prompts off AMX tiles, and
+//! `MATMUL_FAST_ONLY=1` times only the interleaved products.
 
 use std::time::Instant;
 
@@ -32,9 +33,11 @@ fn main() {
         })
         .unwrap_or((896usize, 4864usize));
     println!(
-        "simd level {:?}, {threads} threads, W {rows}x{cols}",
-        simd_level()
+        "simd level {:?}, AMX {}, {threads} threads, W {rows}x{cols}",
+        simd_level(),
+        nucleus::quant::amx_status()
     );
+    let fast_only = std::env::var("MATMUL_FAST_ONLY").is_ok_and(|v| v == "1");
     if let Some(peak) = peak_int8_macs(&pool) {
         println!(
             "peak: {:.1} G 8-bit MAC/s (vpmaddubsw on {threads} threads)",
@@ -107,14 +110,18 @@ fn main() {
             acts.quantize(&x, nt, cols, vec_dot_type(ty));
             let mut y = vec![0f32; nt * rows];
             let macs = (rows * cols * nt) as f64;
-            let s = fastest(|| matmul(&pool, &w, &acts, &mut y));
+            let s = if fast_only {
+                f64::NAN
+            } else {
+                fastest(|| matmul(&pool, &w, &acts, &mut y))
+            };
             let mut line = format!(
                 "{:>5} rows={nt:>3}: one-row kernels {:8.1} us {:6.1} G MAC/s",
                 ty.name(),
                 s * 1e6,
                 macs / s / 1e9
             );
-            if packed.is_none() || nt > 1 {
+            if !fast_only && (packed.is_none() || nt > 1) {
                 // llama.cpp's batched kernels for every row (a prompt's arithmetic).
                 let slots = vec![PromptSlot::BATCHED; nt];
                 let b = fastest(|| matmul_rows(&pool, &w, &acts, &mut y, &slots));

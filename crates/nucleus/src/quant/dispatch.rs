@@ -39,19 +39,10 @@ impl SimdLevel {
     }
 }
 
-/// Whether this CPU lists AMX's 8-bit tiles (CPUID leaf 7: AMX-TILE and AMX-INT8), said as
-/// `nucleus bench` reports it. nucleus has no tile kernels yet: where AMX is listed the
-/// AVX-512 kernels still run.
+/// Whether prompts' products run on AMX tiles here, or why not (the CPU does not list
+/// AMX-INT8, the kernel refused the tile state, `NUCLEUS_AMX=0`), as `nucleus bench` reports it.
 pub fn amx_status() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // Leaf 7 reads as zeros on a CPU that lacks it: no AMX, which is the answer.
-        let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
-        if edx & (1 << 24) != 0 && edx & (1 << 25) != 0 {
-            return "listed by the CPU, unused (no tile kernels yet)";
-        }
-    }
-    "not listed by the CPU"
+    crate::kernels::interleaved::amx_refusal().unwrap_or("on (prompts' products on tiles)")
 }
 
 pub(crate) struct Kernels {

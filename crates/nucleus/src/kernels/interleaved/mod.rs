@@ -60,6 +60,10 @@ macro_rules! kernel_by_level {
     }};
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
+#[cfg(target_arch = "x86_64")]
+mod amx_layout;
 mod pack;
 mod q4_k;
 mod q6_k;
@@ -72,8 +76,18 @@ mod x86_q5_0;
 
 #[cfg(test)]
 mod tests;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests_amx;
 
+#[cfg(target_arch = "x86_64")]
+pub use amx::{amx_refusal, uses_amx};
 pub use pack::{pack, pack_releasing, PackedMatrix};
+
+/// Why prompts do not run on AMX tiles here (always, on other architectures).
+#[cfg(not(target_arch = "x86_64"))]
+pub fn amx_refusal() -> Option<&'static str> {
+    Some("off (not x86-64)")
+}
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -390,6 +404,10 @@ struct Product<'a> {
     /// Q5_0 on AVX2 with up to [`q5_stored_most`] tokens: read as stored for many tokens too,
     /// up to [`x86::MANY_TOKENS`] a call.
     q5_stored_many: bool,
+    /// Whether (and how) the many-token products run on AMX tiles.
+    tiles: TileUse,
+    /// Q4_K with [`Chain::Q4kPairs`].
+    q4k_pairs: bool,
     /// The first work item of this matrix among all of the call's.
     first_chunk: usize,
     /// Groups per work item.
@@ -402,12 +420,74 @@ impl Product<'_> {
     /// Whether `nt` tokens read this matrix as stored, with no unpacked group views (and so
     /// no scratch).
     fn reads_stored(&self, nt: usize) -> bool {
-        if nt <= TILE_TOKENS {
+        if self.tiles != TileUse::No {
+            false
+        } else if nt <= TILE_TOKENS {
             self.stored
         } else {
             self.q8_stored_tiles || self.q5_stored_many
         }
     }
+}
+
+/// Whether a product runs on AMX tiles ([`amx`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TileUse {
+    No,
+    Hardware,
+    /// The tiles' sums computed in plain code (the tests, and `NUCLEUS_AMX=emulate`).
+    Emulated,
+}
+
+/// The fewest tokens whose products run on AMX tiles in the tests (`emulate`): every path
+/// of the tile kernels, down to one A tile of five tokens.
+const AMX_MIN_TOKENS: usize = TILE_TOKENS + 1;
+
+/// The fewest tokens for which a matrix of `ty` runs on AMX tiles, where the CPU has them
+/// (`None`: never). Below, the vector kernels are faster: copying a work item's weights into
+/// the tiles' layout costs a pass over them per product. `matmul_bench`, 3584×18944, 2
+/// threads pinned, Xeon with AMX (the lent device machine, 2026-11-26), G MAC/s on tiles /
+/// on vectors: Q8_0 138/113 at 32 tokens, 181/116 at 64, 215/117 at 128 (16 tokens, an
+/// earlier build: 111/135); Q4_K 126/135 at 32, 185/135 at 64, 210/130 at 128, 235/112 at
+/// 512; Q6_K 116/86 at 32 but 92/101 at 128 and 96/109 at 512, so Q6_K stays on vectors.
+/// The other types' tile kernel (Q8_0's, with their offsets) computes their bits, checked on
+/// that machine, but its speed there was not measured: they stay on vectors too.
+fn amx_min_tokens(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q8_0 => Some(32),
+        GgmlType::Q4_K => Some(64),
+        _ => None,
+    }
+}
+
+/// How `nt` tokens multiply a matrix of `ty`: on tiles when the CPU has AMX (or `emulate`,
+/// in the tests) for the types [`amx`] has kernels for.
+fn tile_use(ty: GgmlType, nt: usize, simd: bool, emulate: bool) -> TileUse {
+    let typed = matches!(
+        ty,
+        GgmlType::Q8_0
+            | GgmlType::Q5_0
+            | GgmlType::Q4_0
+            | GgmlType::IQ4_NL
+            | GgmlType::MXFP4
+            | GgmlType::Q4_K
+            | GgmlType::Q6_K
+    );
+    if !simd || !typed || nt < AMX_MIN_TOKENS {
+        return TileUse::No;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let emulate = emulate || amx::emulation_requested();
+        if emulate && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512 {
+            return TileUse::Emulated;
+        }
+        if amx::uses_amx() && amx_min_tokens(ty).is_some_and(|least| nt >= least) {
+            return TileUse::Hardware;
+        }
+    }
+    let _ = emulate;
+    TileUse::No
 }
 
 /// The products, with the SIMD kernels or (`simd` false) the scalar ones.
@@ -418,6 +498,19 @@ fn matmul_packed_with(
     acts: &PackedActs,
     simd: bool,
     chain: Chain,
+) {
+    matmul_packed_tiles(pool, products, x, acts, simd, chain, false)
+}
+
+/// [`matmul_packed_with`], the many-token products on emulated tiles when `emulate_tiles`.
+fn matmul_packed_tiles(
+    pool: &ThreadPool,
+    products: &mut [(&PackedMatrix, &mut [f32])],
+    x: &QuantizedActs,
+    acts: &PackedActs,
+    simd: bool,
+    chain: Chain,
+    emulate_tiles: bool,
 ) {
     let nt = x.n_tokens();
     let blocks32 = x.cols() / QK;
@@ -477,6 +570,8 @@ fn matmul_packed_with(
             tile_fn,
             unpack,
             stored,
+            tiles: tile_use(w.ty(), nt, avx2, emulate_tiles),
+            q4k_pairs: chain == Chain::Q4kPairs && w.ty() == GgmlType::Q4_K,
             q8_stored_tiles: avx2 && w.ty() == GgmlType::Q8_0,
             q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0 && nt <= q5_stored_most(),
             first_chunk: n_chunks,

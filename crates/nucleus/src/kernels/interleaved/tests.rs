@@ -10,7 +10,7 @@ use crate::quant::dequantize_row;
 use crate::quant::quantize::quantize_rows;
 
 /// A random `rows × cols` matrix of `ty`, with rows of different magnitudes.
-fn matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+pub(super) fn matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let rb = ty.row_bytes(cols).unwrap();
     let mut data = vec![0u8; rows * rb];
     if ty == GgmlType::MXFP4 {
@@ -33,7 +33,7 @@ fn matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     data
 }
 
-fn acts(rng: &mut Rng, n: usize, cols: usize) -> (QuantizedActs, PackedActs) {
+pub(super) fn acts(rng: &mut Rng, n: usize, cols: usize) -> (QuantizedActs, PackedActs) {
     let x: Vec<f32> = (0..n * cols)
         .map(|i| rng.f32() * (1 + i % 5) as f32)
         .collect();
@@ -155,7 +155,7 @@ fn only_q8_0_q5_0_q4_0_iq4_nl_and_q4_k_with_whole_groups_are_packed() {
 }
 
 /// `nt` rows of Q8_K activations with a wide range, so that some quantize to the extremes.
-fn wide_q8_k_acts(rng: &mut Rng, nt: usize, cols: usize) -> QuantizedActs {
+pub(super) fn wide_q8_k_acts(rng: &mut Rng, nt: usize, cols: usize) -> QuantizedActs {
     let xf: Vec<f32> = (0..nt * cols)
         .map(|i| rng.f32() * (1 + i % 7) as f32 * if i % 97 == 0 { 50.0 } else { 1.0 })
         .collect();
@@ -165,7 +165,7 @@ fn wide_q8_k_acts(rng: &mut Rng, nt: usize, cols: usize) -> QuantizedActs {
 }
 
 /// Random Q4_K rows: scales of different sizes, any six-bit scales and mins, any nibbles.
-fn random_q4_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
+pub(super) fn random_q4_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
     let mut byte = || ((rng.f32() + 1.0) * 128.0) as u8;
     let mut data = vec![0u8; rows * cols / 256 * 144];
     for (i, b) in data.chunks_exact_mut(144).enumerate() {
@@ -578,7 +578,7 @@ fn q4_0_and_iq4_nl_packed_have_llama_cpps_repacked_bits() {
 }
 
 /// Random Q6_K rows: scales of both signs, any six-bit values.
-fn random_q6_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
+pub(super) fn random_q6_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
     let mut byte = || ((rng.f32() + 1.0) * 128.0) as u8;
     let mut data = vec![0u8; rows * cols / 256 * 210];
     for (i, b) in data.chunks_exact_mut(210).enumerate() {

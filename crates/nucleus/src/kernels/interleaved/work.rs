@@ -3,6 +3,8 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::x86;
+#[cfg(target_arch = "x86_64")]
+use super::{amx, TileUse};
 use super::{
     q6_k, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
     TILE_TOKENS, TOKEN_BLOCK,
@@ -57,6 +59,17 @@ impl Product<'_> {
         );
         if x.n_tokens() <= TILE_TOKENS {
             return self.decode_groups(g0..g1, x, acts, scratch);
+        }
+        #[cfg(target_arch = "x86_64")]
+        match self.tiles {
+            TileUse::Hardware => {
+                return self.tiles_on(g0..g1, x, acts, scratch, &mut amx::Hardware::new())
+            }
+            TileUse::Emulated => {
+                let mut tiles = amx::Emulated::default();
+                return self.tiles_on(g0..g1, x, acts, scratch, &mut tiles);
+            }
+            TileUse::No => {}
         }
         #[cfg(target_arch = "x86_64")]
         if self.q5_stored_many {
@@ -165,5 +178,92 @@ impl Product<'_> {
                 }
             }
         }
+    }
+
+    /// Many tokens against groups `gs` (at most four) on AMX tiles (or their emulation): the
+    /// groups copied once into the tiles' layout, then 32 tokens at a time.
+    #[cfg(target_arch = "x86_64")]
+    fn tiles_on<T: amx::Tiles>(
+        &self,
+        gs: std::ops::Range<usize>,
+        x: &QuantizedActs,
+        acts: &PackedActs,
+        (scales, unpacked): (&mut [f32], &mut [u8]),
+        tiles: &mut T,
+    ) {
+        thread_local! {
+            static ITEM: std::cell::RefCell<amx::ItemWeights> = Default::default();
+        }
+        let (w, blocks, nt) = (self.w, self.blocks, x.n_tokens());
+        assert!(gs.len() <= amx::ITEM_ROWS / GROUP_ROWS);
+        let (sl, ul) = scratch_per_group(w.ty(), blocks);
+        let (mut s_rest, mut u_rest) = (scales, unpacked);
+        let mut views = Vec::with_capacity(gs.len());
+        for g in gs.clone() {
+            let (s, s_next) = std::mem::take(&mut s_rest).split_at_mut(sl);
+            let (u, u_next) = std::mem::take(&mut u_rest).split_at_mut(ul);
+            (s_rest, u_rest) = (s_next, u_next);
+            views.push(GroupView::new(
+                w.ty(),
+                blocks,
+                w.group(g),
+                s,
+                u,
+                self.unpack,
+            ));
+        }
+        let views: Vec<&GroupView> = views.iter().collect();
+        ITEM.with_borrow_mut(|item| {
+            match w.ty() {
+                GgmlType::Q4_K => {
+                    let stored: Vec<&[u8]> = gs.clone().map(|g| w.group(g)).collect();
+                    item.q4_k(&stored, blocks)
+                }
+                GgmlType::Q6_K => item.q6_k(&views, blocks),
+                _ => item.block32(&views, blocks),
+            }
+            let offsets = if w.ty() == GgmlType::Q4_0 {
+                &acts.offsets8
+            } else {
+                &acts.offsets16
+            };
+            for tb in (0..nt).step_by(amx::ITEM_TOKENS) {
+                let m = (nt - tb).min(amx::ITEM_TOKENS);
+                let (scales, offsets) = if acts.scales.is_empty() {
+                    (std::ptr::null(), std::ptr::null())
+                } else {
+                    (
+                        acts.scales[tb * blocks..].as_ptr(),
+                        offsets[tb * blocks..].as_ptr(),
+                    )
+                };
+                let job = amx::Job {
+                    blocks,
+                    m,
+                    x: x.row(tb).as_ptr(),
+                    x_stride: x.row_bytes(),
+                    scales,
+                    offsets,
+                    out: self.out.at(tb * w.rows() + gs.start * GROUP_ROWS),
+                    out_stride: w.rows(),
+                };
+                // SAFETY: tokens tb..tb + m are rows of `x` and `acts` (sizes checked by
+                // `matmul_packed_with`); `item` holds `blocks` blocks of groups `gs`; outputs
+                // t·rows + 8·gs.start .. + 8·gs.len() lie inside this product's `y`, and no other
+                // thread writes these groups; `tiles` is the hardware only where `uses_amx`
+                // (`tile_use`), and the kernels need AVX-512F, which `tile_use` checked.
+                unsafe {
+                    match w.ty() {
+                        GgmlType::Q4_K if self.q4k_pairs => amx::q4_k::<T, true>(tiles, item, &job),
+                        GgmlType::Q4_K => amx::q4_k::<T, false>(tiles, item, &job),
+                        GgmlType::Q6_K => amx::q6_k(tiles, item, &job),
+                        GgmlType::Q5_0 => amx::block32::<T, 16>(tiles, item, &job),
+                        GgmlType::Q4_0 => amx::block32::<T, 8>(tiles, item, &job),
+                        _ => amx::block32::<T, 0>(tiles, item, &job),
+                    }
+                }
+            }
+        });
+        amx::release();
     }
 }

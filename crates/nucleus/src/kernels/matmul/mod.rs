@@ -134,6 +134,16 @@ impl QuantizedActs {
         assert!(t < self.n_tokens);
         &self.buf[t * self.row_bytes..(t + 1) * self.row_bytes]
     }
+
+    /// Row `t` alone, as a product of one token (decode) reads it (the tests).
+    #[cfg(test)]
+    pub(crate) fn copy_row(&self, t: usize) -> QuantizedActs {
+        QuantizedActs {
+            buf: self.row(t).to_vec(),
+            n_tokens: 1,
+            ..*self
+        }
+    }
 }
 
 /// Rows per work item: about `CHUNKS_PER_THREAD` items per thread, at least `MIN_ROW_CHUNK`

@@ -1,0 +1,490 @@
+//! AMX tiles for a prompt's products (Intel Xeon from Sapphire Rapids on): the exact integer
+//! sums of each block come from `tdpbssd`, 32 tokens by a work item's 32 rows (four groups)
+//! at a time, and the float chain after them is the one every other kernel of this module
+//! follows, so a token's outputs have the same bits whether its prompt ran on tiles or on
+//! vectors, and whether it came alone (decode) or among many: batch invariance holds across
+//! the paths.
+//!
+//! Per block (a Q4_K sub-block of 32, a Q6_K one of 16), as llama.cpp's AMX kernels do:
+//! - A tiles (`tmm0`, `tmm1`): sixteen tokens' activations each, loaded where
+//!   [`super::matmul::QuantizedActs`] stores them (Q8_0: the 32 values of block `b`; Q8_K: the
+//!   32 values of a Q4_K sub-block, or the 16 of a Q6_K one);
+//! - B tiles (`tmm2`, `tmm3`): sixteen rows each, two groups' 32-byte chunks side by side (the
+//!   interleaved layout already holds four consecutive values of each row per chunk, as
+//!   `tdpbssd` wants them), values as bytes, copied into this layout once per work item;
+//! - C tiles (`tmm4..=tmm7`): 16 tokens × 16 rows of exact 32-bit sums each, stored and folded
+//!   with AVX-512 into the block's float step.
+//!
+//! Unsigned values (Q5_0 + 16, Q4_0 + 8, Q4_K, Q6_K + 32) are positive bytes, so the signed
+//! product `tdpbssd` serves every type; the offsets come off as in the vector kernels.
+//!
+//! The tile registers are reached through [`Tiles`]: [`Hardware`] issues the instructions,
+//! [`Emulated`] computes the same sums in plain code, so that the folds, the addressing and
+//! the invariance are tested on any AVX-512 machine, and the instructions themselves where
+//! the CPU has AMX.
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::{q4_k, GROUP_ROWS};
+
+/// Tokens per A tile (the rows of A and C).
+pub(crate) const TILE_M: usize = 16;
+
+/// Why this process does not use AMX, or `None` when it does.
+pub fn amx_refusal() -> Option<&'static str> {
+    static STATE: OnceLock<Option<&'static str>> = OnceLock::new();
+    *STATE.get_or_init(|| {
+        match std::env::var("NUCLEUS_AMX").as_deref() {
+            Ok("0") => return Some("off (NUCLEUS_AMX=0)"),
+            Ok("emulate") => return Some("emulated (NUCLEUS_AMX=emulate)"),
+            _ => {}
+        }
+        if crate::quant::simd_level() < crate::quant::SimdLevel::Avx512 {
+            return Some("off (below AVX-512)");
+        }
+        // CPUID leaf 7 exists on every CPU with AVX-512 (checked above).
+        let leaf7 = __cpuid_count(7, 0);
+        if leaf7.edx & (1 << 24) == 0 || leaf7.edx & (1 << 25) == 0 {
+            return Some("off (the CPU has no AMX-INT8)");
+        }
+        if request_tile_data() != 0 {
+            return Some("off (the kernel refused the tile state)");
+        }
+        None
+    })
+}
+
+/// Whether `NUCLEUS_AMX=emulate` asks for the tile path with [`Emulated`] tiles: slow, but it
+/// runs the path (its addressing and folds) in whole models on any AVX-512 machine.
+pub(crate) fn emulation_requested() -> bool {
+    static ASKED: OnceLock<bool> = OnceLock::new();
+    *ASKED.get_or_init(|| std::env::var("NUCLEUS_AMX").is_ok_and(|v| v == "emulate"))
+}
+
+/// Whether prompts run on AMX tiles here.
+pub fn uses_amx() -> bool {
+    amx_refusal().is_none()
+}
+
+/// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`: Linux enables the tile registers
+/// for a process only on request (the first tile instruction faults otherwise). 0 or −errno.
+fn request_tile_data() -> i64 {
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    let ret: i64;
+    // SAFETY: the system call changes which xsave features this process may use and touches
+    // none of its memory; `syscall` clobbers rcx and r11, declared here.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack)
+        );
+    }
+    ret
+}
+
+/// The tile registers: A (activations) `tmm0`, `tmm1`; B (weights) `tmm2`, `tmm3`; C (sums)
+/// `tmm4 + 2a + h` for A tile `a` and B tile `h`.
+///
+/// # Safety
+/// Every method: [`Tiles::configure`] ran on this thread first, and the pointers are valid for
+/// the bytes the configured shapes read or write.
+pub(crate) trait Tiles {
+    /// A tile `a`: `m[a]` rows (tokens) of `k` bytes (`m[1]` may be 0: one A tile); B: `k / 4`
+    /// rows of 64 bytes; C: `m[a]` rows of 16 i32.
+    unsafe fn configure(&mut self, m: [usize; 2], k: usize);
+    /// Every C = A·B: A tile `a` from `a[a]` (rows `a_stride` bytes apart), B tile `h` from
+    /// `b + 16·k·h` (contiguous), C tile (a, h) stored to `c + 256·(2a + h)` (rows of 64 bytes).
+    unsafe fn products(&mut self, a: [*const u8; 2], a_stride: usize, b: *const u8, c: *mut i32);
+}
+
+/// The AMX instructions. Only where [`uses_amx`] (the tile state granted to this process).
+pub(crate) struct Hardware {
+    k: usize,
+    two: bool,
+}
+
+impl Hardware {
+    pub(crate) fn new() -> Self {
+        Hardware { k: 0, two: false }
+    }
+}
+
+impl Tiles for Hardware {
+    unsafe fn configure(&mut self, m: [usize; 2], k: usize) {
+        // Palette 1; bytes 16.. the bytes per row of tmm0..15 (u16), 48.. their rows.
+        let mut cfg = [0u8; 64];
+        cfg[0] = 1;
+        let shapes = [
+            (m[0], k),
+            (m[1], k),
+            (k / 4, 64),
+            (k / 4, 64),
+            (m[0], 64),
+            (m[0], 64),
+            (m[1], 64),
+            (m[1], 64),
+        ];
+        for (t, &(rows, colsb)) in shapes.iter().enumerate() {
+            let colsb = if rows == 0 { 0 } else { colsb };
+            cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&(colsb as u16).to_le_bytes());
+            cfg[48 + t] = rows as u8;
+        }
+        (self.k, self.two) = (k, m[1] > 0);
+        // SAFETY: the config is 64 valid bytes; shapes within the tile limits (m <= 16 rows,
+        // k <= 64 bytes), the caller's contract.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.as_ptr(), options(nostack, readonly)) };
+    }
+
+    #[inline(always)]
+    unsafe fn products(&mut self, a: [*const u8; 2], a_stride: usize, b: *const u8, c: *mut i32) {
+        let b1 = b.wrapping_add(16 * self.k);
+        // SAFETY: the caller's contract (rows of A and B readable, C writable).
+        unsafe {
+            if self.two {
+                asm!(
+                    "tileloadd tmm2, [{b0} + {s64} * 1]",
+                    "tileloadd tmm3, [{b1} + {s64} * 1]",
+                    "tileloadd tmm0, [{a0} + {sa} * 1]",
+                    "tileloadd tmm1, [{a1} + {sa} * 1]",
+                    "tilezero tmm4",
+                    "tilezero tmm5",
+                    "tilezero tmm6",
+                    "tilezero tmm7",
+                    "tdpbssd tmm4, tmm0, tmm2",
+                    "tdpbssd tmm5, tmm0, tmm3",
+                    "tdpbssd tmm6, tmm1, tmm2",
+                    "tdpbssd tmm7, tmm1, tmm3",
+                    "tilestored [{c} + {s64} * 1], tmm4",
+                    "tilestored [{c1} + {s64} * 1], tmm5",
+                    "tilestored [{c2} + {s64} * 1], tmm6",
+                    "tilestored [{c3} + {s64} * 1], tmm7",
+                    a0 = in(reg) a[0], a1 = in(reg) a[1], sa = in(reg) a_stride,
+                    b0 = in(reg) b, b1 = in(reg) b1, s64 = in(reg) 64usize,
+                    c = in(reg) c, c1 = in(reg) c.add(256), c2 = in(reg) c.add(512),
+                    c3 = in(reg) c.add(768),
+                    options(nostack)
+                );
+            } else {
+                asm!(
+                    "tileloadd tmm2, [{b0} + {s64} * 1]",
+                    "tileloadd tmm3, [{b1} + {s64} * 1]",
+                    "tileloadd tmm0, [{a0} + {sa} * 1]",
+                    "tilezero tmm4",
+                    "tilezero tmm5",
+                    "tdpbssd tmm4, tmm0, tmm2",
+                    "tdpbssd tmm5, tmm0, tmm3",
+                    "tilestored [{c} + {s64} * 1], tmm4",
+                    "tilestored [{c1} + {s64} * 1], tmm5",
+                    a0 = in(reg) a[0], sa = in(reg) a_stride,
+                    b0 = in(reg) b, b1 = in(reg) b1, s64 = in(reg) 64usize,
+                    c = in(reg) c, c1 = in(reg) c.add(256),
+                    options(nostack)
+                );
+            }
+        }
+    }
+}
+
+/// Gives the tile registers back (their state no longer saved on context switches).
+pub(crate) fn release() {
+    if uses_amx() {
+        // SAFETY: `tilerelease` only resets the tile state, which this process may use.
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    }
+}
+
+/// The same sums in plain code, for the tests and `NUCLEUS_AMX=emulate`.
+#[derive(Default)]
+pub(crate) struct Emulated {
+    m: [usize; 2],
+    k: usize,
+}
+
+impl Tiles for Emulated {
+    unsafe fn configure(&mut self, m: [usize; 2], k: usize) {
+        assert!((1..=TILE_M).contains(&m[0]) && m[1] <= TILE_M && (k == 16 || k == 32));
+        (self.m, self.k) = (m, k);
+    }
+
+    unsafe fn products(&mut self, a: [*const u8; 2], a_stride: usize, b: *const u8, c: *mut i32) {
+        for (ta, &rows) in self.m.iter().enumerate() {
+            for h in 0..2 {
+                for i in 0..rows {
+                    for n in 0..16 {
+                        let mut sum = 0i32;
+                        for kk in 0..self.k {
+                            // SAFETY: the caller's contract.
+                            let (x, w) = unsafe {
+                                (
+                                    *a[ta].add(i * a_stride + kk) as i8,
+                                    *b.add(16 * self.k * h + 64 * (kk / 4) + 4 * n + kk % 4) as i8,
+                                )
+                            };
+                            sum += x as i32 * w as i32;
+                        }
+                        // SAFETY: the caller's contract.
+                        unsafe { *c.add(256 * (2 * ta + h) + 16 * i + n) = sum };
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(crate) use super::amx_layout::{ItemWeights, ITEM_ROWS, ITEM_TOKENS};
+
+/// What a kernel call reads and writes: `m` (1 to 32) tokens from `x` (rows `x_stride` bytes
+/// apart), their per-block scales and offsets (stride `blocks`; Q8_0 activations only), and
+/// eight outputs per group of the item per token at `out` (rows `out_stride` floats apart).
+pub(crate) struct Job {
+    pub blocks: usize,
+    pub m: usize,
+    pub x: *const u8,
+    pub x_stride: usize,
+    pub scales: *const f32,
+    pub offsets: *const i32,
+    pub out: *mut f32,
+    pub out_stride: usize,
+}
+
+impl Job {
+    fn a(&self, at: usize) -> [*const u8; 2] {
+        let x = self.x.wrapping_add(at);
+        [x, x.wrapping_add(TILE_M * self.x_stride)]
+    }
+    fn rows(&self) -> [usize; 2] {
+        [self.m.min(TILE_M), self.m.saturating_sub(TILE_M)]
+    }
+    /// Token `t`'s activation row.
+    fn x_row(&self, t: usize) -> *const u8 {
+        self.x.wrapping_add(t * self.x_stride)
+    }
+}
+
+/// The C tiles of one unit: `[a][h]` 16 tokens × 16 rows.
+type Sums = [i32; 4 * 256];
+
+#[inline(always)]
+unsafe fn load_c(c: &Sums, t: usize, h: usize) -> __m512i {
+    // SAFETY: t < 32, h < 2: inside the 4 KB of sums.
+    unsafe {
+        _mm512_loadu_si512(
+            c.as_ptr()
+                .add(256 * (2 * (t / TILE_M) + h) + 16 * (t % TILE_M)) as *const _,
+        )
+    }
+}
+
+/// Writes `acc` (per token, 32 rows) to the item's real groups.
+unsafe fn write_out(acc: &[[__m512; 2]], job: &Job, groups: usize) {
+    for (t, v) in acc.iter().enumerate().take(job.m) {
+        let mut row = [0f32; ITEM_ROWS];
+        // SAFETY: 32 floats in `row`.
+        unsafe {
+            _mm512_storeu_ps(row.as_mut_ptr(), v[0]);
+            _mm512_storeu_ps(row.as_mut_ptr().add(16), v[1]);
+            // SAFETY: the caller's contract: 8·groups floats per token at out.
+            std::ptr::copy_nonoverlapping(
+                row.as_ptr(),
+                job.out.add(t * job.out_stride),
+                GROUP_ROWS * groups,
+            );
+        }
+    }
+}
+
+/// Q8_0, Q5_0, Q4_0, IQ4_NL and MXFP4: per block `acc = fma(dw·dx, isum, acc)`, as
+/// [`super::scalar::tile_u5`] and its siblings (`BIAS` > 0: unsigned values, whose offsets
+/// come off the sum; 0: signed).
+///
+/// # Safety
+/// `w` holds `job.blocks` units; the job's pointers as [`Job`] says; the CPU has AVX-512F, and
+/// `tiles` is [`Hardware`] only where [`uses_amx`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemWeights, job: &Job) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
+    let mut c: Sums = [0; 1024];
+    let blocks = job.blocks;
+    // SAFETY: the caller's contract; tokens below job.m only.
+    unsafe {
+        tiles.configure(job.rows(), 32);
+        for b in 0..blocks {
+            tiles.products(
+                job.a(34 * b + 2),
+                job.x_stride,
+                w.b.as_ptr().add(1024 * b),
+                c.as_mut_ptr(),
+            );
+            let dw = [
+                _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b)),
+                _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b + 16)),
+            ];
+            for (t, acc) in acc.iter_mut().enumerate().take(job.m) {
+                let dx = _mm512_set1_ps(*job.scales.add(t * blocks + b));
+                let off = _mm512_set1_epi32(if BIAS > 0 {
+                    *job.offsets.add(t * blocks + b)
+                } else {
+                    0
+                });
+                for h in 0..2 {
+                    let isum = _mm512_sub_epi32(load_c(&c, t, h), off);
+                    acc[h] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(dw[h], dx), _mm512_cvtepi32_ps(isum), acc[h]);
+                }
+            }
+        }
+        write_out(&acc, job, w.groups);
+    }
+}
+
+/// Q4_K: the chain of [`q4_k::tile_scalar`] (`PAIRS`: of `tile_scalar_pairs`), the integer
+/// sums of a super-block's eight sub-blocks from tiles, scaled and added in 32 bits.
+///
+/// # Safety
+/// As [`block32`], the activations being Q8_K rows.
+// The token loops index several per-token arrays (sums, accumulators) in step.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWeights, job: &Job) {
+    const ACT: usize = q4_k::ACT_BLOCK;
+    let zero = _mm512_setzero_si512();
+    let (mut acc, mut acc_min) = (
+        [[_mm512_setzero_ps(); 2]; ITEM_TOKENS],
+        [[_mm512_setzero_ps(); 2]; ITEM_TOKENS],
+    );
+    let (mut isum, mut imin) = ([[zero; 2]; ITEM_TOKENS], [[zero; 2]; ITEM_TOKENS]);
+    let mut c: Sums = [0; 1024];
+    // SAFETY: the caller's contract; tokens below job.m only.
+    unsafe {
+        tiles.configure(job.rows(), 32);
+        for b in 0..job.blocks {
+            for j in 0..8 {
+                let u = 8 * b + j;
+                tiles.products(
+                    job.a(ACT * b + 4 + 32 * j),
+                    job.x_stride,
+                    w.b.as_ptr().add(1024 * u),
+                    c.as_mut_ptr(),
+                );
+                let row =
+                    |v: &Vec<i32>, at: usize| _mm512_loadu_si512(v.as_ptr().add(at) as *const _);
+                let sc = [row(&w.sc, ITEM_ROWS * u), row(&w.sc, ITEM_ROWS * u + 16)];
+                for t in 0..job.m {
+                    for h in 0..2 {
+                        isum[t][h] = _mm512_add_epi32(
+                            isum[t][h],
+                            _mm512_mullo_epi32(sc[h], load_c(&c, t, h)),
+                        );
+                    }
+                }
+                if j % 2 == 1 {
+                    // The pair's min sums: mins (two i16 per row) by the sums of the token's 32
+                    // activations of sub-blocks j − 1 and j (each two Q8_K sums of 16).
+                    let at = ITEM_ROWS * (4 * b + j / 2);
+                    let mn = [row(&w.mins, at), row(&w.mins, at + 16)];
+                    for t in 0..job.m {
+                        let s = job.x_row(t).add(ACT * b + 260 + 4 * (j - 1)) as *const i16;
+                        let b0 = s.read_unaligned() as i32 + s.add(1).read_unaligned() as i32;
+                        let b1 =
+                            s.add(2).read_unaligned() as i32 + s.add(3).read_unaligned() as i32;
+                        let bs = _mm512_set1_epi32((b0 & 0xFFFF) | b1 << 16);
+                        for h in 0..2 {
+                            imin[t][h] = _mm512_add_epi32(imin[t][h], _mm512_madd_epi16(mn[h], bs));
+                        }
+                    }
+                }
+                if (PAIRS && j % 2 == 1) || j == 7 {
+                    let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
+                    for t in 0..job.m {
+                        let dy = _mm512_set1_ps(
+                            (job.x_row(t).add(ACT * b) as *const f32).read_unaligned(),
+                        );
+                        for h in 0..2 {
+                            let d = _mm512_mul_ps(_mm512_loadu_ps(dd.add(16 * h)), dy);
+                            let dmin =
+                                _mm512_mul_ps(_mm512_loadu_ps(dd.add(ITEM_ROWS + 16 * h)), dy);
+                            acc[t][h] =
+                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][h]), d, acc[t][h]);
+                            acc_min[t][h] = _mm512_fmadd_ps(
+                                _mm512_cvtepi32_ps(imin[t][h]),
+                                dmin,
+                                acc_min[t][h],
+                            );
+                            (isum[t][h], imin[t][h]) = (zero, zero);
+                        }
+                    }
+                }
+            }
+        }
+        let out: [[__m512; 2]; ITEM_TOKENS] = std::array::from_fn(|t| {
+            [
+                _mm512_sub_ps(acc[t][0], acc_min[t][0]),
+                _mm512_sub_ps(acc[t][1], acc_min[t][1]),
+            ]
+        });
+        write_out(&out, job, w.groups);
+    }
+}
+
+/// Q6_K: the chain of [`super::q6_k::tile_scalar`], each sub-block's sum of `(q − 32)·x` from
+/// tiles (16 values: `q·x`, less 32 times the activations' sum of 16 that Q8_K carries),
+/// scaled and added in 32 bits.
+///
+/// # Safety
+/// As [`block32`], the activations being Q8_K rows.
+// The token loops index several per-token arrays (sums, accumulators) in step.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
+    const ACT: usize = q4_k::ACT_BLOCK;
+    let zero = _mm512_setzero_si512();
+    let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
+    let mut isum = [[zero; 2]; ITEM_TOKENS];
+    let mut c: Sums = [0; 1024];
+    // SAFETY: the caller's contract; tokens below job.m only.
+    unsafe {
+        tiles.configure(job.rows(), 16);
+        for b in 0..job.blocks {
+            for j in 0..16 {
+                let u = 16 * b + j;
+                tiles.products(
+                    job.a(ACT * b + 4 + 16 * j),
+                    job.x_stride,
+                    w.b.as_ptr().add(512 * u),
+                    c.as_mut_ptr(),
+                );
+                let sc = [
+                    _mm512_loadu_si512(w.sc.as_ptr().add(ITEM_ROWS * u) as *const _),
+                    _mm512_loadu_si512(w.sc.as_ptr().add(ITEM_ROWS * u + 16) as *const _),
+                ];
+                for t in 0..job.m {
+                    let s = job.x_row(t).add(ACT * b + 260 + 2 * j) as *const i16;
+                    let off = _mm512_set1_epi32(32 * s.read_unaligned() as i32);
+                    for h in 0..2 {
+                        let sub = _mm512_sub_epi32(load_c(&c, t, h), off);
+                        isum[t][h] = _mm512_add_epi32(isum[t][h], _mm512_mullo_epi32(sc[h], sub));
+                    }
+                }
+            }
+            for t in 0..job.m {
+                let dy = _mm512_set1_ps((job.x_row(t).add(ACT * b) as *const f32).read_unaligned());
+                for h in 0..2 {
+                    let d = _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b + 16 * h));
+                    let scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t][h]), d);
+                    acc[t][h] = _mm512_fmadd_ps(scaled, dy, acc[t][h]);
+                    isum[t][h] = zero;
+                }
+            }
+        }
+        write_out(&acc, job, w.groups);
+    }
+}
