@@ -6,6 +6,12 @@ and, for every type nucleus writes, what llama.cpp's llama-quantize makes of it:
 file's sha256 and each tensor's type and sha256, in file order.
 
     PYTHONPATH=$LLAMA/gguf-py target/venv/bin/python scripts/make_quantize_fixture.py $LLAMA/build/bin/llama-quantize
+
+With `--moe`, the expert fixture instead: `tiny-moe-f16.gguf`, the gpt-oss fixture of
+tests/data/arch dequantized to F16 by nucleus (`cargo run --release -p nucleus --example
+requantize -- crates/nucleus/tests/data/arch/gpt-oss.gguf OUT f16`: 3-D expert tensors, biases,
+sinks), and llama-quantize's output for the mixes with rules for expert tensors
+(`llama_quantize_moe.json`).
 """
 import hashlib, json, os, subprocess, sys, tempfile
 
@@ -14,7 +20,8 @@ from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "crates", "nucleus", "tests", "data", "quantize")
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
-         "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "F16", "BF16", "F32"]
+         "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "F16", "BF16", "F32"]
+MOE_TYPES = ["MXFP4_MOE", "Q4_K_M", "Q2_K", "Q3_K_M", "IQ4_XS", "Q8_0"]
 N_EMBD, N_LAYER = 256, 4
 
 rng = np.random.default_rng(13)
@@ -72,9 +79,14 @@ def main():
     w.write_tensors_to_file()
     w.close()
 
+    write_expected(quantize, src, TYPES, "llama_quantize.json")
+    print(f"{src}: {os.path.getsize(src)} bytes; {len(TYPES)} types")
+
+
+def write_expected(quantize, src, types, name):
     expected = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for t in TYPES:
+        for t in types:
             dst = os.path.join(tmp, t + ".gguf")
             subprocess.run([quantize, src, dst, t], check=True, capture_output=True)
             with open(dst, "rb") as f:
@@ -85,11 +97,15 @@ def main():
                 "tensors": [[x.name, x.tensor_type.name, hashlib.sha256(x.data.tobytes()).hexdigest()]
                             for x in r.tensors],
             }
-    with open(os.path.join(OUT, "llama_quantize.json"), "w") as f:
+    with open(os.path.join(OUT, name), "w") as f:
         json.dump(expected, f, indent=1)
         f.write("\n")
-    print(f"{src}: {os.path.getsize(src)} bytes; {len(TYPES)} types")
 
 
 if __name__ == "__main__":
-    main()
+    if "--moe" in sys.argv:
+        sys.argv.remove("--moe")
+        write_expected(sys.argv[1], os.path.join(OUT, "tiny-moe-f16.gguf"), MOE_TYPES,
+                       "llama_quantize_moe.json")
+    else:
+        main()

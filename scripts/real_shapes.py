@@ -9,9 +9,10 @@ forward pass reads every byte whatever its value).
     .bench/venv/bin/python scripts/real_shapes.py --list
 
 Each NAME is `<shape>-<mix>`: shapes qwen2.5-1.5b, qwen2.5-7b, llama-3.1-8b, and the mixtures
-of experts qwen3-30b-a3b-24l (24 of its 48 layers), olmoe-1b-7b and gpt-oss-20b (hyper-parameters
-from the models' config.json), mixes q4_k_m, q6_k, q8_0, and mxfp4 (gpt-oss's: MXFP4 experts,
-Q8_0 for the other matrices). `--moe` writes the two MoE Q4_K_M files and gpt-oss-20b-mxfp4. The Q4_K_M mix is llama-quantize's
+of experts qwen3-30b-a3b-24l (24 of its 48 layers), olmoe-1b-7b (and olmoe-1b-7b-2l: 2 of its
+layers) and gpt-oss-20b (hyper-parameters from the models' config.json), mixes q4_k_m, q6_k,
+q8_0, mxfp4 (gpt-oss's: MXFP4 experts, Q8_0 for the other matrices) and f16 (normally
+distributed weights, the input of a quantization). `--moe` writes the two MoE Q4_K_M files and gpt-oss-20b-mxfp4. The Q4_K_M mix is llama-quantize's
 (`llama_tensor_get_type` in the vendored src/llama-quant.cpp): Q4_K everywhere but attn_v and
 ffn_down in the layers `use_more_bits` picks (Q6_K), the output matrix (Q6_K; the token
 embeddings too where they are tied to it); norms and biases F32. Q6_K and Q8_0: every matrix.
@@ -74,6 +75,12 @@ SHAPES = {
                         n_ff=1024, n_vocab=50304, tied=False, qkv_bias=False, qk_norm="all",
                         n_expert=64, n_expert_used=8, n_ff_exp=1024, rope_theta=1e4, eps=1e-5,
                         ctx=4096),
+    # OLMoE at real width with 2 of its 16 layers, for `nucleus quantize` against llama-quantize
+    # on real-width expert tensors (its F16 mix: 2.0 GB; scripts/quantize_experts_real_width.sh).
+    "olmoe-1b-7b-2l": dict(arch="olmoe", n_layer=2, n_embd=2048, n_head=16, n_head_kv=16,
+                           n_ff=1024, n_vocab=50304, tied=False, qkv_bias=False, qk_norm="all",
+                           n_expert=64, n_expert_used=8, n_ff_exp=1024, rope_theta=1e4,
+                           eps=1e-5, ctx=4096),
     # openai/gpt-oss-20b's config.json; its GGUF (ggml-org/gpt-oss-20b-GGUF, 12.1 GB) keeps the
     # experts in MXFP4 and the other matrices in Q8_0 (the "mxfp4" mix here).
     "gpt-oss-20b": dict(arch="gpt-oss", n_layer=24, n_embd=2880, n_head=64, n_head_kv=8,
@@ -81,7 +88,7 @@ SHAPES = {
                         n_expert=32, n_expert_used=4, n_ff_exp=2880, rope_theta=150000.0,
                         eps=1e-5, ctx=131072, sliding_window=128, yarn=(32.0, 4096)),
 }
-MIXES = {"q4_k_m": 15, "q6_k": 18, "q8_0": 7, "mxfp4": 38}  # llama_ftype of each mix
+MIXES = {"q4_k_m": 15, "q6_k": 18, "q8_0": 7, "mxfp4": 38, "f16": 1}  # llama_ftype of each mix
 DEFAULT = ["qwen2.5-1.5b-q4_k_m", "qwen2.5-7b-q4_k_m", "llama-3.1-8b-q4_k_m",
            "qwen2.5-1.5b-q8_0", "qwen2.5-1.5b-q6_k"]
 MOE = ["qwen3-30b-a3b-24l-q4_k_m", "olmoe-1b-7b-q4_k_m", "gpt-oss-20b-mxfp4"]
@@ -95,6 +102,8 @@ def matrix_type(mix, name, layer, n_layer, tied):
     """llama-quantize's choice for a 2-D weight of a llama/qwen2 model (rows a multiple of 256)."""
     if mix == "mxfp4":
         return Q.MXFP4 if name.endswith("_exps.weight") else Q.Q8_0
+    if mix == "f16":
+        return Q.F16
     if mix == "q8_0":
         return Q.Q8_0
     if mix == "q6_k":
@@ -275,6 +284,9 @@ def write(name, out_dir, seed):
         if ty == Q.F32:
             shape = (cols,) if rows == 1 else (rows, cols)
             w.add_tensor_info(tname, shape, np.dtype(np.float32), 4 * rows * cols)
+        elif ty == Q.F16:
+            shape = (rows, cols) if not ne else (ne, rows, cols)
+            w.add_tensor_info(tname, shape, np.dtype(np.float16), 2 * max(ne, 1) * rows * cols)
         else:
             block, size = gguf.GGML_QUANT_SIZES[ty]
             shape = (rows, cols) if not ne else (ne, rows, cols)
@@ -290,6 +302,10 @@ def write(name, out_dir, seed):
                 data = (0.02 * rng.standard_normal(rows * cols)).astype(np.float32)
             else:
                 data = np.ones(cols, dtype=np.float32)
+        elif ty == Q.F16:
+            # Weights of a trained model's size (about 0.02), normally distributed.
+            n = max(ne, 1) * rows * cols
+            data = (0.02 * rng.standard_normal(n, dtype=np.float32)).astype(np.float16)
         else:
             block, _ = gguf.GGML_QUANT_SIZES[ty]
             # A tensor at a time: the largest is a few hundred MB.

@@ -16,7 +16,7 @@ pub struct QuantizeArgs {
     /// The GGUF to write (replaced only once it is complete).
     pub output: PathBuf,
     /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S, Q3_K_M (= Q3_K), Q3_K_L, Q4_K_S,
-    /// Q4_K_M (= Q4_K), Q5_K_S, Q5_K_M (= Q5_K), Q6_K, IQ4_NL, IQ4_XS, F16, BF16 or F32.
+    /// Q4_K_M (= Q4_K), Q5_K_S, Q5_K_M (= Q5_K), Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE (experts MXFP4, other matrices Q8_0), F16, BF16 or F32.
     #[arg(value_name = "TYPE")]
     pub mix: String,
     /// Threads converting rows (0 = all cores).

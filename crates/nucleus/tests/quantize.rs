@@ -2,7 +2,8 @@
 //! (`tests/data/quantize/tiny-f16.gguf`, rows of 256, 512, 96 and 80, zero, constant, tiny and
 //! outlier blocks) quantized to every type nucleus writes must give, tensor for tensor and file
 //! for file, the bytes whose sha256 llama-quantize's output had
-//! (`scripts/make_quantize_fixture.py` made both). And failures leave no file behind.
+//! (`scripts/make_quantize_fixture.py` made both); the same for expert tensors on a tiny
+//! gpt-oss (`tiny-moe-f16.gguf`). And failures leave no file behind.
 
 use std::path::{Path, PathBuf};
 
@@ -42,16 +43,31 @@ fn leftovers(dir: &Path) -> Vec<String> {
 
 #[test]
 fn every_type_matches_llama_quantize_byte_for_byte() {
+    let n = check_against_llama_quantize("tiny-f16.gguf", "llama_quantize.json", "bytes");
+    assert_eq!(n, MIXES.len(), "the fixture covers every mix");
+}
+
+/// Expert tensors (3-D, with llama-quantize's per-tensor rules for `ffn_*_exps` and the
+/// `MXFP4_MOE` mix): the gpt-oss fixture dequantized to F16 (`tiny-moe-f16.gguf`), quantized
+/// as llama-quantize quantized it (`scripts/make_quantize_fixture.py --moe`).
+#[test]
+fn expert_tensors_match_llama_quantize_byte_for_byte() {
+    let n = check_against_llama_quantize("tiny-moe-f16.gguf", "llama_quantize_moe.json", "moe");
+    assert!(n >= 6);
+}
+
+/// Quantizes fixture `src` to every mix of `json` and compares with llama-quantize's output;
+/// returns how many mixes it checked.
+fn check_against_llama_quantize(src: &str, json: &str, test: &str) -> usize {
     let expected: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(data("llama_quantize.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(data(json)).unwrap()).unwrap();
     let expected = expected.as_object().unwrap();
-    assert_eq!(expected.len(), MIXES.len(), "the fixture covers every mix");
-    let dir = scratch("bytes");
+    let dir = scratch(test);
     for (name, want) in expected {
         let mix = Mix::parse(name).unwrap();
         let out = dir.join(format!("{name}.gguf"));
         let mut seen = 0;
-        quantize_file(&data("tiny-f16.gguf"), &out, &mix, 2, &mut |_| seen += 1).unwrap();
+        quantize_file(&data(src), &out, &mix, 2, &mut |_| seen += 1).unwrap();
         let file = GgufFile::open(&out).unwrap();
         assert_eq!(seen, file.tensors.len());
         let want_tensors = want["tensors"].as_array().unwrap();
@@ -89,6 +105,7 @@ fn every_type_matches_llama_quantize_byte_for_byte() {
     }
     assert!(leftovers(&dir).is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
+    expected.len()
 }
 
 #[test]

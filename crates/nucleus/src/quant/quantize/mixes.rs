@@ -46,6 +46,7 @@ pub const MIXES: &[Mix] = &[
     mix!("Q6_K", 18, Q6_K),
     mix!("IQ4_NL", 25, IQ4_NL),
     mix!("IQ4_XS", 30, IQ4_XS),
+    mix!("MXFP4_MOE", 38, MXFP4),
 ];
 
 /// llama-quantize's aliases: a bare K type names its `_M` mix.

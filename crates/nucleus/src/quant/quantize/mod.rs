@@ -1,6 +1,6 @@
 //! Making quantized files: float rows to blocks with ggml's reference quantizers (the legacy
 //! 32-element formats in `quant/blocks.rs`, the K-quants in [`k_quants`], IQ4_NL and IQ4_XS in
-//! [`iq4`]), llama-quantize's per-tensor rules ([`rules`]) and the file-to-file driver
+//! [`iq4`], MXFP4 in [`mxfp4`]), llama-quantize's per-tensor rules ([`rules`]) and the file-to-file driver
 //! ([`file`]) behind `nucleus quantize`. Without an importance matrix the output tensors are
 //! byte for byte llama-quantize's from the same input (`scripts/quantize_vs_llama_cpp.sh`).
 
@@ -8,6 +8,7 @@ mod file;
 mod iq4;
 mod k_quants;
 mod mixes;
+mod mxfp4;
 mod rules;
 mod search;
 
@@ -68,6 +69,7 @@ pub fn quantize_rows(
         GgmlType::Q6_K => k_quants::quantize_block_q6_k,
         GgmlType::IQ4_NL => iq4::quantize_block_iq4_nl,
         GgmlType::IQ4_XS => iq4::quantize_block_iq4_xs,
+        GgmlType::MXFP4 => mxfp4::quantize_block_mxfp4,
         _ => {
             quantize_row(ty, src, dst);
             return Ok(());

@@ -254,6 +254,12 @@ impl State<'_> {
         let mix = self.mix.name;
         let mut ty = self.mix.default_type;
         let falcon = f.is_falcon();
+        if mix == "MXFP4_MOE" {
+            // The expert tensors (3-D) to MXFP4, every other matrix (the output's too) to
+            // Q8_0; no other rule.
+            let experts = t.dims.get(2).is_some_and(|&n| n > 1);
+            return Ok(if experts { MXFP4 } else { Q8_0 });
+        }
         match cat {
             // With tied embeddings token_embd is also the output matrix.
             Category::Output | Category::TokenEmbd

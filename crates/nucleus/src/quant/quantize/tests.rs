@@ -75,3 +75,22 @@ fn bad_shapes_are_errors() {
     let err = quantize_rows(GgmlType::IQ2_XXS, &x, 96, &mut q).unwrap_err();
     assert!(err.contains("IQ2_XXS"), "{err}");
 }
+
+/// MXFP4 blocks as gguf-py quantizes them (`scripts/gen_mxfp4_fixture.py`: magnitudes from
+/// 2^-130 to 2^20, zeros, exact ties between table entries): the same bytes.
+#[test]
+fn mxfp4_matches_gguf_py() {
+    let blob: &[u8] = include_bytes!("../testdata/mxfp4_quantize_gguf_py.bin");
+    let n = u32::from_le_bytes(blob[0..4].try_into().unwrap()) as usize;
+    let x: Vec<f32> = blob[4..4 + 4 * n]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let want = &blob[4 + 4 * n..];
+    let mut got = vec![0u8; GgmlType::MXFP4.row_bytes(n).unwrap()];
+    quantize_rows(GgmlType::MXFP4, &x, n, &mut got).unwrap();
+    assert_eq!(got.len(), want.len());
+    for (b, (g, w)) in got.chunks_exact(17).zip(want.chunks_exact(17)).enumerate() {
+        assert_eq!(g, w, "block {b}");
+    }
+}
