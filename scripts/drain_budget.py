@@ -9,8 +9,9 @@ deploy/kubernetes/nucleus-deployment.yaml, as they are (--threads, --ctx, --max-
 slot and every queue place filled (--max-running + --queue requests; one more gets 429, so
 no HPA lag can put more in one pod), each request generating the most the flags allow:
 `max_tokens` far above --max-tokens with `ignore_eos`, so it generates exactly --max-tokens
-tokens, after a prompt of --prompt-tokens distinct tokens (no prefix-cache hits; default 512,
-see docs/src/deploying.md for why not the whole window). That many clients send such
+tokens, after a prompt of --prompt-tokens distinct tokens (no prefix-cache hits; default: the
+Deployment's --max-prompt-tokens, the longest prompt a replica accepts, so that the default run
+measures the worst case). That many clients send such
 requests back to back for --rounds rounds; each request's lifetime is from its send to its
 last byte (queue wait + prefill + generation), the time to its first token is printed beside.
 
@@ -47,7 +48,6 @@ MODEL = "qwen2.5-coder-0.5b-instruct"
 CLOSE_GRACE_S = 2  # nucleus drops connections still open this long after the drain
 MARGIN_S = 5
 MIN_PRESTOP_S = 5
-PROMPT_TOKENS = 512
 
 
 def fail(msg):
@@ -168,10 +168,9 @@ def measure(binary, flags, prompt_tokens, rounds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "nucleus"))
-    ap.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS,
-                    help=f"prompt length (default {PROMPT_TOKENS}; at most the window less "
-                    "--max-tokens, the longest, which takes about an hour on a loaded "
-                    "2-core machine)")
+    ap.add_argument("--prompt-tokens", type=int,
+                    help="prompt length (default: the Deployment's --max-prompt-tokens, the "
+                    "longest it accepts)")
     ap.add_argument("--rounds", type=int, default=1, help="requests per client")
     ap.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE",
                     help="try another serve flag than the Deployment's (e.g. --set "
@@ -181,14 +180,15 @@ def main():
     for s in args.set:
         k, _, v = s.partition("=")
         flags["--" + k.lstrip("-")] = v
-    for f in ("--max-running", "--queue", "--max-tokens", "--ctx", "--threads",
-              "--unready-secs", "--drain-secs"):
+    for f in ("--max-running", "--queue", "--max-tokens", "--max-prompt-tokens", "--ctx",
+              "--threads", "--unready-secs", "--drain-secs"):
         if f not in flags:
             fail(f"the Deployment's serve args have no {f}: nothing bounds the drain")
-    room = int(flags["--ctx"]) - int(flags["--max-tokens"])
-    prompt_tokens = args.prompt_tokens
+    room = min(int(flags["--ctx"]) - int(flags["--max-tokens"]), int(flags["--max-prompt-tokens"]))
+    prompt_tokens = args.prompt_tokens or room
     if not 1 <= prompt_tokens <= room:
-        fail(f"--prompt-tokens must be 1 to {room} (the window less --max-tokens)")
+        fail(f"--prompt-tokens must be 1 to {room} (--max-prompt-tokens, within the window "
+             "less --max-tokens)")
     results, wall = measure(args.binary, flags, prompt_tokens, args.rounds)
     life = [r[0] for r in results]
     ttft = [r[1] for r in results]

@@ -88,6 +88,12 @@ pub struct ServeArgs {
     /// or without end under the `stream` context policy).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: Option<u32>,
+    /// Prompt tokens one request may send at most: a longer prompt gets a 400
+    /// (`context_length_exceeded`, naming this flag) before any work, whatever the context
+    /// policy. With --max-tokens, --queue and --max-running it bounds the work a replica can
+    /// hold, which a drain (`--drain-secs`) must cover. Default: the context window.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_prompt_tokens: Option<u32>,
     /// Seconds after Ctrl-C / SIGTERM during which `/health` answers 503 (so a readiness probe
     /// takes the replica out of its load balancer) while new requests are still accepted and
     /// served; the drain (`--drain-secs`) starts after it.
@@ -204,6 +210,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let mut state = AppState::new(engine, tokenizer, model_id.clone(), args.api_key.clone());
     state.context_policy = args.context_policy;
     state.max_tokens_cap = args.max_tokens.map(|m| m as usize);
+    state.max_prompt_tokens = args.max_prompt_tokens.map(|m| m as usize);
     state.parse_special_in_messages = args.parse_special_in_messages;
     state.max_body = args.max_body_bytes;
     state.model = Some(model);

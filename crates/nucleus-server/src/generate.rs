@@ -53,8 +53,8 @@ pub(crate) fn request_submit_error(s: &GenSettings, e: SubmitError) -> ApiError 
     }
 }
 
-/// Under the `error` policy: the 400 for a prompt (from `param`) that, with `max_tokens`, does
-/// not fit the context window.
+/// The 400 for a prompt (from `param`) longer than the server's `--max-prompt-tokens`; under
+/// the `error` policy, also for one that, with `max_tokens`, does not fit the context window.
 pub(crate) fn check_fits(
     st: &AppState,
     n_prompt: usize,
@@ -63,6 +63,15 @@ pub(crate) fn check_fits(
     param: &str,
 ) -> Result<(), ApiError> {
     let n_ctx = st.engine.config().n_ctx;
+    if let Some(most) = st.max_prompt_tokens.filter(|&most| n_prompt > most) {
+        return Err(ApiError::param(
+            param,
+            format!(
+                "the prompt is {n_prompt} tokens; this server takes prompts of at most {most} tokens (--max-prompt-tokens)"
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
     if policy != ContextPolicy::Error {
         return Ok(());
     }

@@ -75,6 +75,8 @@ pub struct AppState {
     /// window, or without end under the `stream` policy). A larger `max_tokens` is lowered
     /// to it, as llama-server's `--n-predict` caps `n_predict`.
     pub max_tokens_cap: Option<usize>,
+    /// Prompt tokens one request may send at most (`serve --max-prompt-tokens`).
+    pub max_prompt_tokens: Option<usize>,
     pub metrics: Metrics,
     /// The model, for `/v1/embeddings` (which answers 501 without it).
     pub model: Option<Arc<Model>>,
@@ -120,6 +122,7 @@ impl AppState {
             parse_special_in_messages: false,
             context_policy: ContextPolicy::Error,
             max_tokens_cap: None,
+            max_prompt_tokens: None,
             metrics: Metrics::default(),
             model: None,
             embed_lock: tokio::sync::Mutex::new(()),

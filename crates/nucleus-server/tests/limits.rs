@@ -1,5 +1,5 @@
 //! The request body limit (`serve --max-body-bytes`), the cap on generated tokens
-//! (`serve --max-tokens`) and safe chat prompts over HTTP: message
+//! (`serve --max-tokens`), the cap on prompt tokens (`serve --max-prompt-tokens`) and safe chat prompts over HTTP: message
 //! contents are plain text unless the server parses special tokens in messages, and BOS comes
 //! once when the template writes `bos_token`.
 
@@ -122,4 +122,40 @@ fn max_tokens_cap_bounds_every_request() {
     assert_eq!(chat(json!({"max_completion_tokens": 50})), 5);
     assert_eq!(chat(json!({})), 5);
     assert_eq!(chat(json!({"context_policy": "stream"})), 5);
+}
+
+/// A prompt longer than `--max-prompt-tokens` is a 400 naming the flag on every generating
+/// route, under every context policy (the window would otherwise slide for it), before any
+/// work; a prompt of exactly the cap is served.
+#[test]
+fn max_prompt_tokens_refuses_longer_prompts() {
+    let Some(srv) = start_with(small(), None, |s| s.max_prompt_tokens = Some(8)) else {
+        return;
+    };
+    let a = srv.addr;
+    let nine: Vec<u32> = vec![300; 9];
+    let eight: Vec<u32> = vec![300; 8];
+    for policy in ["error", "truncate", "stream"] {
+        let body = json!({"prompt": nine, "max_tokens": 1, "context_policy": policy});
+        let v = assert_error(&post(a, "/v1/completions", &body), 400, Some("prompt"));
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("9 tokens") && msg.contains("--max-prompt-tokens"),
+            "{msg}"
+        );
+        assert_eq!(v["error"]["code"], "context_length_exceeded");
+    }
+    let long_chat =
+        json!({"messages": [{"role": "user", "content": "word ".repeat(40)}], "max_tokens": 1});
+    assert_error(
+        &post(a, "/v1/chat/completions", &long_chat),
+        400,
+        Some("messages"),
+    );
+    let r = post(
+        a,
+        "/v1/completions",
+        &json!({"prompt": eight, "max_tokens": 1}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
 }
