@@ -48,6 +48,8 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 OUT = ROOT / "crates/nucleus/tests/data/arch"
 N_LAYER, N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF = 4, 64, 4, 2, 16, 128
 N_GREEDY = 24
+# Fixtures written in F16 and quantized by llama.cpp's llama-quantize to this mix.
+QUANTIZE = {"qwen3moe-q4km": "Q4_K_M"}
 
 
 def read_vocab(name):
@@ -96,8 +98,10 @@ def cut_spm(name, n_keep, specials):
 
 
 class Builder:
-    def __init__(self, arch, seed, n_layer=N_LAYER, n_head_kv=N_HEAD_KV):
+    def __init__(self, arch, seed, n_layer=N_LAYER, n_head_kv=N_HEAD_KV, f16=False):
         self.arch = arch
+        # f16: every matrix F16 (Q8_0 otherwise), for llama-quantize to quantize (`QUANTIZE`).
+        self.f16 = f16
         self.rng = np.random.default_rng(seed)
         self.tensors = []
         self.n_layer = n_layer
@@ -107,6 +111,8 @@ class Builder:
         """A rows x cols matrix (n of them, a 3-D tensor, when n is given) of type ty."""
         shape = (rows, cols) if n is None else (n, rows, cols)
         w = self.rng.standard_normal(shape, dtype=np.float32) * np.float32(scale / np.sqrt(cols))
+        if self.f16 and ty == Q.Q8_0:
+            ty = Q.F16
         if ty == Q.F32:
             self.tensors.append((name, w, Q.F32))
         elif ty == Q.F16:
@@ -173,7 +179,10 @@ class Builder:
 
     def embedding(self, n_vocab):
         w = self.rng.standard_normal((n_vocab, N_EMBD), dtype=np.float32) * np.float32(0.4)
-        self.tensors.append(("token_embd.weight", gguf.quants.quantize(w, Q.Q8_0), Q.Q8_0))
+        if self.f16:
+            self.tensors.append(("token_embd.weight", w.astype(np.float16), Q.F16))
+        else:
+            self.tensors.append(("token_embd.weight", gguf.quants.quantize(w, Q.Q8_0), Q.Q8_0))
 
     def layers(self, fused_qkv=False, fused_up=False, qk_norm=False, post_norms=False):
         q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
@@ -376,6 +385,20 @@ def models():
                                 "expert_used_count": 2, "expert_feed_forward_length": 32}, voc,
                 [(p, False) for p in PROSE] + [(chat, False)]))
 
+    # Qwen3-MoE as llama-quantize's Q4_K_M writes it (QUANTIZE): experts of 256, so that the
+    # expert down projections are whole 256-blocks (Q4_K, and Q6_K in the layers its
+    # use_more_bits picks), every 64-wide matrix in its fallbacks (Q5_0, Q8_0); written in F16
+    # and quantized by llama-quantize itself. The expert types of the real Q4_K_M files.
+    b = Builder("qwen3moe", 311, n_layer=3, f16=True)
+    voc, nv = bpe_vocab("qwen2", "qwen2", ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                        "<|endoftext|>", "<|im_end|>", False)
+    b.embedding(nv)
+    b.moe_layers(8, 256, qk_norm="head")
+    b.matrix("output.weight", nv, N_EMBD)
+    out.append(("qwen3moe-q4km", b, {"rope.freq_base": 1000000.0, "expert_count": 8,
+                                     "expert_used_count": 2, "expert_feed_forward_length": 256},
+                voc, [(p, False) for p in PROSE]))
+
     # Mixtral: the llama architecture with experts (ffn_gate_inp, ffn_*_exps) of
     # feed_forward_length, top-2 weights renormalised.
     b = Builder("llama", 308, n_layer=3)
@@ -449,6 +472,12 @@ def main():
             continue
         path = OUT / f"{stem}.gguf"
         b.write(path, kv, voc)
+        if stem in QUANTIZE:
+            f16 = path.with_suffix(".f16.gguf")
+            path.rename(f16)
+            subprocess.run([str(LLAMA_CPP / "build/bin/llama-quantize"), str(f16), str(path),
+                            QUANTIZE[stem]], check=True, capture_output=True)
+            f16.unlink()
         print(f"{path.relative_to(ROOT)}: {path.stat().st_size} bytes")
         if dumper:
             plist = OUT / f"{stem}.prompts.jsonl"

@@ -369,7 +369,7 @@ const ARCH_FIXTURES: [&str; 6] = [
 /// The mixture-of-experts fixtures. Their references need llama.cpp's AVX-512 build
 /// (`LLAMA_CPP_SRC=... scripts/make_tiny_models.py qwen3moe mixtral olmoe`); until a
 /// `.jsonl` is committed beside its model, its tests say so and pass.
-const MOE_FIXTURES: [&str; 4] = ["qwen3moe", "mixtral", "olmoe", "gpt-oss"];
+const MOE_FIXTURES: [&str; 5] = ["qwen3moe", "qwen3moe-q4km", "mixtral", "olmoe", "gpt-oss"];
 
 /// [`arch_fixtures_fast_arithmetic_stays_close`] for the MoE fixtures.
 #[test]
@@ -468,6 +468,13 @@ fn mistral_sliding_window_is_ignored_as_llama_cpp_does() {
 #[test]
 fn qwen3moe_matches_llama_cpp() {
     check_moe("qwen3moe");
+}
+
+/// Qwen3-MoE as llama-quantize's Q4_K_M writes it: Q4_K and Q6_K expert down projections,
+/// Q5_0 gate and up experts (their 64-wide rows' fallback), the types of the real files.
+#[test]
+fn qwen3moe_q4_k_m_matches_llama_cpp() {
+    check_moe("qwen3moe-q4km");
 }
 
 #[test]

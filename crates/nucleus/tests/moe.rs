@@ -10,7 +10,7 @@ use nucleus::kv_cache::{KvCache, SeqId};
 use nucleus::model::{Arithmetic, Batch, ForwardState, Model};
 use nucleus::tokenizer::{TokenId, Tokenizer};
 
-const FIXTURES: [&str; 4] = ["qwen3moe", "mixtral", "olmoe", "gpt-oss"];
+const FIXTURES: [&str; 5] = ["qwen3moe", "qwen3moe-q4km", "mixtral", "olmoe", "gpt-oss"];
 
 fn load(stem: &str, arithmetic: Arithmetic) -> (Model, Tokenizer) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/arch/{stem}.gguf"));

@@ -234,7 +234,8 @@ fn a_streamed_window_slides_as_without_speculation() {
     assert_eq!(stats.kv_used_blocks, 0);
 }
 
-/// Mixtures of experts in the engine: the tiny Qwen3-MoE and gpt-oss fixtures (gpt-oss: its
+/// Mixtures of experts in the engine: the tiny Qwen3-MoE fixtures (Q8_0/F16 experts, and
+/// llama-quantize's Q4_K_M: Q4_K, Q6_K and Q5_0 experts) and gpt-oss (its
 /// experts' routing, attention sinks and sliding window too) give the same tokens, logprobs
 /// and text with prompt-lookup speculation as without, with a pool small enough to preempt,
 /// in nucleus's arithmetic and in `--exact`; a verification's rows touch experts its tokens
@@ -243,7 +244,7 @@ fn a_streamed_window_slides_as_without_speculation() {
 fn same_output_in_a_batch_moe_fixtures() {
     use nucleus::model::Arithmetic;
     const GEN: usize = 160;
-    for stem in ["qwen3moe", "gpt-oss"] {
+    for stem in ["qwen3moe", "qwen3moe-q4km", "gpt-oss"] {
         for arithmetic in [Arithmetic::Fast, Arithmetic::Exact] {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join(format!("tests/data/arch/{stem}.gguf"));
