@@ -124,23 +124,19 @@ impl Product<'_> {
         }
     }
 
-    /// Many tokens against groups `gs`: each group unpacked once (Q8_0 on AVX2 read as stored:
-    /// widening its scales in registers costs less than a pass that stores them,
-    /// `matmul_bench`: 16 to 512 tokens, 93–95 G MAC/s with the pass), then tokens a block at
-    /// a time, so that their activations stay in cache while every group goes over them.
-    fn token_tiles(
-        &self,
+    /// The views of groups `gs`, each unpacked into its share of `scales` and `unpacked`
+    /// ([`scratch_per_group`] each).
+    fn views<'s>(
+        &'s self,
         gs: std::ops::Range<usize>,
-        x: &QuantizedActs,
-        acts: &PackedActs,
-        (scales, unpacked): (&mut [f32], &mut [u8]),
-    ) {
-        let (w, blocks, nt) = (self.w, self.blocks, x.n_tokens());
+        scales: &'s mut [f32],
+        unpacked: &'s mut [u8],
+    ) -> Vec<GroupView<'s>> {
+        let (w, blocks) = (self.w, self.blocks);
         let (sl, ul) = scratch_per_group(w.ty(), blocks);
-        let stored_tiles = self.q8_stored_tiles;
-        let mut views: Vec<GroupView> = Vec::with_capacity(gs.len());
         let (mut s_rest, mut u_rest) = (scales, unpacked);
-        for g in gs.clone().filter(|_| !stored_tiles) {
+        let mut views = Vec::with_capacity(gs.len());
+        for g in gs {
             let (s, s_next) = std::mem::take(&mut s_rest).split_at_mut(sl);
             let (u, u_next) = std::mem::take(&mut u_rest).split_at_mut(ul);
             (s_rest, u_rest) = (s_next, u_next);
@@ -153,6 +149,27 @@ impl Product<'_> {
                 self.unpack,
             ));
         }
+        views
+    }
+
+    /// Many tokens against groups `gs`: each group unpacked once (Q8_0 on AVX2 read as stored:
+    /// widening its scales in registers costs less than a pass that stores them,
+    /// `matmul_bench`: 16 to 512 tokens, 93–95 G MAC/s with the pass), then tokens a block at
+    /// a time, so that their activations stay in cache while every group goes over them.
+    fn token_tiles(
+        &self,
+        gs: std::ops::Range<usize>,
+        x: &QuantizedActs,
+        acts: &PackedActs,
+        (scales, unpacked): (&mut [f32], &mut [u8]),
+    ) {
+        let (w, nt) = (self.w, x.n_tokens());
+        let stored_tiles = self.q8_stored_tiles;
+        let views = if stored_tiles {
+            Vec::new()
+        } else {
+            self.views(gs.clone(), scales, unpacked)
+        };
         for tb in (0..nt).step_by(TOKEN_BLOCK) {
             let te = (tb + TOKEN_BLOCK).min(nt);
             for g in gs.clone() {
@@ -196,22 +213,7 @@ impl Product<'_> {
         }
         let (w, blocks, nt) = (self.w, self.blocks, x.n_tokens());
         assert!(gs.len() <= amx::ITEM_ROWS / GROUP_ROWS);
-        let (sl, ul) = scratch_per_group(w.ty(), blocks);
-        let (mut s_rest, mut u_rest) = (scales, unpacked);
-        let mut views = Vec::with_capacity(gs.len());
-        for g in gs.clone() {
-            let (s, s_next) = std::mem::take(&mut s_rest).split_at_mut(sl);
-            let (u, u_next) = std::mem::take(&mut u_rest).split_at_mut(ul);
-            (s_rest, u_rest) = (s_next, u_next);
-            views.push(GroupView::new(
-                w.ty(),
-                blocks,
-                w.group(g),
-                s,
-                u,
-                self.unpack,
-            ));
-        }
+        let views = self.views(gs.clone(), scales, unpacked);
         let views: Vec<&GroupView> = views.iter().collect();
         ITEM.with_borrow_mut(|item| {
             match w.ty() {
