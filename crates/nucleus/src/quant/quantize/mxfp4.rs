@@ -4,17 +4,8 @@
 //! nearest of the E2M1 table (doubled, [`KVALUES_MXFP4`]) times half the scale, the first
 //! index on a tie; value `j` in the low nibble of byte `j`, value `j + 16` in its high nibble.
 
+use crate::quant::blocks_low_bit::e8m0_to_f32_half;
 use crate::quant::KVALUES_MXFP4;
-
-/// ggml's `ggml_e8m0_to_fp32_half`: 2^(e − 128), subnormal below e = 2.
-fn e8m0_to_f32_half(e: u8) -> f32 {
-    let bits = if e < 2 {
-        0x0020_0000u32 << e
-    } else {
-        (e as u32 - 1) << 23
-    };
-    f32::from_bits(bits)
-}
 
 /// The index of the table value nearest `x / d` (strictly nearer replaces: the first wins).
 fn best_index(x: f32, d: f32) -> u8 {
