@@ -44,6 +44,17 @@ pub(super) fn acts(rng: &mut Rng, n: usize, cols: usize) -> (QuantizedActs, Pack
     (q, p)
 }
 
+/// `data` (`rows` rows of `cols` values of `ty`) repacked; the shape must pack.
+pub(super) fn packed(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> PackedMatrix {
+    pack(&QMatrix {
+        ty,
+        data,
+        rows,
+        cols,
+    })
+    .unwrap()
+}
+
 /// The types computed in the arithmetic of the module doc.
 const TYPES: [GgmlType; 5] = [
     GgmlType::Q5_0,
@@ -291,13 +302,7 @@ fn simd_matches_scalar_and_tokens_do_not_depend_on_each_other() {
     for ty in TYPES {
         for (rows, cols) in [(8, 32), (16, 96), (64, 4864), (136, 896)] {
             let data = matrix(&mut rng, ty, rows, cols);
-            let w = pack(&QMatrix {
-                ty,
-                data: &data,
-                rows,
-                cols,
-            })
-            .unwrap();
+            let w = packed(ty, &data, rows, cols);
             // Nine tokens: tiles of four and a last one; 37: past a block of many tokens;
             // 133: past the most that read Q5_0 as stored.
             for nt in [9, 37, 133] {
@@ -369,13 +374,7 @@ fn products_are_the_dot_products_to_rounding() {
     for ty in TYPES {
         let (rows, cols, nt) = (24, 2048, 3);
         let data = matrix(&mut rng, ty, rows, cols);
-        let w = pack(&QMatrix {
-            ty,
-            data: &data,
-            rows,
-            cols,
-        })
-        .unwrap();
+        let w = packed(ty, &data, rows, cols);
         let (x, xa) = acts(&mut rng, nt, cols);
         let mut y = vec![0f32; nt * rows];
         matmul_packed(&pool, &w, &x, &xa, &mut y);
@@ -422,15 +421,7 @@ fn products_in_one_pass_match_one_call_each() {
     let ws: Vec<PackedMatrix> = shapes
         .iter()
         .zip(&data)
-        .map(|(&(ty, rows), d)| {
-            pack(&QMatrix {
-                ty,
-                data: d,
-                rows,
-                cols,
-            })
-            .unwrap()
-        })
+        .map(|(&(ty, rows), d)| packed(ty, d, rows, cols))
         .collect();
     for nt in [1, 3, 37] {
         let (x, xa) = acts(&mut rng, nt, cols);
@@ -484,13 +475,7 @@ fn extreme_values_do_not_saturate() {
                 };
             }
         }
-        let w = pack(&QMatrix {
-            ty,
-            data: &data,
-            rows,
-            cols,
-        })
-        .unwrap();
+        let w = packed(ty, &data, rows, cols);
         // All +1, all -1, alternating signs: every activation quantizes to ±127. Twice, so
         // that the kernels for more than one tile of tokens meet them too.
         let tokens: [fn(usize) -> f32; 6] = [
@@ -604,13 +589,7 @@ fn q6_k_packed_has_the_tiled_kernels_bits() {
     let ty = GgmlType::Q6_K;
     for (rows, cols) in [(8, 256), (24, 768), (64, 4864)] {
         let data = random_q6_k(&mut rng, rows, cols);
-        let w = pack(&QMatrix {
-            ty,
-            data: &data,
-            rows,
-            cols,
-        })
-        .unwrap();
+        let w = packed(ty, &data, rows, cols);
         assert_eq!(w.bytes(), data.len(), "the file's bytes, rearranged");
         for nt in [1, 2, 3, 4, 5, 9, 40] {
             let x = wide_q8_k_acts(&mut rng, nt, cols);

@@ -3,9 +3,8 @@
 //! AMX, with the instructions; and a token's outputs do not depend on the others in its
 //! prompt, nor on whether they came alone (decode, vector kernels) or among many (tiles).
 
-use super::tests::{acts, matrix, random_q4_k, random_q6_k, wide_q8_k_acts};
+use super::tests::{acts, matrix, packed, random_q4_k, random_q6_k, wide_q8_k_acts};
 use super::*;
-use crate::kernels::matmul::QMatrix;
 use crate::kernels::test_rng::Rng;
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -94,13 +93,7 @@ fn tiles_have_the_vector_kernels_bits_for_32_value_blocks() {
     ] {
         for (rows, cols) in [(8, 32), (24, 96), (64, 896)] {
             let data = matrix(&mut rng, ty, rows, cols);
-            let w = pack(&QMatrix {
-                ty,
-                data: &data,
-                rows,
-                cols,
-            })
-            .unwrap();
+            let w = packed(ty, &data, rows, cols);
             for nt in TOKENS {
                 let (x, a) = acts(&mut rng, nt, cols);
                 check(
@@ -128,13 +121,7 @@ fn tiles_have_the_vector_kernels_bits_for_q4_k_and_q6_k() {
             let x = wide_q8_k_acts(&mut rng, nt, cols);
             let ty = GgmlType::Q4_K;
             let data = random_q4_k(&mut rng, rows, cols);
-            let w = pack(&QMatrix {
-                ty,
-                data: &data,
-                rows,
-                cols,
-            })
-            .unwrap();
+            let w = packed(ty, &data, rows, cols);
             for chain in [Chain::Default, Chain::Q4kPairs] {
                 check(
                     &w,
@@ -146,13 +133,7 @@ fn tiles_have_the_vector_kernels_bits_for_q4_k_and_q6_k() {
             }
             let ty = GgmlType::Q6_K;
             let data = random_q6_k(&mut rng, rows, cols);
-            let w = pack(&QMatrix {
-                ty,
-                data: &data,
-                rows,
-                cols,
-            })
-            .unwrap();
+            let w = packed(ty, &data, rows, cols);
             check(
                 &w,
                 &x,
@@ -179,13 +160,7 @@ fn tiles_take_extreme_values() {
             *v = if (i + k) % 3 == 0 { 0x80 } else { 0x7F };
         }
     }
-    let w = pack(&QMatrix {
-        ty: GgmlType::Q8_0,
-        data: &data,
-        rows,
-        cols,
-    })
-    .unwrap();
+    let w = packed(GgmlType::Q8_0, &data, rows, cols);
     let xf: Vec<f32> = (0..nt * cols)
         .map(|i| if i % 5 == 0 { -1.0 } else { 1.0 })
         .collect();
