@@ -264,30 +264,31 @@ mod x86 {
             _mm256_fmadd_ps(c[0], b, _mm256_set1_ps(1.0)),
         );
         let abs_n = _mm256_and_ps(n, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff)));
-        // |n| > 192: 0 or ∞; 126 < |n| <= 192: 2^n is not a normal float (rare, scalar).
+        // |n| > 192: 0 or ∞. 126 < |n| <= 192 (x beyond about ±87, common in the FFNs of
+        // random-weight files): 2^n is not a normal float, and `scalef` multiplies by
+        // 2^(k ∓ 100), then by 2^±100; elsewhere the second factor is 1, which changes nothing.
         let huge = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
-        let mid = _mm256_andnot_ps(
-            huge,
-            _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0)),
+        let k = _mm256_cvtps_epi32(n);
+        let above = _mm256_cmpgt_epi32(k, _mm256_set1_epi32(127));
+        let below = _mm256_cmpgt_epi32(_mm256_set1_epi32(-126), k);
+        let shift = _mm256_or_si256(
+            _mm256_and_si256(above, _mm256_set1_epi32(-100)),
+            _mm256_and_si256(below, _mm256_set1_epi32(100)),
         );
-        if _mm256_movemask_ps(mid) == 0 {
-            let k = _mm256_cvtps_epi32(n);
-            let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
-                k,
+        let pow2 = |e: __m256i| {
+            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                e,
                 _mm256_set1_epi32(127),
-            )));
-            let e = _mm256_mul_ps(j, pow2);
-            let positive = _mm256_cmp_ps::<_CMP_GT_OQ>(n, _mm256_setzero_ps());
-            let limit = _mm256_and_ps(positive, _mm256_set1_ps(f32::INFINITY));
-            _mm256_blendv_ps(e, limit, huge)
-        } else {
-            let mut xs = [0f32; 8];
-            // SAFETY: `xs` holds 8 floats.
-            unsafe { _mm256_storeu_ps(xs.as_mut_ptr(), x) };
-            let e = xs.map(super::expf_ggml);
-            // SAFETY: as above.
-            unsafe { _mm256_loadu_ps(e.as_ptr()) }
-        }
+            )))
+        };
+        let scaled = _mm256_mul_ps(j, pow2(_mm256_add_epi32(k, shift)));
+        let e = _mm256_mul_ps(
+            scaled,
+            pow2(_mm256_sub_epi32(_mm256_setzero_si256(), shift)),
+        );
+        let positive = _mm256_cmp_ps::<_CMP_GT_OQ>(n, _mm256_setzero_ps());
+        let limit = _mm256_and_ps(positive, _mm256_set1_ps(f32::INFINITY));
+        _mm256_blendv_ps(e, limit, huge)
     }
 
     /// `x[i] = expf_ggml(x[i])`, eight at a time.
@@ -499,6 +500,11 @@ mod tests {
             .chain([
                 0.0, -0.0, 87.0, -87.0, 88.5, -88.5, 100.0, -100.0, 1e-30, 150.0, -150.0,
             ])
+            // Where 2^n is not a normal float (|x| from about 87 to 133) and past it.
+            .chain((0..320).flat_map(|i| {
+                let x = 85.0 + i as f32 * 0.17;
+                [x, -x]
+            }))
             .collect();
         let n = xs.len() / 16 * 16;
         let up: Vec<f32> = (0..n).map(|i| 1.0 + (i % 7) as f32 * 0.25).collect();

@@ -24,6 +24,9 @@
 //! above is the one of llama.cpp's kernels for its repacked Q4_0 and IQ4_NL matrices, which
 //! `--exact` follows: they too get the same bits in both arithmetics. Q6_K matrices ([`q6_k`]) take
 //! the arithmetic of llama.cpp's tiled Q6_K kernel, one FMA per super-block, for every row.
+//!
+//! With AVX-512 VNNI a prompt's Q4_K and Q6_K products take [`wide`]'s kernels: two groups in
+//! a 512-bit register, the same integers and the same float chain per row, so the same bits.
 
 /// `$body::<VNNI, NX>(data, tile)` for `tile.nx` (1 to 4; more counts as 4) through a
 /// `#[target_feature]` entry: the VNNI one where this process uses AVX-512 VNNI
@@ -68,6 +71,8 @@ mod pack;
 mod q4_k;
 mod q6_k;
 mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod wide;
 mod work;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -408,6 +413,9 @@ struct Product<'a> {
     tiles: TileUse,
     /// Q4_K with [`Chain::Q4kPairs`].
     q4k_pairs: bool,
+    /// Q4_K or Q6_K, many tokens, AVX-512 VNNI, off the tiles: pairs of groups in 512-bit
+    /// registers ([`wide`]).
+    wide: bool,
     /// The first work item of this matrix among all of the call's.
     first_chunk: usize,
     /// Groups per work item.
@@ -456,6 +464,20 @@ fn amx_min_tokens(ty: GgmlType) -> Option<usize> {
     match ty {
         GgmlType::Q8_0 => Some(32),
         GgmlType::Q4_K => Some(64),
+        _ => None,
+    }
+}
+
+/// The fewest tokens for which a matrix of `ty` runs on the 512-bit kernels of [`wide`]
+/// (`None`: never), where the CPU has AVX-512 VNNI. Below, unpacking the weights costs more
+/// than the wider registers save. `matmul_bench` (2 threads, Xeon with AVX-512 VNNI,
+/// 2026-11-26, 18944×3584 and 3584×18944), G MAC/s wide / 256-bit: Q4_K 130/182 and 104/190
+/// at 8 tokens, 189/193 and 159/192 at 16, 238/196 and 216/188 at 32, 325/200 and 332/188 at
+/// 512; Q6_K 136/124 and 140/128 at 8, 289/187 and 297/195 at 512.
+fn wide_min_tokens(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q4_K => Some(32),
+        GgmlType::Q6_K => Some(TILE_TOKENS + 1),
         _ => None,
     }
 }
@@ -564,13 +586,20 @@ fn matmul_packed_tiles(
             GROUPS_PER_CHUNK
         };
         let (tile_fn, unpack) = kernels(w.ty(), avx2, chain);
+        let tiles = tile_use(w.ty(), nt, avx2, emulate_tiles);
+        let wide = avx2
+            && cfg!(target_arch = "x86_64")
+            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni
+            && tiles == TileUse::No
+            && wide_min_tokens(w.ty()).is_some_and(|least| nt >= least);
         list.push(Product {
             w,
             out: OutPtr(y.as_mut_ptr()),
             tile_fn,
             unpack,
             stored,
-            tiles: tile_use(w.ty(), nt, avx2, emulate_tiles),
+            tiles,
+            wide,
             q4k_pairs: chain == Chain::Q4kPairs && w.ty() == GgmlType::Q4_K,
             q8_stored_tiles: avx2 && w.ty() == GgmlType::Q8_0,
             q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0 && nt <= q5_stored_most(),

@@ -132,7 +132,7 @@ pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{tile_stored, tile_unpacked, unpack_group};
+pub(crate) use x86::{chunk_values, tile_stored, tile_unpacked, unpack_group};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -145,7 +145,7 @@ mod x86 {
     /// from 4·half (low values) or 4·half + 2 (high ones) to bits 4..6 (16-bit shifts; what
     /// crosses into the next byte is masked off).
     #[inline(always)]
-    unsafe fn chunk_values(g: *const u8, j: usize, c: usize) -> __m256i {
+    pub(crate) unsafe fn chunk_values(g: *const u8, j: usize, c: usize) -> __m256i {
         let (m4, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
         let (p, high, half) = (j / 4, j % 4 >= 2, j % 2);
         // SAFETY: the caller's group-block holds GROUP_BLOCK bytes at `g`.

@@ -4,7 +4,7 @@
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 #[cfg(target_arch = "x86_64")]
-use super::{amx, TileUse};
+use super::{amx, wide, TileUse};
 use super::{
     q6_k, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
     TILE_TOKENS, TOKEN_BLOCK,
@@ -70,6 +70,10 @@ impl Product<'_> {
                 return self.tiles_on(g0..g1, x, acts, scratch, &mut tiles);
             }
             TileUse::No => {}
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            return self.wide_tiles(g0..g1, x, acts, scratch);
         }
         #[cfg(target_arch = "x86_64")]
         if self.q5_stored_many {
@@ -194,6 +198,61 @@ impl Product<'_> {
                     t += nx;
                 }
             }
+        }
+    }
+
+    /// Many tokens against groups `gs` with the 512-bit kernels ([`wide`]): each pair of
+    /// groups unpacked once, then tokens a block at a time as in `token_tiles`; an odd last
+    /// group goes through `token_tiles`.
+    #[cfg(target_arch = "x86_64")]
+    fn wide_tiles(
+        &self,
+        gs: std::ops::Range<usize>,
+        x: &QuantizedActs,
+        acts: &PackedActs,
+        scratch: (&mut [f32], &mut [u8]),
+    ) {
+        thread_local! {
+            static UNPACKED: std::cell::RefCell<Vec<u8>> = Default::default();
+        }
+        let (w, blocks, nt) = (self.w, self.blocks, x.n_tokens());
+        let pairs = gs.len() / 2;
+        let pair_bytes = blocks * wide::WIDE_BLOCK;
+        UNPACKED.with_borrow_mut(|buf| {
+            buf.resize(pairs * pair_bytes, 0);
+            for (p, dst) in buf.chunks_exact_mut(pair_bytes).enumerate() {
+                let g = gs.start + 2 * p;
+                let pair = [w.group(g), w.group(g + 1)];
+                match w.ty() {
+                    GgmlType::Q4_K => wide::unpack_q4_k(blocks, pair, dst),
+                    _ => wide::unpack_q6_k(blocks, pair, dst),
+                }
+            }
+            for tb in (0..nt).step_by(TOKEN_BLOCK) {
+                let te = (tb + TOKEN_BLOCK).min(nt);
+                for (p, unpacked) in buf.chunks_exact(pair_bytes).enumerate() {
+                    let mut t = tb;
+                    while t < te {
+                        let nx = (te - t).min(wide::WIDE_TOKENS);
+                        let tile = self.tile(x, acts, gs.start + 2 * p, t, nx);
+                        // SAFETY: tokens t..t + nx < nt are rows of `x` (checked by
+                        // `matmul_packed_with`); `unpacked` holds `blocks` super-blocks of
+                        // groups g, g + 1, whose outputs t·rows + 8g .. + 16 lie inside this
+                        // product's `y` and are written by this thread only; `wide` implies
+                        // AVX-512 VNNI (and FMA, F16C).
+                        unsafe {
+                            match w.ty() {
+                                GgmlType::Q4_K => wide::q4_k(unpacked, &tile, self.q4k_pairs),
+                                _ => wide::q6_k(unpacked, &tile),
+                            }
+                        }
+                        t += nx;
+                    }
+                }
+            }
+        });
+        if gs.len() % 2 == 1 {
+            self.token_tiles(gs.end - 1..gs.end, x, acts, scratch);
         }
     }
 

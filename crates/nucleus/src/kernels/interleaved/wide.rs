@@ -1,0 +1,342 @@
+//! A prompt's Q4_K and Q6_K products with AVX-512 VNNI: two groups, sixteen rows, in the lanes
+//! of one 512-bit register, so that one `vpdpbusd` serves sixteen outputs where the 256-bit
+//! kernels of [`super::q4_k`] and [`super::q6_k`] serve eight.
+//!
+//! A work item first unpacks each pair of its groups into the layout below (a pass over its
+//! weights per product, against every token of the prompt), so that the kernel only loads
+//! whole registers: the values a byte each, the nibbles and the high bits already joined.
+//! The integer sums are the same integers as the narrow kernels' (exact in any order), and
+//! each lane follows the narrow kernels' float chain for its row, operation for operation: a
+//! row's outputs have the same bits here, there and in the scalar kernels, whatever the
+//! number of tokens (`tests.rs`: the packed products against the one-row kernels and each
+//! token alone).
+//!
+//! Layout of one pair of groups and one super-block ([`WIDE_BLOCK`] bytes), rows `0..8` from
+//! the first group and `8..16` from the second:
+//! - `0..64`: the rows' d as f32; `64..128`: their dmin (Q4_K);
+//! - `128..384`: the scales, byte `128 + 16j + r` = scale of sub-block `j` of row `r` (Q6_K's
+//!   sixteen, signed; Q4_K's eight, unsigned six-bit);
+//! - `384..512` (Q4_K): the mins in pairs, byte `384 + 32p + 2r + e` = min of sub-block `2p + e`;
+//! - `512..4608`: the values, 64 bytes per four inputs: byte `4r + m` of `512 + 64c` is value
+//!   `4c + m` of row `r` (a Q4_K nibble, or a Q6_K value with its high bits, unsigned).
+
+use std::arch::x86_64::*;
+
+use super::{q4_k, q6_k, Tile, GROUP_ROWS};
+
+/// Rows of a pair of groups.
+pub(crate) const WIDE_ROWS: usize = 2 * GROUP_ROWS;
+const D: usize = 0;
+const DMIN: usize = 64;
+const SCALES: usize = 128;
+const MINS: usize = 384;
+const VALUES: usize = 512;
+/// Bytes of one pair's super-block unpacked.
+pub(crate) const WIDE_BLOCK: usize = VALUES + WIDE_ROWS * 256;
+/// Bytes of a Q8_K activation block: f32 d, 256 values, 16 i16 sums of 16.
+const ACT_BLOCK: usize = q4_k::ACT_BLOCK;
+/// Most tokens per kernel call: each register of values serves this many.
+pub(crate) const WIDE_TOKENS: usize = 8;
+
+fn f16_to_f32(b: &[u8]) -> f32 {
+    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// The header of a pair's unpacked super-block `w`: row `8h + r`'s d (and dmin) as f32 from
+/// the f16 at `d[2r]` (`dmin[2r]`), its scales from byte `8j + r` of `scales`.
+fn write_header(w: &mut [u8], h: usize, d: &[u8], dmin: Option<&[u8]>, scales: &[u8], subs: usize) {
+    for r in 0..GROUP_ROWS {
+        let row = GROUP_ROWS * h + r;
+        w[D + 4 * row..D + 4 * row + 4].copy_from_slice(&f16_to_f32(&d[2 * r..]).to_le_bytes());
+        if let Some(dmin) = dmin {
+            let m = f16_to_f32(&dmin[2 * r..]).to_le_bytes();
+            w[DMIN + 4 * row..DMIN + 4 * row + 4].copy_from_slice(&m);
+        }
+        for j in 0..subs {
+            w[SCALES + 16 * j + row] = scales[8 * j + r];
+        }
+    }
+}
+
+/// The 32-byte pieces at `a` and `b` side by side.
+#[inline(always)]
+unsafe fn join(a: *const u8, b: *const u8) -> __m512i {
+    // SAFETY: the caller's 32 bytes at each.
+    unsafe {
+        let lo = _mm512_castsi256_si512(_mm256_loadu_si256(a as *const _));
+        _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(b as *const _))
+    }
+}
+
+/// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored Q4_K groups `pair`; the CPU
+/// has AVX-512 F/BW.
+pub(crate) fn unpack_q4_k(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
+    assert!(dst.len() >= blocks * WIDE_BLOCK);
+    assert!(pair.iter().all(|g| g.len() >= blocks * q4_k::GROUP_BLOCK));
+    // SAFETY: the sizes are checked; the caller checked the CPU.
+    unsafe { unpack_q4_k_avx512(blocks, pair, dst) }
+}
+
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn unpack_q4_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
+    const NIBBLES: usize = 160;
+    let m4 = _mm512_set1_epi8(0x0F);
+    for blk in 0..blocks {
+        let (ga, gb) = (
+            &a[q4_k::GROUP_BLOCK * blk..q4_k::GROUP_BLOCK * (blk + 1)],
+            &b[q4_k::GROUP_BLOCK * blk..q4_k::GROUP_BLOCK * (blk + 1)],
+        );
+        let w = &mut dst[WIDE_BLOCK * blk..WIDE_BLOCK * (blk + 1)];
+        for (h, g) in [ga, gb].into_iter().enumerate() {
+            write_header(w, h, &g[..16], Some(&g[16..32]), &g[32..96], 8);
+            for p in 0..4 {
+                let mins = &g[96 + 16 * p..96 + 16 * (p + 1)];
+                w[MINS + 32 * p + 16 * h..MINS + 32 * p + 16 * (h + 1)].copy_from_slice(mins);
+            }
+        }
+        // Chunk c of pair p: values 64p + 4c.. (low nibbles, sub-block 2p) and 64p + 32 + 4c..
+        // (high nibbles, sub-block 2p + 1).
+        // SAFETY: offsets inside the two group-blocks and the unpacked block.
+        unsafe {
+            for p in 0..4 {
+                for c in 0..8 {
+                    let at = NIBBLES + 256 * p + 32 * c;
+                    let v = join(ga.as_ptr().add(at), gb.as_ptr().add(at));
+                    let lo = w.as_mut_ptr().add(VALUES + 64 * (16 * p + c));
+                    let hi = w.as_mut_ptr().add(VALUES + 64 * (16 * p + 8 + c));
+                    _mm512_storeu_si512(lo as *mut _, _mm512_and_si512(v, m4));
+                    let high = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                    _mm512_storeu_si512(hi as *mut _, high);
+                }
+            }
+        }
+    }
+}
+
+/// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored Q6_K groups `pair`; the CPU
+/// has AVX-512 F/BW (each group's values joined in registers by `q6_k::chunk_values`).
+pub(crate) fn unpack_q6_k(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
+    assert!(dst.len() >= blocks * WIDE_BLOCK);
+    assert!(pair.iter().all(|g| g.len() >= blocks * q6_k::GROUP_BLOCK));
+    // SAFETY: the sizes are checked; the caller checked the CPU.
+    unsafe { unpack_q6_k_avx512(blocks, pair, dst) }
+}
+
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn unpack_q6_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
+    for blk in 0..blocks {
+        let (ga, gb) = (
+            &a[q6_k::GROUP_BLOCK * blk..q6_k::GROUP_BLOCK * (blk + 1)],
+            &b[q6_k::GROUP_BLOCK * blk..q6_k::GROUP_BLOCK * (blk + 1)],
+        );
+        let w = &mut dst[WIDE_BLOCK * blk..WIDE_BLOCK * (blk + 1)];
+        for (h, g) in [ga, gb].into_iter().enumerate() {
+            write_header(w, h, &g[..16], None, &g[16..144], 16);
+        }
+        // SAFETY: offsets inside the two group-blocks and the unpacked block.
+        unsafe {
+            for j in 0..16 {
+                for i in 0..4 {
+                    let c = 4 * (j % 2) + i;
+                    let lo = q6_k::chunk_values(ga.as_ptr(), j, c);
+                    let hi = q6_k::chunk_values(gb.as_ptr(), j, c);
+                    let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                    let at = w.as_mut_ptr().add(VALUES + 256 * j + 64 * i);
+                    _mm512_storeu_si512(at as *mut _, v);
+                }
+            }
+        }
+    }
+}
+
+/// `$body::<NX>(args..)` for `nx` tokens, 1 to [`WIDE_TOKENS`].
+macro_rules! by_tokens {
+    ($body:ident, $nx:expr, $($arg:expr),*) => {
+        match $nx {
+            1 => $body::<1>($($arg),*),
+            2 => $body::<2>($($arg),*),
+            3 => $body::<3>($($arg),*),
+            4 => $body::<4>($($arg),*),
+            5 => $body::<5>($($arg),*),
+            6 => $body::<6>($($arg),*),
+            7 => $body::<7>($($arg),*),
+            _ => $body::<8>($($arg),*),
+        }
+    };
+}
+
+/// The sixteen rows of an unpacked Q4_K pair `w` against `t.nx` tokens (at most
+/// [`WIDE_TOKENS`]), in the chain of `q4_k::tile_avx2` (`pairs`: of `tile_avx2_pairs`).
+///
+/// # Safety
+/// `w` holds `t.blocks` unpacked super-blocks; the tile's pointers are valid for what
+/// [`Tile`] says with sixteen outputs per token; the CPU has AVX-512 F/BW/VNNI, FMA and F16C.
+pub(crate) unsafe fn q4_k(w: &[u8], t: &Tile, pairs: bool) {
+    assert!(w.len() >= t.blocks * WIDE_BLOCK && (1..=WIDE_TOKENS).contains(&t.nx));
+    let w = w.as_ptr();
+    // SAFETY: the caller's contract.
+    unsafe {
+        if pairs {
+            by_tokens!(q4_k_pairs, t.nx, w, t)
+        } else {
+            by_tokens!(q4_k_sums, t.nx, w, t)
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q4_k_sums<const NX: usize>(w: *const u8, t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { q4_k_nx::<NX, false>(w, t) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q4_k_pairs<const NX: usize>(w: *const u8, t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { q4_k_nx::<NX, true>(w, t) }
+}
+
+/// A token's four bytes at `p`, in every 32-bit lane.
+#[inline(always)]
+unsafe fn bcast(p: *const u8) -> __m512i {
+    // SAFETY: the caller's activation bytes.
+    _mm512_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
+}
+
+#[inline(always)]
+unsafe fn q4_k_nx<const NX: usize, const PAIRS: bool>(w: *const u8, t: &Tile) {
+    let mut acc = [_mm512_setzero_ps(); NX];
+    let mut acc_min = [_mm512_setzero_ps(); NX];
+    // SAFETY (all reads below): super-block b < blocks of the pair (WIDE_BLOCK bytes each);
+    // token n < nx's Q8_K block b (ACT_BLOCK bytes) in its row; sixteen outputs per token.
+    unsafe {
+        for b in 0..t.blocks {
+            let g = w.add(WIDE_BLOCK * b);
+            let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
+            let dy = |n: usize| _mm512_set1_ps((xb(n) as *const f32).read_unaligned());
+            let d = _mm512_loadu_ps(g.add(D) as *const f32);
+            let dmin = _mm512_loadu_ps(g.add(DMIN) as *const f32);
+            let d_dy: [__m512; NX] = std::array::from_fn(|n| _mm512_mul_ps(d, dy(n)));
+            let mut isum = [_mm512_setzero_si512(); NX];
+            for j in 0..8 {
+                let v: [__m512i; 8] = std::array::from_fn(|c| {
+                    _mm512_loadu_si512(g.add(VALUES + 512 * j + 64 * c) as *const _)
+                });
+                let sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(g.add(SCALES + 16 * j) as *const _));
+                for n in 0..NX {
+                    let x = xb(n).add(4 + 32 * j);
+                    let mut s = _mm512_setzero_si512();
+                    for (c, v) in v.iter().enumerate() {
+                        s = _mm512_dpbusd_epi32(s, *v, bcast(x.add(4 * c)));
+                    }
+                    let s = _mm512_mullo_epi32(s, sc);
+                    if !PAIRS {
+                        isum[n] = _mm512_add_epi32(isum[n], s);
+                    } else if j % 2 == 0 {
+                        isum[n] = s;
+                    } else {
+                        let pair = _mm512_add_epi32(isum[n], s);
+                        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair), d_dy[n], acc[n]);
+                    }
+                }
+            }
+            for n in 0..NX {
+                let dmin_dy = _mm512_mul_ps(dmin, dy(n));
+                // The sub-blocks' activation sums: pairs of the 16-value sums (i16).
+                let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
+                let q8s = _mm_hadd_epi16(
+                    _mm256_castsi256_si128(bs),
+                    _mm256_extracti128_si256::<1>(bs),
+                );
+                let sums = [
+                    _mm_extract_epi32::<0>(q8s),
+                    _mm_extract_epi32::<1>(q8s),
+                    _mm_extract_epi32::<2>(q8s),
+                    _mm_extract_epi32::<3>(q8s),
+                ];
+                let mut imin = _mm512_setzero_si512();
+                for (p, pair) in sums.into_iter().enumerate() {
+                    let mins = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+                        g.add(MINS + 32 * p) as *const __m256i
+                    ));
+                    let m = _mm512_madd_epi16(mins, _mm512_set1_epi32(pair));
+                    if PAIRS {
+                        acc_min[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dmin_dy, acc_min[n]);
+                    } else {
+                        imin = _mm512_add_epi32(imin, m);
+                    }
+                }
+                if !PAIRS {
+                    acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[n]), d_dy[n], acc[n]);
+                    acc_min[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dmin_dy, acc_min[n]);
+                }
+            }
+        }
+        for n in 0..NX {
+            let out = _mm512_sub_ps(acc[n], acc_min[n]);
+            _mm512_storeu_ps(t.out.add(n * t.out_stride), out);
+        }
+    }
+}
+
+/// The sixteen rows of an unpacked Q6_K pair `w` against `t.nx` tokens (at most
+/// [`WIDE_TOKENS`]), in the chain of `q6_k::tile_unpacked`. A sub-block's sum starts from
+/// −32 times the activations' sum of 16, so that the values' offset of 32 leaves the integer
+/// sum without a pass of its own.
+///
+/// # Safety
+/// As [`q4_k`].
+pub(crate) unsafe fn q6_k(w: &[u8], t: &Tile) {
+    assert!(w.len() >= t.blocks * WIDE_BLOCK && (1..=WIDE_TOKENS).contains(&t.nx));
+    let w = w.as_ptr();
+    // SAFETY: the caller's contract.
+    unsafe { by_tokens!(q6_k_nx, t.nx, w, t) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q6_k_nx<const NX: usize>(w: *const u8, t: &Tile) {
+    let mut acc = [_mm512_setzero_ps(); NX];
+    // SAFETY (all reads below): as in `q4_k_nx`.
+    unsafe {
+        for b in 0..t.blocks {
+            let g = w.add(WIDE_BLOCK * b);
+            let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
+            // −32 · the sums of 16 activations, as i32.
+            let mut offsets = [[0i32; 16]; NX];
+            for (n, o) in offsets.iter_mut().enumerate() {
+                let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
+                let neg = _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_slli_epi32::<5>(_mm512_cvtepi16_epi32(bs)),
+                );
+                _mm512_storeu_si512(o.as_mut_ptr() as *mut _, neg);
+            }
+            let mut isum = [_mm512_setzero_si512(); NX];
+            // j indexes the values, the scales and every token's offsets.
+            #[allow(clippy::needless_range_loop)]
+            for j in 0..16 {
+                let v: [__m512i; 4] = std::array::from_fn(|i| {
+                    _mm512_loadu_si512(g.add(VALUES + 256 * j + 64 * i) as *const _)
+                });
+                let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(g.add(SCALES + 16 * j) as *const _));
+                for n in 0..NX {
+                    let x = xb(n).add(4 + 16 * j);
+                    let mut s = _mm512_set1_epi32(offsets[n][j]);
+                    for (i, v) in v.iter().enumerate() {
+                        s = _mm512_dpbusd_epi32(s, *v, bcast(x.add(4 * i)));
+                    }
+                    isum[n] = _mm512_add_epi32(isum[n], _mm512_mullo_epi32(s, sc));
+                }
+            }
+            let d = _mm512_loadu_ps(g.add(D) as *const f32);
+            for n in 0..NX {
+                let dy = _mm512_set1_ps((xb(n) as *const f32).read_unaligned());
+                let wd = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[n]), d);
+                acc[n] = _mm512_fmadd_ps(wd, dy, acc[n]);
+            }
+        }
+        for (n, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(t.out.add(n * t.out_stride), *a);
+        }
+    }
+}
