@@ -34,7 +34,6 @@ pub use dispatch::{amx_status, available_levels, simd_level, SimdLevel};
 /// The arithmetic of llama.cpp's tiled Q6_K kernel, which the interleaved Q6_K products keep.
 #[cfg(test)]
 pub(crate) use scalar::dot_q6_k_batched;
-pub(crate) use scalar::q6_k_values;
 pub use types::GgmlType;
 
 /// The type activations are quantized to before a dot product with a row of weight type `ty`

@@ -583,7 +583,7 @@ pub(crate) fn dot_q5_k_tiled(n: usize, w: &[u8], x: &[u8]) -> f32 {
 /// The 256 unsigned 6-bit values of a Q6_K block (ql at 0, qh at 128). Half h (128 values) is
 /// four groups of 32: group m takes the low (m < 2) or high (m ≥ 2) nibbles of
 /// `ql[64h + 32(m % 2)..][..32]` and bits 2m, 2m+1 of `qh[32h..][..32]`.
-pub(crate) fn q6_k_values(b: &[u8]) -> [i32; QK_K] {
+fn q6_k_values(b: &[u8]) -> [i32; QK_K] {
     let mut q = [0i32; QK_K];
     for h in 0..2 {
         let (ql, qh) = (&b[64 * h..64 * h + 64], &b[128 + 32 * h..128 + 32 * h + 32]);

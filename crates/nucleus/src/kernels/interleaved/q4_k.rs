@@ -49,9 +49,8 @@ pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
         let qs = &b[16..FILE_BLOCK];
         for p in 0..4 {
             for c in 0..8 {
-                for m in 0..4 {
-                    dst[NIBBLES + 256 * p + 32 * c + 4 * r + m] = qs[32 * p + 4 * c + m];
-                }
+                let at = NIBBLES + 256 * p + 32 * c + 4 * r;
+                dst[at..at + 4].copy_from_slice(&qs[32 * p + 4 * c..32 * p + 4 * c + 4]);
             }
         }
     }

@@ -41,29 +41,32 @@ const HIGH: usize = 1168;
 /// Bytes of one group's super-block unpacked: the header (d and scales), then the values.
 pub(crate) const UNPACKED_BLOCK: usize = NIBBLES + GROUP_ROWS * 256;
 
-/// The 256 unsigned six-bit values of a file block, in order (ggml's `block_q6_K`, as the
-/// one-row kernels read it).
-fn file_values(b: &[u8]) -> [u8; 256] {
-    crate::quant::q6_k_values(b).map(|q| q as u8)
-}
-
-/// Writes group-block `dst` (GROUP_BLOCK bytes, zeroed) from the eight file blocks `rows[r]`.
+/// Writes group-block `dst` (GROUP_BLOCK bytes, zeroed) from the eight file blocks `rows[r]`,
+/// four values at a time. In the file (ggml's `block_q6_K`), half `h` of a block (values
+/// `128h..`) keeps value `128h + 32m + l`'s low four bits in `ql[64h + 32(m % 2) + l]` (low
+/// nibble for m < 2, high for m ≥ 2) and its high two bits at bit `2m` of `qh[32h + l]`; so
+/// pair `p`'s low and high values of place `l` (`m` = 2(p % 2) and 2(p % 2) + 1) take their
+/// nibbles from `ql[64h + l]` and `ql[64h + 32 + l]` and their high bits side by side from
+/// bits `4(p % 2)..` of `qh[32h + l]`, with `h = p / 2`.
 pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
+    let word = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
     for (r, b) in rows.iter().enumerate() {
         dst[2 * r..2 * r + 2].copy_from_slice(&b[208..210]);
         for j in 0..16 {
             dst[SCALES + 8 * j + r] = b[192 + j];
         }
-        let q = file_values(b);
         for p in 0..4 {
+            let (h, shift) = (p / 2, 4 * (p % 2) as u32);
             for c in 0..8 {
-                for m in 0..4 {
-                    let (lo, hi) = (q[64 * p + 4 * c + m], q[64 * p + 32 + 4 * c + m]);
-                    dst[NIBBLES + 256 * p + 32 * c + 4 * r + m] = (lo & 0xF) | (hi & 0xF) << 4;
-                    let shift = 4 * (c / 4);
-                    dst[HIGH + 128 * p + 32 * (c % 4) + 4 * r + m] |=
-                        ((lo >> 4) | (hi >> 4) << 2) << shift;
-                }
+                let l = 4 * c;
+                let lo = (word(b, 64 * h + l) >> shift) & 0x0F0F_0F0F;
+                let hi = (word(b, 64 * h + 32 + l) >> shift) & 0x0F0F_0F0F;
+                let at = NIBBLES + 256 * p + 32 * c + 4 * r;
+                dst[at..at + 4].copy_from_slice(&(lo | hi << 4).to_le_bytes());
+                let bits = ((word(b, 128 + 32 * h + l) >> shift) & 0x0F0F_0F0F) << (4 * (c / 4));
+                let at = HIGH + 128 * p + 32 * (c % 4) + 4 * r;
+                let old = word(dst, at);
+                dst[at..at + 4].copy_from_slice(&(old | bits).to_le_bytes());
             }
         }
     }
