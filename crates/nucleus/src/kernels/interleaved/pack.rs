@@ -25,53 +25,7 @@ pub struct PackedMatrix {
     ty: GgmlType,
     rows: usize,
     cols: usize,
-    data: PackedBytes,
-}
-
-/// A packed matrix's bytes: a large one in anonymous memory asked for in 2 MB pages
-/// (`MADV_HUGEPAGE`, granted where the kernel's transparent huge pages allow it), so that the
-/// 4.4 GB of a 7B file fault in 512 times less often as they are written at load time; a
-/// small one, or where the mapping fails, on the heap. Zeroed either way.
-#[derive(Debug)]
-enum PackedBytes {
-    Heap(Vec<u8>),
-    Anon(memmap2::MmapMut),
-}
-
-impl PackedBytes {
-    /// The least bytes worth a mapping of their own.
-    const ANON_LEAST: usize = 4 << 20;
-
-    fn zeroed(len: usize) -> PackedBytes {
-        if len >= Self::ANON_LEAST {
-            if let Ok(map) = memmap2::MmapMut::map_anon(len) {
-                // Only advice: where it is refused, the pages stay 4 KB.
-                #[cfg(target_os = "linux")]
-                let _ = map.advise(memmap2::Advice::HugePage);
-                return PackedBytes::Anon(map);
-            }
-        }
-        PackedBytes::Heap(vec![0u8; len])
-    }
-}
-
-impl std::ops::Deref for PackedBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            PackedBytes::Heap(v) => v,
-            PackedBytes::Anon(m) => m,
-        }
-    }
-}
-
-impl std::ops::DerefMut for PackedBytes {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        match self {
-            PackedBytes::Heap(v) => v,
-            PackedBytes::Anon(m) => m,
-        }
-    }
+    data: Vec<u8>,
 }
 
 /// Bytes of one group-block in the packed layout.
@@ -179,7 +133,10 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
     let bb = rb / blocks;
     let gbb = group_block_bytes(w.ty);
     let group_bytes = blocks * gbb;
-    let mut data = PackedBytes::zeroed(w.rows / GROUP_ROWS * group_bytes);
+    // Zeroed pages, fresh from the kernel: every packing below writes a byte before it reads
+    // it (a read first would map the zero page and make the write a copy-on-write fault with
+    // a TLB flush on every core: it was most of a 7B file's load time).
+    let mut data = vec![0u8; w.rows / GROUP_ROWS * group_bytes];
     let pack_group = |g: usize, out: &mut [u8]| {
         for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
             if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K) {
@@ -225,6 +182,9 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
                 }
                 continue;
             }
+            // Q5_0 ORs its bits in: the block written first, so that no read of fresh memory
+            // maps the zero page (see `q6_k::pack_group_block`).
+            dst.fill(0);
             for j in 0..GROUP_ROWS {
                 let r = g * GROUP_ROWS + j;
                 let at = r * rb + b * bb;
