@@ -10,14 +10,15 @@ For every file: read twice first (a file benchmarked while the page cache still 
 runs at half speed), then ROUNDS rounds, each running llama-bench, nucleus and nucleus --exact
 one after the other (alternating, so that a noisy neighbour hits both), each round's figure kept:
 a cell shows the range over the rounds. Load: seconds from the command's start to its exit after
-one generated token (llama-simple and `nucleus run -n 1`, page cache warm), and the peak RSS.
+one generated token (llama-simple and `nucleus run -n 1`, page cache warm), LOAD_ROUNDS
+alternating pairs (a range), and the peak RSS.
 Decode bandwidth: the bytes a decode step reads (every matrix but the token embeddings, of which
 it reads one row; the output matrix, which is the embeddings when they are tied; of the expert
 tensors of a mixture of experts, the used experts' share) times decode tokens/s, beside the
 measured DRAM read bandwidth. `--moe` benchmarks the MoE files (real_shapes.py --moe).
 
-Environment: THREADS (default 2), PP (512), TG (64), ROUNDS (2), NUCLEUS (default: built here,
-release), LLAMA_CPP_ROOT (default .bench/llama.cpp-avx512 when it exists, else .bench/llama.cpp;
+Environment: THREADS (default 2), PP (512), TG (64), ROUNDS (2), LOAD_ROUNDS (3), NUCLEUS
+(default: built here, release), LLAMA_CPP_ROOT (default .bench/llama.cpp-avx512 when it exists, else .bench/llama.cpp;
 built by scripts/build_llama_cpp.sh when missing, which needs LLAMA_CPP_CMAKE_ARGS for a
 non-native build: see that script).
 """
@@ -39,6 +40,7 @@ THREADS = int(os.environ.get("THREADS", "2"))
 PP = int(os.environ.get("PP", "512"))
 TG = int(os.environ.get("TG", "64"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
+LOAD_ROUNDS = int(os.environ.get("LOAD_ROUNDS", "3"))
 
 
 def log(*a):
@@ -115,8 +117,14 @@ def timed(cmd):
 
 
 def load_times(nucleus, bin_dir, path):
-    ll = timed([str(bin_dir / "llama-simple"), "-m", str(path), "-n", "1", "Hello"])
-    nu = timed([nucleus, "run", "-t", str(THREADS), "-n", "1", str(path), "Hello"])
+    """LOAD_ROUNDS alternating (llama-simple, nucleus run) pairs, the file re-read into the page
+    cache before each pair: their (seconds, peak RSS) lists. One sample each moved by a second
+    or more from run to run on this VM (the cost of fresh memory varies with the host)."""
+    ll, nu = [], []
+    for _ in range(LOAD_ROUNDS):
+        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+        ll.append(timed([str(bin_dir / "llama-simple"), "-m", str(path), "-n", "1", "Hello"]))
+        nu.append(timed([nucleus, "run", "-t", str(THREADS), "-n", "1", str(path), "Hello"]))
     return ll, nu
 
 
@@ -158,7 +166,9 @@ def main():
             *nu, info = nucleus_bench(nucleus, path, False)
             res["nu"].append(nu)
             res["ex"].append(nucleus_bench(nucleus, path, True)[:2])
-        (ll_s, ll_rss), (nu_s, nu_rss) = load_times(nucleus, bin_dir, path)
+        ll_load, nu_load = load_times(nucleus, bin_dir, path)
+        ll_s, nu_s = [t for t, _ in ll_load], [t for t, _ in nu_load]
+        ll_rss, nu_rss = max(m for _, m in ll_load), max(m for _, m in nu_load)
         gb = path.stat().st_size / 1e9
         step = decode_bytes(path) / 1e9
         col = {k: ([v[0] for v in res[k]], [v[1] for v in res[k]]) for k in res}
@@ -172,7 +182,7 @@ def main():
             f"| {ratio(col['ex'][0], col['ll'][0])} / {ratio(col['ex'][1], col['ll'][1])} "
             f"| {rng(nu_bw)} ({100 * max(nu_bw) / lim['read_gb_s']:.0f} %) / {rng(ll_bw)} "
             f"({100 * max(ll_bw) / lim['read_gb_s']:.0f} %) "
-            f"| {nu_s:.1f} / {ll_s:.1f} | {nu_rss:.2f} / {ll_rss:.2f} |")
+            f"| {rng(nu_s)} / {rng(ll_s)} | {nu_rss:.2f} / {ll_rss:.2f} |")
     cpu = "unknown"
     for line in open("/proc/cpuinfo"):
         if line.startswith("model name"):
