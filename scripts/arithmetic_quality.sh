@@ -5,6 +5,8 @@
 # The issue's bounds: KL <= 0.005, top-1 agreement >= 98.5 %, perplexity within 1 %.
 #
 #   scripts/arithmetic_quality.sh
+#   SPECS="MODEL:TEXT ..." scripts/arithmetic_quality.sh   (MODEL: a catalog name or a GGUF path;
+#                                                           TEXT: a file of ../shared/corpus)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${NUCLEUS_BIN:-./target/release/nucleus}
@@ -14,12 +16,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "| model | text | PPL --exact | PPL default | ratio | mean KL vs --exact | top-1 agreement |"
 echo "|---|---|---:|---:|---:|---:|---:|"
-for spec in "qwen2.5-coder-0.5b-instruct python-stdlib.txt" "gemma-3-270m gpl-3.txt"; do
-  set -- $spec
-  model=$1 text=$corpus/$2
-  "$bin" perplexity "$model" "$text" -t 2 --json --exact --kl-divergence-base "$tmp/$model.kld" >"$tmp/exact.json"
-  "$bin" perplexity "$model" "$text" -t 2 --json --kl-divergence "$tmp/$model.kld" >"$tmp/fast.json"
-  python3 - "$tmp/exact.json" "$tmp/fast.json" "$model" "$2" <<'PY'
+specs=${SPECS:-"qwen2.5-coder-0.5b-instruct:python-stdlib.txt gemma-3-270m:gpl-3.txt"}
+for spec in $specs; do
+  set -- "${spec%%:*}" "${spec#*:}"
+  model=$1 text=$corpus/$2 name=$(basename "$1" .gguf)
+  "$bin" perplexity "$model" "$text" -t 2 --json --exact --kl-divergence-base "$tmp/$name.kld" >"$tmp/exact.json"
+  "$bin" perplexity "$model" "$text" -t 2 --json --kl-divergence "$tmp/$name.kld" >"$tmp/fast.json"
+  python3 - "$tmp/exact.json" "$tmp/fast.json" "$name" "$2" <<'PY'
 import json, sys
 e, f = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 k = f["kl_divergence"]

@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use nucleus::kernels::interleaved::{matmul_packed, pack, PackedActs};
+use nucleus::kernels::interleaved::{matmul_packed_chain, pack, Chain, PackedActs};
 use nucleus::kernels::matmul::matmul_rows;
 use nucleus::kernels::{matmul, PromptSlot, QMatrix, QuantizedActs, ThreadPool};
 use nucleus::quant::quantize::quantize_rows;
@@ -137,7 +137,9 @@ fn main() {
                 if acts.ty() == GgmlType::Q8_0 {
                     pa.prepare(&acts);
                 }
-                let f = fastest(|| matmul_packed(&pool, p, &acts, &pa, &mut y));
+                // The chain nucleus's own arithmetic takes (Q4_K: llama.cpp's gemm's).
+                let chain = Chain::Q4kPairs;
+                let f = fastest(|| matmul_packed_chain(&pool, p, &acts, &pa, &mut y, chain));
                 line += &format!(
                     " | fast {:8.1} us {:6.1} G MAC/s ({:.2}x)",
                     f * 1e6,

@@ -6,6 +6,15 @@ use crate::kernels::interleaved::{
     matmul_packed, matmul_packed_chain, matmul_packed_many, packed_act_type, Arithmetic, Chain,
     PackedActs, PackedMatrix,
 };
+
+/// The float chain of nucleus's own arithmetic for every repacked product, prompt or generated
+/// token: for Q4_K, llama.cpp's repacked gemm's (one FMA per pair of sub-blocks), the chain
+/// `--exact` takes for a prompt's rows in whole groups of four. A prompt's Q4_K products then
+/// have llama.cpp's bits, which brings the default within the distance of llama.cpp's own
+/// builds from each other on K-quant files: on the 1.5B Q4_K_M shape llama.cpp's AVX2 build is
+/// at KL 0.000001 from its AVX-512 build, the one-FMA-per-super-block chain was at 0.000048
+/// (`scripts/llama_cpp_drift.sh`, BENCHMARKS.md). The other types have one chain.
+const FAST_CHAIN: Chain = Chain::Q4kPairs;
 use crate::kernels::matmul::{
     matmul_rows, PromptSlot, QuantizedActs, CLASS_UBATCH_8, CLASS_WHOLE_FOUR,
 };
@@ -106,10 +115,11 @@ impl Model {
         if let Some(p) = &w.packed {
             if packed_act_type(p.ty()) == GgmlType::Q8_K {
                 let q = acts.get(&self.pool, x, n, w.cols, GgmlType::Q8_K);
-                return matmul_packed(&self.pool, p, q, &PackedActs::new(), y);
+                let none = PackedActs::new();
+                return matmul_packed_chain(&self.pool, p, q, &none, y, FAST_CHAIN);
             }
             let (q, pa) = acts.get_packed(&self.pool, x, n, w.cols);
-            return matmul_packed(&self.pool, p, q, pa, y);
+            return matmul_packed_chain(&self.pool, p, q, pa, y, FAST_CHAIN);
         }
         // nucleus's arithmetic sends every row through llama.cpp's one-row kernels: one
         // arithmetic for all rows. (Its batched kernels, for every row, cost up to 2.3x more per
@@ -222,9 +232,10 @@ impl Model {
             .collect();
         if first == Some(GgmlType::Q8_K) {
             let q = acts.get(&self.pool, &x[..n * cols], n, cols, GgmlType::Q8_K);
-            return matmul_packed_many(&self.pool, &mut list, q, &PackedActs::new());
+            let none = PackedActs::new();
+            return matmul_packed_many(&self.pool, &mut list, q, &none, FAST_CHAIN);
         }
         let (q, pa) = acts.get_packed(&self.pool, &x[..n * cols], n, cols);
-        matmul_packed_many(&self.pool, &mut list, q, pa);
+        matmul_packed_many(&self.pool, &mut list, q, pa, FAST_CHAIN);
     }
 }

@@ -19,8 +19,9 @@
 //! among many, on every SIMD level and on the scalar path: the batch invariance nucleus
 //! promises holds by construction.
 //!
-//! Q4_K matrices are repacked the same way ([`q4_k`]) but keep the arithmetic of the one-row
-//! Q4_K kernel: there the layout buys speed and changes no bits. For Q4_0 and IQ4_NL the chain
+//! Q4_K matrices are repacked the same way ([`q4_k`]) with two float chains, the one-row Q4_K
+//! kernel's ([`Chain::Default`]) and llama.cpp's repacked gemm's ([`Chain::Q4kPairs`], which
+//! nucleus's own arithmetic takes for every token: `model/project.rs`). For Q4_0 and IQ4_NL the chain
 //! above is the one of llama.cpp's kernels for its repacked Q4_0 and IQ4_NL matrices, which
 //! `--exact` follows: they too get the same bits in both arithmetics. Q6_K matrices ([`q6_k`]) take
 //! the arithmetic of llama.cpp's tiled Q6_K kernel, one FMA per super-block, for every row.
@@ -103,9 +104,10 @@ use crate::quant::GgmlType;
 /// Which arithmetic the matrix products use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Arithmetic {
-    /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL weights, one float chain per output, and
-    /// every row of every other type in the arithmetic of the one-row kernels (Q4_K repacked
-    /// too), so that a token's results never depend on its place in a prompt or a batch.
+    /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL/Q4_K/Q6_K weights, one float chain per
+    /// output (Q4_K: llama.cpp's gemm's), and every row of every other type in the arithmetic
+    /// of the one-row kernels, so that a token's results never depend on its place in a prompt
+    /// or a batch.
     #[default]
     Fast,
     /// llama.cpp's, bit for bit (its batched kernels for a prompt's rows, chosen by the row's
@@ -275,7 +277,8 @@ pub enum Chain {
     #[default]
     Default,
     /// Q4_K only: llama.cpp's repacked gemm, one FMA per pair of sub-blocks, which `--exact`
-    /// takes for a prompt's rows in whole groups of four.
+    /// takes for a prompt's rows in whole groups of four, and nucleus's own arithmetic for
+    /// every token.
     Q4kPairs,
 }
 
@@ -384,15 +387,16 @@ pub fn matmul_packed_chain(
     matmul_packed_with(pool, &mut [(w, y)], x, acts, true, chain)
 }
 
-/// [`matmul_packed`] for several matrices that read the same input (q, k and v; gate and up),
-/// in one pass of the thread pool: the same bits as one call each.
+/// [`matmul_packed_chain`] for several matrices that read the same input (q, k and v; gate and
+/// up), in one pass of the thread pool: the same bits as one call each.
 pub fn matmul_packed_many(
     pool: &ThreadPool,
     products: &mut [(&PackedMatrix, &mut [f32])],
     x: &QuantizedActs,
     acts: &PackedActs,
+    chain: Chain,
 ) {
-    matmul_packed_with(pool, products, x, acts, true, Chain::Default)
+    matmul_packed_with(pool, products, x, acts, true, chain)
 }
 
 /// One matrix of a [`matmul_packed_with`] call, as its work items see it.
@@ -459,7 +463,9 @@ const AMX_MIN_TOKENS: usize = TILE_TOKENS + 1;
 /// earlier build: 111/135); Q4_K 126/135 at 32, 185/135 at 64, 210/130 at 128, 235/112 at
 /// 512; Q6_K 116/86 at 32 but 92/101 at 128 and 96/109 at 512, so Q6_K stays on vectors.
 /// The other types' tile kernel (Q8_0's, with their offsets) computes their bits, checked on
-/// that machine, but its speed there was not measured: they stay on vectors too.
+/// that machine, but its speed there was not measured: they stay on vectors too. (These
+/// vectors were the 256-bit kernels; the 512-bit ones of [`wide`], which came later and compute
+/// Q4_K 1.7x as fast on a Xeon without AMX, have not been timed against the tiles.)
 fn amx_min_tokens(ty: GgmlType) -> Option<usize> {
     match ty {
         GgmlType::Q8_0 => Some(32),

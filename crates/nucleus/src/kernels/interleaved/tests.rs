@@ -432,7 +432,7 @@ fn products_in_one_pass_match_one_call_each() {
                 .zip(together.iter_mut())
                 .map(|(w, y)| (w, y.as_mut_slice()))
                 .collect();
-            matmul_packed_many(&pool, &mut products, &x, &xa);
+            matmul_packed_many(&pool, &mut products, &x, &xa, Chain::Default);
         }
         for (w, got) in ws.iter().zip(&together) {
             let mut alone = vec![0f32; nt * w.rows()];
