@@ -137,8 +137,8 @@ fn main() {
                 if acts.ty() == GgmlType::Q8_0 {
                     pa.prepare(&acts);
                 }
-                // The chain nucleus's own arithmetic takes (Q4_K: llama.cpp's gemm's).
-                let chain = Chain::Q4kPairs;
+                // The chain nucleus's own arithmetic takes.
+                let chain = Chain::Default;
                 let f = fastest(|| matmul_packed_chain(&pool, p, &acts, &pa, &mut y, chain));
                 line += &format!(
                     " | fast {:8.1} us {:6.1} G MAC/s ({:.2}x)",

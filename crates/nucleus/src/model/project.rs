@@ -8,13 +8,12 @@ use crate::kernels::interleaved::{
 };
 
 /// The float chain of nucleus's own arithmetic for every repacked product, prompt or generated
-/// token: for Q4_K, llama.cpp's repacked gemm's (one FMA per pair of sub-blocks), the chain
-/// `--exact` takes for a prompt's rows in whole groups of four. A prompt's Q4_K products then
-/// have llama.cpp's bits, which brings the default within the distance of llama.cpp's own
-/// builds from each other on K-quant files: on the 1.5B Q4_K_M shape llama.cpp's AVX2 build is
-/// at KL 0.000001 from its AVX-512 build, the one-FMA-per-super-block chain was at 0.000048
-/// (`scripts/llama_cpp_drift.sh`, BENCHMARKS.md). The other types have one chain.
-const FAST_CHAIN: Chain = Chain::Q4kPairs;
+/// token: for Q4_K, the one-row kernel's (one FMA per super-block). llama.cpp's gemm chain
+/// (`Chain::Q4kPairs`, one FMA per pair of sub-blocks) was tried for every token on 2026-11-26:
+/// it gives a prompt's Q4_K products llama.cpp's bits (KL from `--exact` on the 1.5B Q4_K_M shape
+/// 0.000048 → 0.00000), but cost 12–15 % of a Q4_K_M prefill and 8–18 % of the catalog models'
+/// decode, which run from cache (benchmarks log): not taken.
+const FAST_CHAIN: Chain = Chain::Default;
 use crate::kernels::matmul::{
     matmul_rows, PromptSlot, QuantizedActs, CLASS_UBATCH_8, CLASS_WHOLE_FOUR,
 };
