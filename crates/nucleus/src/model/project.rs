@@ -11,8 +11,8 @@ use crate::kernels::interleaved::{
 /// token: for Q4_K, the one-row kernel's (one FMA per super-block). llama.cpp's gemm chain
 /// (`Chain::Q4kPairs`, one FMA per pair of sub-blocks) was tried for every token on 2026-11-26:
 /// it gives a prompt's Q4_K products llama.cpp's bits (KL from `--exact` on the 1.5B Q4_K_M shape
-/// 0.000048 → 0.00000), but cost 12–15 % of a Q4_K_M prefill and 8–18 % of the catalog models'
-/// decode, which run from cache (benchmarks log): not taken.
+/// 0.000048 → 0.00000), but cost 12–15 % of a Q4_K_M prefill and up to 7 % of gemma's
+/// decode ratio (benchmarks log): not taken.
 const FAST_CHAIN: Chain = Chain::Default;
 use crate::kernels::matmul::{
     matmul_rows, PromptSlot, QuantizedActs, CLASS_UBATCH_8, CLASS_WHOLE_FOUR,
