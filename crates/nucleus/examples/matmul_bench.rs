@@ -8,7 +8,8 @@
 //!
 //! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`;
 //! `NUCLEUS_SIMD` caps the SIMD level, `NUCLEUS_AMX=0` keeps prompts off AMX tiles, and
-//! `MATMUL_FAST_ONLY=1` times only the interleaved products.
+//! `MATMUL_FAST_ONLY=1` times only the interleaved products, `MATMUL_CHAIN=pairs` takes Q4_K in
+//! llama.cpp's gemm chain.
 
 use std::time::Instant;
 
@@ -137,8 +138,13 @@ fn main() {
                 if acts.ty() == GgmlType::Q8_0 {
                     pa.prepare(&acts);
                 }
-                // The chain nucleus's own arithmetic takes.
-                let chain = Chain::Default;
+                // The chain nucleus's own arithmetic takes (`MATMUL_CHAIN=pairs`: Q4_K in
+                // llama.cpp's gemm chain, `--exact`'s for a prompt's rows).
+                let chain = if std::env::var("MATMUL_CHAIN").is_ok_and(|v| v == "pairs") {
+                    Chain::Q4kPairs
+                } else {
+                    Chain::Default
+                };
                 let f = fastest(|| matmul_packed_chain(&pool, p, &acts, &pa, &mut y, chain));
                 line += &format!(
                     " | fast {:8.1} us {:6.1} G MAC/s ({:.2}x)",

@@ -8,12 +8,12 @@ use crate::kernels::interleaved::{
 };
 
 /// The float chain of nucleus's own arithmetic for every repacked product, prompt or generated
-/// token: for Q4_K, the one-row kernel's (one FMA per super-block). llama.cpp's gemm chain
-/// (`Chain::Q4kPairs`, one FMA per pair of sub-blocks) was tried for every token on 2026-11-26:
-/// it gives a prompt's Q4_K products llama.cpp's bits (KL from `--exact` on the 1.5B Q4_K_M shape
-/// 0.000048 → 0.00000), but cost 12–15 % of a Q4_K_M prefill and up to 7 % of gemma's
-/// decode ratio (benchmarks log): not taken.
-const FAST_CHAIN: Chain = Chain::Default;
+/// token: for Q4_K, llama.cpp's repacked gemm's (one FMA per pair of sub-blocks), which
+/// `--exact` takes for a prompt's rows, so that a prompt's Q4_K products have llama.cpp's bits
+/// (KL from `--exact` on the 1.5B Q4_K_M shape 0.000048 with the one-row kernel's chain, one FMA
+/// per super-block; 0.00000 with this one). It costs 3–7 % of a Q4_K_M prefill since the 512-bit
+/// kernel folds the pairs after a super-block's integer work (12–15 % before; benchmarks log).
+const FAST_CHAIN: Chain = Chain::Q4kPairs;
 use crate::kernels::matmul::{
     matmul_rows, PromptSlot, QuantizedActs, CLASS_UBATCH_8, CLASS_WHOLE_FOUR,
 };

@@ -20,8 +20,9 @@
 //! promises holds by construction.
 //!
 //! Q4_K matrices are repacked the same way ([`q4_k`]) with two float chains, the one-row Q4_K
-//! kernel's ([`Chain::Default`], nucleus's own arithmetic's for every token) and llama.cpp's
-//! repacked gemm's ([`Chain::Q4kPairs`], `--exact`'s for a prompt's rows in groups of four). For Q4_0 and IQ4_NL the chain
+//! kernel's ([`Chain::Default`], `--exact`'s for generated tokens) and llama.cpp's repacked
+//! gemm's ([`Chain::Q4kPairs`], `--exact`'s for a prompt's rows in groups of four, and nucleus's
+//! own arithmetic's for every token). For Q4_0 and IQ4_NL the chain
 //! above is the one of llama.cpp's kernels for its repacked Q4_0 and IQ4_NL matrices, which
 //! `--exact` follows: they too get the same bits in both arithmetics. Q6_K matrices ([`q6_k`]) take
 //! the arithmetic of llama.cpp's tiled Q6_K kernel, one FMA per super-block, for every row.
@@ -105,7 +106,7 @@ use crate::quant::GgmlType;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Arithmetic {
     /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL/Q4_K/Q6_K weights, one float chain per
-    /// output (Q4_K: the one-row kernel's), and every row of every other type in the arithmetic
+    /// output (Q4_K: llama.cpp's repacked gemm's), and every row of every other type in the arithmetic
     /// of the one-row kernels, so that a token's results never depend on its place in a prompt
     /// or a batch.
     #[default]
@@ -273,11 +274,12 @@ pub(crate) type TileFn = unsafe fn(group: &GroupView, tile: &Tile);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Chain {
     /// The one every type has: the one-row kernels' (for Q4_K, llama.cpp's repacked gemv:
-    /// one FMA per super-block).
+    /// one FMA per super-block, `--exact`'s for generated tokens).
     #[default]
     Default,
     /// Q4_K only: llama.cpp's repacked gemm, one FMA per pair of sub-blocks, which `--exact`
-    /// takes for a prompt's rows in whole groups of four.
+    /// takes for a prompt's rows in whole groups of four and nucleus's own arithmetic for
+    /// every token.
     Q4kPairs,
 }
 

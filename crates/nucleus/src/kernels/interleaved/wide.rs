@@ -207,6 +207,9 @@ unsafe fn bcast(p: *const u8) -> __m512i {
 unsafe fn q4_k_nx<const NX: usize, const PAIRS: bool>(w: *const u8, t: &Tile) {
     let mut acc = [_mm512_setzero_ps(); NX];
     let mut acc_min = [_mm512_setzero_ps(); NX];
+    // PAIRS: each pair of sub-blocks' scaled sum, folded into the floats after a super-block's
+    // integer work, so that the loop over sub-blocks holds no float state in registers.
+    let mut pair_sums = [[_mm512_setzero_si512(); 4]; NX];
     // SAFETY (all reads below): super-block b < blocks of the pair (WIDE_BLOCK bytes each);
     // token n < nx's Q8_K block b (ACT_BLOCK bytes) in its row; sixteen outputs per token.
     unsafe {
@@ -216,31 +219,39 @@ unsafe fn q4_k_nx<const NX: usize, const PAIRS: bool>(w: *const u8, t: &Tile) {
             let dy = |n: usize| _mm512_set1_ps((xb(n) as *const f32).read_unaligned());
             let d = _mm512_loadu_ps(g.add(D) as *const f32);
             let dmin = _mm512_loadu_ps(g.add(DMIN) as *const f32);
-            let d_dy: [__m512; NX] = std::array::from_fn(|n| _mm512_mul_ps(d, dy(n)));
             let mut isum = [_mm512_setzero_si512(); NX];
-            for j in 0..8 {
-                let v: [__m512i; 8] = std::array::from_fn(|c| {
-                    _mm512_loadu_si512(g.add(VALUES + 512 * j + 64 * c) as *const _)
-                });
-                let sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(g.add(SCALES + 16 * j) as *const _));
-                for n in 0..NX {
-                    let x = xb(n).add(4 + 32 * j);
-                    let mut s = _mm512_setzero_si512();
-                    for (c, v) in v.iter().enumerate() {
-                        s = _mm512_dpbusd_epi32(s, *v, bcast(x.add(4 * c)));
+            // p indexes the pairs' sums, n the tokens' sums and activations.
+            #[allow(clippy::needless_range_loop)]
+            for p in 0..4 {
+                for j in [2 * p, 2 * p + 1] {
+                    let v: [__m512i; 8] = std::array::from_fn(|c| {
+                        _mm512_loadu_si512(g.add(VALUES + 512 * j + 64 * c) as *const _)
+                    });
+                    let sc =
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128(g.add(SCALES + 16 * j) as *const _));
+                    for n in 0..NX {
+                        let x = xb(n).add(4 + 32 * j);
+                        let mut s = _mm512_setzero_si512();
+                        for (c, v) in v.iter().enumerate() {
+                            s = _mm512_dpbusd_epi32(s, *v, bcast(x.add(4 * c)));
+                        }
+                        isum[n] = _mm512_add_epi32(isum[n], _mm512_mullo_epi32(s, sc));
                     }
-                    let s = _mm512_mullo_epi32(s, sc);
-                    if !PAIRS {
-                        isum[n] = _mm512_add_epi32(isum[n], s);
-                    } else if j % 2 == 0 {
-                        isum[n] = s;
-                    } else {
-                        let pair = _mm512_add_epi32(isum[n], s);
-                        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair), d_dy[n], acc[n]);
+                }
+                if PAIRS {
+                    for n in 0..NX {
+                        pair_sums[n][p] = isum[n];
+                        isum[n] = _mm512_setzero_si512();
                     }
                 }
             }
             for n in 0..NX {
+                let d_dy = _mm512_mul_ps(d, dy(n));
+                if PAIRS {
+                    for pair in pair_sums[n] {
+                        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair), d_dy, acc[n]);
+                    }
+                }
                 let dmin_dy = _mm512_mul_ps(dmin, dy(n));
                 // The sub-blocks' activation sums: pairs of the 16-value sums (i16).
                 let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
@@ -267,7 +278,7 @@ unsafe fn q4_k_nx<const NX: usize, const PAIRS: bool>(w: *const u8, t: &Tile) {
                     }
                 }
                 if !PAIRS {
-                    acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[n]), d_dy[n], acc[n]);
+                    acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[n]), d_dy, acc[n]);
                     acc_min[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dmin_dy, acc_min[n]);
                 }
             }
