@@ -11,7 +11,8 @@ runs at half speed), then ROUNDS rounds, each running llama-bench, nucleus and n
 one after the other (alternating, so that a noisy neighbour hits both), each round's figure kept:
 a cell shows the range over the rounds. Load: seconds from the command's start to its exit after
 one generated token (llama-simple and `nucleus run -n 1`, page cache warm), LOAD_ROUNDS
-alternating pairs (a range), and the peak RSS.
+alternating rounds (a range), and the peak RSS; "mapped": nucleus with NUCLEUS_PACK_CACHE, the
+packed weights mapped from the file an earlier load wrote (docs/src/pack-cache.md).
 Decode bandwidth: the bytes a decode step reads (every matrix but the token embeddings, of which
 it reads one row; the output matrix, which is the embeddings when they are tied; of the expert
 tensors of a mixture of experts, the used experts' share) times decode tokens/s, beside the
@@ -105,10 +106,11 @@ def nucleus_bench(nucleus, path, exact):
     return j["prefill_tokens_per_s"], j["decode_tokens_per_s"], j
 
 
-def timed(cmd):
+def timed(cmd, env=None):
     """(seconds, peak RSS in GB) of a command run to its end."""
     t = time.perf_counter()
-    p = subprocess.run(["/usr/bin/time", "-f", "RSS %M"] + cmd, capture_output=True, text=True)
+    p = subprocess.run(["/usr/bin/time", "-f", "RSS %M"] + cmd, capture_output=True, text=True,
+                       env=env)
     secs = time.perf_counter() - t
     if p.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed: {p.stderr[-2000:]}")
@@ -117,15 +119,30 @@ def timed(cmd):
 
 
 def load_times(nucleus, bin_dir, path):
-    """LOAD_ROUNDS alternating (llama-simple, nucleus run) pairs, the file re-read into the page
-    cache before each pair: their (seconds, peak RSS) lists. One sample each moved by a second
-    or more from run to run on this VM (the cost of fresh memory varies with the host)."""
-    ll, nu = [], []
+    """LOAD_ROUNDS alternating rounds of llama-simple, nucleus run packing the model, and
+    nucleus run mapping its packed weights from a file of them (NUCLEUS_PACK_CACHE, written
+    once beforehand, untimed), the model file and that file re-read into the page cache before
+    each round: their (seconds, peak RSS) lists. One sample each moved by a second or more from
+    run to run on this VM (the cost of fresh memory varies with the host)."""
+    cache = ROOT / ".bench/pack-cache"
+    for old in cache.glob(f"{path.stem}-*.nucpack"):
+        old.unlink()
+    run = [nucleus, "run", "-t", str(THREADS), "-n", "1", str(path), "Hello"]
+    with_cache = dict(os.environ, NUCLEUS_PACK_CACHE=str(cache))
+    subprocess.run(run, env=with_cache, check=True, capture_output=True)
+    packed = list(cache.glob(f"{path.stem}-*.nucpack"))
+    without = dict(os.environ)
+    without.pop("NUCLEUS_PACK_CACHE", None)
+    ll, nu, mapped = [], [], []
     for _ in range(LOAD_ROUNDS):
-        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+        for f in [path] + packed:
+            subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
         ll.append(timed([str(bin_dir / "llama-simple"), "-m", str(path), "-n", "1", "Hello"]))
-        nu.append(timed([nucleus, "run", "-t", str(THREADS), "-n", "1", str(path), "Hello"]))
-    return ll, nu
+        nu.append(timed(run, env=without))
+        mapped.append(timed(run, env=with_cache))
+    for f in packed:
+        f.unlink()
+    return ll, nu, mapped
 
 
 def rng(vals, digits=1):
@@ -166,9 +183,9 @@ def main():
             *nu, info = nucleus_bench(nucleus, path, False)
             res["nu"].append(nu)
             res["ex"].append(nucleus_bench(nucleus, path, True)[:2])
-        ll_load, nu_load = load_times(nucleus, bin_dir, path)
-        ll_s, nu_s = [t for t, _ in ll_load], [t for t, _ in nu_load]
-        ll_rss, nu_rss = max(m for _, m in ll_load), max(m for _, m in nu_load)
+        ll_load, nu_load, map_load = load_times(nucleus, bin_dir, path)
+        ll_s, nu_s, map_s = ([t for t, _ in x] for x in (ll_load, nu_load, map_load))
+        ll_rss, nu_rss, map_rss = (max(m for _, m in x) for x in (ll_load, nu_load, map_load))
         gb = path.stat().st_size / 1e9
         step = decode_bytes(path) / 1e9
         col = {k: ([v[0] for v in res[k]], [v[1] for v in res[k]]) for k in res}
@@ -182,7 +199,8 @@ def main():
             f"| {ratio(col['ex'][0], col['ll'][0])} / {ratio(col['ex'][1], col['ll'][1])} "
             f"| {rng(nu_bw)} ({100 * max(nu_bw) / lim['read_gb_s']:.0f} %) / {rng(ll_bw)} "
             f"({100 * max(ll_bw) / lim['read_gb_s']:.0f} %) "
-            f"| {rng(nu_s)} / {rng(ll_s)} | {nu_rss:.2f} / {ll_rss:.2f} |")
+            f"| {rng(nu_s)} / {rng(map_s, 2)} / {rng(ll_s)} "
+            f"| {nu_rss:.2f} / {map_rss:.2f} / {ll_rss:.2f} |")
     cpu = "unknown"
     for line in open("/proc/cpuinfo"):
         if line.startswith("model name"):
@@ -205,7 +223,8 @@ def main():
     print()
     print("| file | GB | llama.cpp pp / tg (tok/s) | nucleus pp / tg | ratio pp / tg "
           "| `--exact` pp / tg | ratio pp / tg | decode GB/s (% of DRAM): nucleus / llama.cpp "
-          "| load to 1st token s: nucleus / llama.cpp | peak RSS GB: nucleus / llama.cpp |")
+          "| load to 1st token s: nucleus / mapped / llama.cpp "
+          "| peak RSS GB: nucleus / mapped / llama.cpp |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(r)

@@ -27,8 +27,9 @@ struct Cli {
     command: Command,
     /// Compute with llama.cpp's arithmetic, bit for bit (also `NUCLEUS_EXACT=1`). By default
     /// nucleus uses its own, faster arithmetic for the Q8_0 and Q5_0 products, whose distance
-    /// from this one is measured in BENCHMARKS.md (its repacked Q4_K, Q4_0 and IQ4_NL products
-    /// have this one's bits).
+    /// from this one is measured in BENCHMARKS.md (its repacked Q4_0 and IQ4_NL products have
+    /// this one's bits, its Q4_K products a prompt's). `NUCLEUS_PACK_CACHE=DIR` keeps a file of
+    /// the model's repacked weights there, which later loads map instead of repacking.
     #[arg(long, global = true)]
     exact: bool,
 }

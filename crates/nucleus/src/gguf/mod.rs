@@ -10,7 +10,7 @@ mod reader;
 mod writer;
 
 pub use metadata::{MetaType, MetaValue, Metadata};
-pub use reader::{GgufError, GgufFile, TensorInfo};
+pub use reader::{GgufError, GgufFile, Source, TensorInfo};
 pub use writer::{gguf_header, GgufWriter, HeaderTensor};
 
 /// `GGUF` read as a little-endian u32.

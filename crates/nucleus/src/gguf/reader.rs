@@ -65,6 +65,40 @@ impl TensorInfo {
     }
 }
 
+/// A file on disk as it was when opened: its path and what changes when it is rewritten
+/// (size, modification time, device and inode), so that something derived from it (a file of
+/// its packed weights) can tell whether it still belongs to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    pub path: std::path::PathBuf,
+    pub len: u64,
+    pub modified_ns: u64,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl Source {
+    #[cfg(unix)]
+    fn of(path: &Path, file: &std::fs::File) -> Option<Source> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata().ok()?;
+        Some(Source {
+            path: std::fs::canonicalize(path).ok()?,
+            len: m.len(),
+            modified_ns: (m.mtime() as u64)
+                .wrapping_mul(1_000_000_000)
+                .wrapping_add(m.mtime_nsec() as u64),
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn of(_: &Path, _: &std::fs::File) -> Option<Source> {
+        None
+    }
+}
+
 enum Backing {
     Mmap(memmap2::Mmap),
     Owned(Vec<u8>),
@@ -82,6 +116,8 @@ impl Backing {
 /// A parsed GGUF file. Tensor data stays in the (memory-mapped) file.
 pub struct GgufFile {
     backing: Backing,
+    /// What the file was opened from (`None` for files held in memory).
+    source: Option<Source>,
     pub version: u32,
     pub metadata: Metadata,
     pub tensors: Vec<TensorInfo>,
@@ -112,7 +148,14 @@ impl GgufFile {
         // loader we assume nobody truncates or rewrites the file while it is open; all reads
         // through the map are bounds-checked against its length.
         let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Self::parse(Backing::Mmap(mmap))
+        let mut parsed = Self::parse(Backing::Mmap(mmap))?;
+        parsed.source = Source::of(path, &file);
+        Ok(parsed)
+    }
+
+    /// The file this was opened from, when it was opened from one.
+    pub fn source(&self) -> Option<&Source> {
+        self.source.as_ref()
     }
 
     /// Parses a file held in memory (tests, and files built on the fly).
@@ -222,6 +265,7 @@ impl GgufFile {
 
         Ok(GgufFile {
             backing,
+            source: None,
             version,
             metadata,
             tensors,

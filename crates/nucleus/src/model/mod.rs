@@ -9,6 +9,7 @@ mod kv_shift;
 mod layer;
 mod memory;
 mod moe;
+mod pack_cache;
 mod project;
 mod weights;
 

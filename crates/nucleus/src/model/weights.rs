@@ -8,6 +8,8 @@ use crate::kernels::interleaved::{pack, pack_releasing, Arithmetic, PackedMatrix
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{dequantize_row, GgmlType};
 
+use super::pack_cache::{Entry, PackCache};
+
 use super::{Arch, HParams, ModelError, MoeParams, QkNorm};
 
 /// A matrix in the file: `rows` outputs of `cols` inputs each.
@@ -22,6 +24,16 @@ pub struct Matrix {
 }
 
 impl Matrix {
+    /// What a file of packed weights says of this matrix.
+    fn pack_entry(&self) -> Entry<'_> {
+        Entry {
+            name: &self.info.name,
+            ty: self.info.ty,
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
+
     /// Rows `start..start + rows` of this matrix (a part of a fused matrix, such as Phi-3's
     /// q/k/v): the same bytes of the file, each row computed as it is in the whole.
     fn row_slice(&self, start: usize, rows: usize) -> Matrix {
@@ -314,10 +326,13 @@ impl Weights {
         Ok(w)
     }
 
-    /// Repacks the layer matrices `arithmetic` computes repacked, spread over the cores.
-    fn pack(&mut self, file: &GgufFile, arithmetic: Arithmetic) {
+    /// The matrices `arithmetic` computes repacked, in a fixed order: with [`Arithmetic::Fast`]
+    /// every layer matrix and the output projection, with [`Arithmetic::Exact`] the Q4_K and
+    /// Q6_K layer matrices of a dense model and every MXFP4 one. (Those whose shape or type
+    /// [`pack`] does not take stay as they are.)
+    fn pack_targets(&mut self, arithmetic: Arithmetic) -> Vec<&mut Matrix> {
         let exact = arithmetic == Arithmetic::Exact;
-        let mut todo: Vec<&mut Matrix> = self
+        let mut targets: Vec<&mut Matrix> = self
             .layers
             .iter_mut()
             .flat_map(|l| {
@@ -335,6 +350,60 @@ impl Weights {
                 !exact || matches!(m.info.ty, GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::MXFP4)
             })
             .collect();
+        if !exact {
+            targets.push(&mut self.output);
+        }
+        targets
+    }
+
+    /// Repacks the matrices `arithmetic` computes repacked, or maps them from the file of
+    /// packed weights that `NUCLEUS_PACK_CACHE` asks for ([`PackCache`]), writing that file
+    /// when it is missing or stale.
+    fn pack(&mut self, file: &GgufFile, arithmetic: Arithmetic) {
+        let Some(cache) = PackCache::for_file(file, arithmetic) else {
+            return self.pack_now(file, arithmetic);
+        };
+        let mut targets = self.pack_targets(arithmetic);
+        let entries: Vec<Entry> = targets.iter().map(|m| m.pack_entry()).collect();
+        match cache.load(&entries) {
+            Ok(packed) => {
+                for (m, p) in targets.iter_mut().zip(packed) {
+                    m.packed = p.map(Arc::new);
+                }
+                return;
+            }
+            Err(why) if cache.path().exists() => eprintln!(
+                "nucleus: not using {} ({why}): packing the model again",
+                cache.path().display()
+            ),
+            Err(_) => {}
+        }
+        drop(entries);
+        self.pack_now(file, arithmetic);
+        let targets = self.pack_targets(arithmetic);
+        let entries: Vec<(Entry, Option<&PackedMatrix>)> = targets
+            .iter()
+            .map(|m| (m.pack_entry(), m.packed.as_deref()))
+            .collect();
+        match cache.store(&entries) {
+            Ok(size) => eprintln!(
+                "nucleus: packed weights written to {} ({:.2} GB)",
+                cache.path().display(),
+                size as f64 / 1e9
+            ),
+            Err(e) => eprintln!(
+                "nucleus: could not write packed weights to {}: {e}",
+                cache.path().display()
+            ),
+        }
+    }
+
+    /// Repacks [`Self::pack_targets`], spread over the cores.
+    fn pack_now(&mut self, file: &GgufFile, arithmetic: Arithmetic) {
+        let exact = arithmetic == Arithmetic::Exact;
+        let mut todo = self.pack_targets(arithmetic);
+        // The output projection (not `--exact`'s) is packed last, on every core.
+        let out = if exact { None } else { todo.pop() };
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = todo.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
@@ -352,9 +421,6 @@ impl Weights {
                 });
             }
         });
-        if exact {
-            return;
-        }
         // The output projection too (`pack` spreads one matrix this large over the cores): its
         // decode tiles read the groups as stored, as fast as llama.cpp's one-row kernel streams
         // the matrix for one row and 1.7x as fast for four (`MATMUL_SHAPE=151936,896
@@ -363,10 +429,11 @@ impl Weights {
         // file (`release_pages` only drops what is resident).
         // Its file pages are dropped as it is packed, so that memory never holds both copies
         // of its 145–180 MB.
-        let out = &mut self.output;
-        let info = &out.info;
-        out.packed = pack_releasing(&out.q(file), &|at, len| file.release_range(info, at, len))
-            .map(Arc::new);
+        if let Some(out) = out {
+            let info = &out.info;
+            out.packed = pack_releasing(&out.q(file), &|at, len| file.release_range(info, at, len))
+                .map(Arc::new);
+        }
     }
 
     fn index(file: &GgufFile, hp: &HParams) -> Result<Weights, ModelError> {

@@ -15,6 +15,8 @@
 //!   2^(e − 128), is a power of two that f16 holds exactly from 2^-24 to 2^15 (e from 104 to
 //!   143); a matrix with a block outside that range (but for blocks of zeros) is not packed.
 
+use std::sync::Arc;
+
 use super::{q4_k, q6_k, GROUP_ROWS, QK};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{GgmlType, KVALUES_IQ4NL, KVALUES_MXFP4};
@@ -25,7 +27,18 @@ pub struct PackedMatrix {
     ty: GgmlType,
     rows: usize,
     cols: usize,
-    data: Vec<u8>,
+    data: Store,
+}
+
+/// Where a packed matrix's bytes live: memory of its own, or a stretch of a mapped file of
+/// packed weights (`model::pack_cache`), shared with the page cache.
+#[derive(Debug)]
+enum Store {
+    Owned(Vec<u8>),
+    Mapped {
+        map: Arc<memmap2::Mmap>,
+        offset: usize,
+    },
 }
 
 /// Bytes of one group-block in the packed layout.
@@ -63,14 +76,49 @@ impl PackedMatrix {
     /// one-byte scales widen to f16: 5.9 % more; 2.8 % more for Q4_K, its scales and mins
     /// unpacked).
     pub fn bytes(&self) -> usize {
-        self.data.len()
+        packed_len(self.ty, self.rows, self.cols)
+    }
+
+    /// The whole packed matrix, as a file of packed weights stores it.
+    pub fn raw(&self) -> &[u8] {
+        match &self.data {
+            Store::Owned(v) => v,
+            Store::Mapped { map, offset } => &map[*offset..*offset + self.bytes()],
+        }
+    }
+
+    /// The packed matrix of `ty`, `rows` × `cols` whose bytes lie at `offset` in `map` (written
+    /// from [`Self::raw`] by this build), or `None` when the shape does not pack or the bytes
+    /// do not fit in the map.
+    pub fn from_map(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        map: Arc<memmap2::Mmap>,
+        offset: usize,
+    ) -> Option<PackedMatrix> {
+        if !can_pack(ty, rows, cols) || ty.row_bytes(cols).is_none() {
+            return None;
+        }
+        let end = offset.checked_add(packed_len(ty, rows, cols))?;
+        (end <= map.len()).then_some(PackedMatrix {
+            ty,
+            rows,
+            cols,
+            data: Store::Mapped { map, offset },
+        })
     }
 
     /// The stored bytes of row group `g`.
     pub(crate) fn group(&self, g: usize) -> &[u8] {
         let gb = group_block_bytes(self.ty) * (self.cols / block_len(self.ty));
-        &self.data[g * gb..(g + 1) * gb]
+        &self.raw()[g * gb..(g + 1) * gb]
     }
+}
+
+/// Bytes of a packed `rows` × `cols` matrix of `ty` (a shape [`can_pack`] takes).
+fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> usize {
+    rows / GROUP_ROWS * (cols / block_len(ty)) * group_block_bytes(ty)
 }
 
 /// Whether a matrix can be packed: Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_K or Q6_K with a row count that
@@ -237,7 +285,7 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
         ty: w.ty,
         rows: w.rows,
         cols: w.cols,
-        data,
+        data: Store::Owned(data),
     })
 }
 
