@@ -18,7 +18,9 @@ it reads one row; the output matrix, which is the embeddings when they are tied;
 tensors of a mixture of experts, the used experts' share) times decode tokens/s, beside the
 measured DRAM read bandwidth. `--moe` benchmarks the MoE files (real_shapes.py --moe).
 
-Environment: THREADS (default 2), PP (512), TG (64), ROUNDS (2), LOAD_ROUNDS (3), NUCLEUS
+Environment: THREADS (default 2), PP (512), TG (64), ROUNDS (2), LOAD_ROUNDS (3), MAPPED (1;
+0 skips the mapped load, for files whose packed copy would not fit in the page cache beside
+them), NUCLEUS
 (default: built here, release), LLAMA_CPP_ROOT (default .bench/llama.cpp-avx512 when it exists, else .bench/llama.cpp;
 built by scripts/build_llama_cpp.sh when missing, which needs LLAMA_CPP_CMAKE_ARGS for a
 non-native build: see that script).
@@ -42,6 +44,7 @@ PP = int(os.environ.get("PP", "512"))
 TG = int(os.environ.get("TG", "64"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 LOAD_ROUNDS = int(os.environ.get("LOAD_ROUNDS", "3"))
+MAPPED = os.environ.get("MAPPED", "1") != "0"
 
 
 def log(*a):
@@ -129,7 +132,8 @@ def load_times(nucleus, bin_dir, path):
         old.unlink()
     run = [nucleus, "run", "-t", str(THREADS), "-n", "1", str(path), "Hello"]
     with_cache = dict(os.environ, NUCLEUS_PACK_CACHE=str(cache))
-    subprocess.run(run, env=with_cache, check=True, capture_output=True)
+    if MAPPED:
+        subprocess.run(run, env=with_cache, check=True, capture_output=True)
     packed = list(cache.glob(f"{path.stem}-*.nucpack"))
     without = dict(os.environ)
     without.pop("NUCLEUS_PACK_CACHE", None)
@@ -139,7 +143,8 @@ def load_times(nucleus, bin_dir, path):
             subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
         ll.append(timed([str(bin_dir / "llama-simple"), "-m", str(path), "-n", "1", "Hello"]))
         nu.append(timed(run, env=without))
-        mapped.append(timed(run, env=with_cache))
+        if MAPPED:
+            mapped.append(timed(run, env=with_cache))
     for f in packed:
         f.unlink()
     return ll, nu, mapped
@@ -185,7 +190,8 @@ def main():
             res["ex"].append(nucleus_bench(nucleus, path, True)[:2])
         ll_load, nu_load, map_load = load_times(nucleus, bin_dir, path)
         ll_s, nu_s, map_s = ([t for t, _ in x] for x in (ll_load, nu_load, map_load))
-        ll_rss, nu_rss, map_rss = (max(m for _, m in x) for x in (ll_load, nu_load, map_load))
+        ll_rss, nu_rss, map_rss = (max((m for _, m in x), default=0) for x in
+                                   (ll_load, nu_load, map_load))
         gb = path.stat().st_size / 1e9
         step = decode_bytes(path) / 1e9
         col = {k: ([v[0] for v in res[k]], [v[1] for v in res[k]]) for k in res}
@@ -199,8 +205,8 @@ def main():
             f"| {ratio(col['ex'][0], col['ll'][0])} / {ratio(col['ex'][1], col['ll'][1])} "
             f"| {rng(nu_bw)} ({100 * max(nu_bw) / lim['read_gb_s']:.0f} %) / {rng(ll_bw)} "
             f"({100 * max(ll_bw) / lim['read_gb_s']:.0f} %) "
-            f"| {rng(nu_s)} / {rng(map_s, 2)} / {rng(ll_s)} "
-            f"| {nu_rss:.2f} / {map_rss:.2f} / {ll_rss:.2f} |")
+            f"| {rng(nu_s)} / {rng(map_s, 2) if map_s else '–'} / {rng(ll_s)} "
+            f"| {nu_rss:.2f} / {f'{map_rss:.2f}' if map_s else '–'} / {ll_rss:.2f} |")
     cpu = "unknown"
     for line in open("/proc/cpuinfo"):
         if line.startswith("model name"):
