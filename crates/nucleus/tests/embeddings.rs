@@ -3,8 +3,7 @@
 
 mod common;
 
-use nucleus::kernels::PromptSlot;
-use nucleus::model::{Batch, ForwardState, Model, EMBED_CHUNK};
+use nucleus::model::{Model, EMBED_CHUNK};
 use nucleus::tokenizer::Tokenizer;
 
 fn load(name: &str) -> Option<(Model, Tokenizer)> {
@@ -33,19 +32,7 @@ fn embedding_is_the_normalized_mean_of_the_hidden_states() {
     let e = model.hp.n_embd;
 
     // The hidden states of an ordinary forward that wants every row's logits.
-    let mut kv = model.new_kv_cache(n, 16);
-    let seq = kv.new_seq();
-    let mut st = ForwardState::new();
-    let mut batch = Batch::new();
-    for (i, &t) in ids.iter().enumerate() {
-        let slot = PromptSlot {
-            len: n,
-            index: i,
-            all_logits: true,
-        };
-        batch.push_prompt(t, i, seq, true, slot);
-    }
-    model.forward(&batch, &mut kv, &mut st).unwrap();
+    let st = common::prompt_forward(&model, &ids);
     assert_eq!(st.logits().len(), n * model.hp.n_vocab);
     let hidden = st.hidden()[..n * e].to_vec();
     let mut mean = vec![0f64; e];

@@ -7,29 +7,15 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use nucleus::kernels::PromptSlot;
-use nucleus::model::{Batch, ForwardState, Model};
+use nucleus::model::Model;
 
 /// The bits of every prompt row's logits for a fixed token list.
 fn logits_bits(path: &Path) -> Vec<u32> {
     let model = Model::load(path, 2).unwrap();
     let ids = [
-        1u32, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203,
+        1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203,
     ];
-    let n = ids.len();
-    let mut kv = model.new_kv_cache(n, 16);
-    let seq = kv.new_seq();
-    let mut st = ForwardState::new();
-    let mut batch = Batch::new();
-    for (i, &t) in ids.iter().enumerate() {
-        let slot = PromptSlot {
-            len: n,
-            index: i,
-            all_logits: true,
-        };
-        batch.push_prompt(t, i, seq, true, slot);
-    }
-    model.forward(&batch, &mut kv, &mut st).unwrap();
+    let st = common::prompt_forward(&model, &ids);
     st.logits().iter().map(|x| x.to_bits()).collect()
 }
 

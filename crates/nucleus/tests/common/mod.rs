@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 
 use nucleus::engine::scheduler::{Event, Finished, TokenEvent};
+use nucleus::kernels::PromptSlot;
+use nucleus::model::{Batch, ForwardState, Model};
 use nucleus::tokenizer::TokenId;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -74,4 +76,24 @@ pub fn drain_events(mut rx: UnboundedReceiver<Event>) -> (Vec<TokenEvent>, Strin
 pub fn drain(rx: UnboundedReceiver<Event>) -> (Vec<TokenId>, String, Finished) {
     let (events, text, f) = drain_events(rx);
     (events.iter().map(|t| t.token).collect(), text, f)
+}
+
+/// One forward of `ids` as a prompt that wants every row's logits, in a fresh cache: the state
+/// it leaves (logits and hidden states of every row).
+pub fn prompt_forward(model: &Model, ids: &[TokenId]) -> ForwardState {
+    let n = ids.len();
+    let mut kv = model.new_kv_cache(n, 16);
+    let seq = kv.new_seq();
+    let mut st = ForwardState::new();
+    let mut batch = Batch::new();
+    for (i, &t) in ids.iter().enumerate() {
+        let slot = PromptSlot {
+            len: n,
+            index: i,
+            all_logits: true,
+        };
+        batch.push_prompt(t, i, seq, true, slot);
+    }
+    model.forward(&batch, &mut kv, &mut st).unwrap();
+    st
 }
