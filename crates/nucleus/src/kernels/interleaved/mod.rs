@@ -441,6 +441,19 @@ impl Product<'_> {
             self.q8_stored_tiles || self.q5_stored_many
         }
     }
+
+    /// How many groups of a work item `nt` tokens unpack into the shared scratch at once: none
+    /// when the kernels read the groups as stored, only an odd last group for the 512-bit
+    /// kernels (which unpack pairs into a buffer of their own), else the item's groups.
+    fn scratch_groups(&self, nt: usize) -> usize {
+        if self.reads_stored(nt) {
+            0
+        } else if self.wide {
+            1
+        } else {
+            GROUPS_PER_CHUNK
+        }
+    }
 }
 
 /// Whether a product runs on AMX tiles ([`amx`]).
@@ -625,11 +638,13 @@ fn matmul_packed_tiles(
         // Scratch for the groups of one work item, as much as its largest product needs.
         let (most_s, most_u) = list
             .iter()
-            .filter(|p| !p.reads_stored(nt))
-            .map(|p| scratch_per_group(p.w.ty(), p.blocks))
+            .map(|p| {
+                let (s, u) = scratch_per_group(p.w.ty(), p.blocks);
+                (p.scratch_groups(nt) * s, p.scratch_groups(nt) * u)
+            })
             .fold((0, 0), |(a, b), (s, u)| (a.max(s), b.max(u)));
-        let mut scales = vec![0f32; GROUPS_PER_CHUNK * most_s];
-        let mut unpacked = vec![0u8; GROUPS_PER_CHUNK * most_u];
+        let mut scales = vec![0f32; most_s];
+        let mut unpacked = vec![0u8; most_u];
         loop {
             let c = next.fetch_add(1, Ordering::Relaxed);
             if c >= n_chunks {
