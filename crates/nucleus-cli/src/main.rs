@@ -28,10 +28,14 @@ struct Cli {
     /// Compute with llama.cpp's arithmetic, bit for bit (also `NUCLEUS_EXACT=1`). By default
     /// nucleus uses its own, faster arithmetic for the Q8_0 and Q5_0 products, whose distance
     /// from this one is measured in BENCHMARKS.md (its repacked Q4_0 and IQ4_NL products have
-    /// this one's bits, its Q4_K products a prompt's). `NUCLEUS_PACK_CACHE=DIR` keeps a file of
-    /// the model's repacked weights there, which later loads map instead of repacking.
+    /// this one's bits, its Q4_K products a prompt's).
     #[arg(long, global = true)]
     exact: bool,
+    /// Keep a file of each model's repacked weights in DIR, written by the first load and mapped
+    /// by later ones instead of repacking (also `NUCLEUS_PACK_CACHE=DIR`): loads in a fraction
+    /// of the time, for disk space about the model's size. See docs/src/pack-cache.md.
+    #[arg(long, global = true, value_name = "DIR")]
+    pack_cache: Option<std::path::PathBuf>,
 }
 
 /// Which model to use: a catalog name or a GGUF path, given positionally or with --model.
@@ -298,6 +302,10 @@ fn main() {
         // Read by `Model::load` (`Arithmetic::from_env`), so every model this process loads,
         // draft models included, computes llama.cpp's way. Set before any thread exists.
         std::env::set_var("NUCLEUS_EXACT", "1");
+    }
+    if let Some(dir) = &cli.pack_cache {
+        // Read by `Model::load` in the same way; also set before any thread exists.
+        std::env::set_var("NUCLEUS_PACK_CACHE", dir);
     }
     // Rust ignores SIGPIPE, which turns `nucleus inspect FILE | head` into a panic on the next
     // print; the printing commands end quietly instead, like other command-line tools. The
