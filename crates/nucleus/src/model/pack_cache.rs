@@ -54,7 +54,7 @@ impl PackCache {
         Some(Self::in_dir(PathBuf::from(dir), file.source()?, arithmetic))
     }
 
-    pub fn in_dir(dir: PathBuf, source: &Source, arithmetic: Arithmetic) -> PackCache {
+    fn in_dir(dir: PathBuf, source: &Source, arithmetic: Arithmetic) -> PackCache {
         let stem = source
             .path
             .file_stem()

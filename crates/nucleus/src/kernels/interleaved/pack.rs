@@ -97,7 +97,7 @@ impl PackedMatrix {
         map: Arc<memmap2::Mmap>,
         offset: usize,
     ) -> Option<PackedMatrix> {
-        if !can_pack(ty, rows, cols) || ty.row_bytes(cols).is_none() {
+        if !can_pack(ty, rows, cols) {
             return None;
         }
         let end = offset.checked_add(packed_len(ty, rows, cols))?;
