@@ -121,14 +121,8 @@ impl PackCache {
         header.extend_from_slice(&FORMAT.to_le_bytes());
         header.extend_from_slice(&identity(&self.source, self.arithmetic));
         header.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-        // Offsets: the header's length is known before its offsets are (fixed-size fields).
-        let header_len = header.len() as u64
-            + entries
-                .iter()
-                .map(|(e, _)| 4 + e.name.len() as u64 + 4 + 8 + 8 + 1 + 8)
-                .sum::<u64>();
-        let mut at = header_len.next_multiple_of(ALIGN);
-        let mut offsets = Vec::with_capacity(entries.len());
+        // Each entry's offset is written once the header's length is known.
+        let mut offset_at = Vec::with_capacity(entries.len());
         for (e, m) in entries {
             header.extend_from_slice(&(e.name.len() as u32).to_le_bytes());
             header.extend_from_slice(e.name.as_bytes());
@@ -136,13 +130,19 @@ impl PackCache {
             header.extend_from_slice(&(e.rows as u64).to_le_bytes());
             header.extend_from_slice(&(e.cols as u64).to_le_bytes());
             header.push(m.is_some() as u8);
-            header.extend_from_slice(&at.to_le_bytes());
+            offset_at.push(header.len());
+            header.extend_from_slice(&0u64.to_le_bytes());
+        }
+        let header_len = header.len() as u64;
+        let mut at = header_len.next_multiple_of(ALIGN);
+        let mut offsets = Vec::with_capacity(entries.len());
+        for ((_, m), &field) in entries.iter().zip(&offset_at) {
+            header[field..field + 8].copy_from_slice(&at.to_le_bytes());
             offsets.push(at);
             if let Some(m) = m {
                 at = (at + m.bytes() as u64).next_multiple_of(ALIGN);
             }
         }
-        debug_assert_eq!(header.len() as u64, header_len);
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir)?;
         }
