@@ -5,18 +5,24 @@
 //! vectors, and whether it came alone (decode) or among many: batch invariance holds across
 //! the paths.
 //!
-//! Per block (a Q4_K sub-block of 32, a Q6_K one of 16), as llama.cpp's AMX kernels do:
+//! Per unit of work:
 //! - A tiles (`tmm0`, `tmm1`): sixteen tokens' activations each, loaded where
-//!   [`super::matmul::QuantizedActs`] stores them (Q8_0: the 32 values of block `b`; Q8_K: the
-//!   32 values of a Q4_K sub-block, or the 16 of a Q6_K one);
-//! - B tiles (`tmm2`, `tmm3`): sixteen rows each, two groups' 32-byte chunks side by side (the
-//!   interleaved layout already holds four consecutive values of each row per chunk, as
-//!   `tdpbssd` wants them), values as bytes, copied into this layout once per work item;
+//!   [`super::matmul::QuantizedActs`] stores them (Q8_0: the 32 values of block `b`; Q8_K: 64
+//!   consecutive values of a super-block);
+//! - B tiles (`tmm2`, `tmm3`): sixteen rows each, two groups' 32-byte chunks side by side (four
+//!   consecutive values of each row per chunk, as `tdpbssd` wants them), copied into this
+//!   layout once per work item ([`super::amx_layout`]);
 //! - C tiles (`tmm4..=tmm7`): 16 tokens × 16 rows of exact 32-bit sums each, stored and folded
-//!   with AVX-512 into the block's float step.
+//!   with AVX-512 into the float chain.
 //!
-//! Unsigned values (Q5_0 + 16, Q4_0 + 8, Q4_K, Q6_K + 32) are positive bytes, so the signed
-//! product `tdpbssd` serves every type; the offsets come off as in the vector kernels.
+//! Blocks of 32 (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4) take one product per block, as llama.cpp's
+//! AMX kernels do; unsigned values (Q5_0 + 16, Q4_0 + 8) are positive bytes, their offsets
+//! coming off as in the vector kernels. The K-quants' scales change every 32 (Q4_K) or 16
+//! (Q6_K) values, too often to fold a tile each time; so their weights carry them: Q4_K's
+//! `sc·q` (at most 945) and Q6_K's `sc·(q − 32)` (−4064 to 4096) are split into two planes of
+//! signed bytes, `2^s·hi + lo`, and the tiles sum each plane over a pair of sub-blocks (Q4_K:
+//! the pair chain's unit) or a whole super-block (Q6_K), exactly the integers the vector
+//! kernels add in 32 bits.
 //!
 //! The tile registers are reached through [`Tiles`]: [`Hardware`] issues the instructions,
 //! [`Emulated`] computes the same sums in plain code, so that the folds, the addressing and
@@ -63,6 +69,14 @@ pub(crate) fn emulation_requested() -> bool {
     *ASKED.get_or_init(|| std::env::var("NUCLEUS_AMX").is_ok_and(|v| v == "emulate"))
 }
 
+/// Whether `NUCLEUS_AMX=all` asks for the tiles for every type with a tile kernel and every
+/// many-token product, whatever [`super::amx_min_tokens`] says: for timing the tiles against
+/// the vectors (`scripts/bench_amx.sh`).
+pub(crate) fn all_requested() -> bool {
+    static ASKED: OnceLock<bool> = OnceLock::new();
+    *ASKED.get_or_init(|| std::env::var("NUCLEUS_AMX").is_ok_and(|v| v == "all"))
+}
+
 /// Whether prompts run on AMX tiles here.
 pub fn uses_amx() -> bool {
     amx_refusal().is_none()
@@ -104,6 +118,17 @@ pub(crate) trait Tiles {
     /// Every C = A·B: A tile `a` from `a[a]` (rows `a_stride` bytes apart), B tile `h` from
     /// `b + 16·k·h` (contiguous), C tile (a, h) stored to `c + 256·(2a + h)` (rows of 64 bytes).
     unsafe fn products(&mut self, a: [*const u8; 2], a_stride: usize, b: *const u8, c: *mut i32);
+    /// Two planes of weights ([`super::amx_layout`]), `k` = 64: for plane `p`, every C =
+    /// Σ over `steps` of A·B, A tile `a` from `a[a] + 64·s`, B tile `h` from
+    /// `b + 2048·(steps·p + s) + 1024·h`, C tile (a, h) stored to `c + 1024·p + 256·(2a + h)`.
+    unsafe fn planes(
+        &mut self,
+        a: [*const u8; 2],
+        a_stride: usize,
+        b: *const u8,
+        steps: usize,
+        c: *mut i32,
+    );
 }
 
 /// The AMX instructions. Only where [`uses_amx`] (the tile state granted to this process).
@@ -192,6 +217,81 @@ impl Tiles for Hardware {
             }
         }
     }
+
+    unsafe fn planes(
+        &mut self,
+        a: [*const u8; 2],
+        sa: usize,
+        b: *const u8,
+        steps: usize,
+        c: *mut i32,
+    ) {
+        debug_assert_eq!(self.k, 64);
+        // SAFETY: the caller's contract, plane by plane.
+        unsafe {
+            self.plane(a, sa, b, steps, c);
+            self.plane(a, sa, b.add(2048 * steps), steps, c.add(1024));
+        }
+    }
+}
+
+impl Hardware {
+    /// [`Tiles::planes`] for one plane: C zeroed, `steps` products added, C stored at `c`.
+    #[inline(always)]
+    unsafe fn plane(&self, a: [*const u8; 2], sa: usize, b: *const u8, steps: usize, c: *mut i32) {
+        // SAFETY (every block): the caller's contract (rows of A and B readable, C writable).
+        unsafe {
+            // Only configured tiles: with one A tile, tmm6 and tmm7 have no rows, and touching
+            // them faults.
+            asm!("tilezero tmm4", "tilezero tmm5", options(nostack, nomem));
+            if self.two {
+                asm!("tilezero tmm6", "tilezero tmm7", options(nostack, nomem));
+            }
+            for s in 0..steps {
+                let (b0, a0) = (b.add(2048 * s), a[0].wrapping_add(64 * s));
+                if self.two {
+                    asm!(
+                        "tileloadd tmm2, [{b0} + {s64} * 1]",
+                        "tileloadd tmm3, [{b1} + {s64} * 1]",
+                        "tileloadd tmm0, [{a0} + {sa} * 1]",
+                        "tileloadd tmm1, [{a1} + {sa} * 1]",
+                        "tdpbssd tmm4, tmm0, tmm2",
+                        "tdpbssd tmm5, tmm0, tmm3",
+                        "tdpbssd tmm6, tmm1, tmm2",
+                        "tdpbssd tmm7, tmm1, tmm3",
+                        a0 = in(reg) a0, a1 = in(reg) a[1].wrapping_add(64 * s), sa = in(reg) sa,
+                        b0 = in(reg) b0, b1 = in(reg) b0.add(1024), s64 = in(reg) 64usize,
+                        options(nostack)
+                    );
+                } else {
+                    asm!(
+                        "tileloadd tmm2, [{b0} + {s64} * 1]",
+                        "tileloadd tmm3, [{b1} + {s64} * 1]",
+                        "tileloadd tmm0, [{a0} + {sa} * 1]",
+                        "tdpbssd tmm4, tmm0, tmm2",
+                        "tdpbssd tmm5, tmm0, tmm3",
+                        a0 = in(reg) a0, sa = in(reg) sa,
+                        b0 = in(reg) b0, b1 = in(reg) b0.add(1024), s64 = in(reg) 64usize,
+                        options(nostack)
+                    );
+                }
+            }
+            asm!(
+                "tilestored [{c} + {s64} * 1], tmm4",
+                "tilestored [{c1} + {s64} * 1], tmm5",
+                c = in(reg) c, c1 = in(reg) c.add(256), s64 = in(reg) 64usize,
+                options(nostack)
+            );
+            if self.two {
+                asm!(
+                    "tilestored [{c2} + {s64} * 1], tmm6",
+                    "tilestored [{c3} + {s64} * 1], tmm7",
+                    c2 = in(reg) c.add(512), c3 = in(reg) c.add(768), s64 = in(reg) 64usize,
+                    options(nostack)
+                );
+            }
+        }
+    }
 }
 
 /// Gives the tile registers back (their state no longer saved on context switches).
@@ -211,8 +311,34 @@ pub(crate) struct Emulated {
 
 impl Tiles for Emulated {
     unsafe fn configure(&mut self, m: [usize; 2], k: usize) {
-        assert!((1..=TILE_M).contains(&m[0]) && m[1] <= TILE_M && (k == 16 || k == 32));
+        assert!((1..=TILE_M).contains(&m[0]) && m[1] <= TILE_M && [32, 64].contains(&k));
         (self.m, self.k) = (m, k);
+    }
+
+    unsafe fn planes(
+        &mut self,
+        a: [*const u8; 2],
+        sa: usize,
+        b: *const u8,
+        steps: usize,
+        c: *mut i32,
+    ) {
+        assert_eq!(self.k, 64);
+        let mut sums = [0i32; 1024];
+        for p in 0..2 {
+            sums.fill(0);
+            for s in 0..steps {
+                let mut one = [0i32; 1024];
+                let a = a.map(|a| a.wrapping_add(64 * s));
+                // SAFETY: the caller's contract, step by step.
+                unsafe { self.products(a, sa, b.add(2048 * (steps * p + s)), one.as_mut_ptr()) };
+                for (sum, v) in sums.iter_mut().zip(one) {
+                    *sum += v;
+                }
+            }
+            // SAFETY: the caller's contract: 1024 sums per plane at c.
+            unsafe { std::ptr::copy_nonoverlapping(sums.as_ptr(), c.add(1024 * p), 1024) };
+        }
     }
 
     unsafe fn products(&mut self, a: [*const u8; 2], a_stride: usize, b: *const u8, c: *mut i32) {
@@ -270,8 +396,8 @@ impl Job {
     }
 }
 
-/// The C tiles of one unit: `[a][h]` 16 tokens × 16 rows.
-type Sums = [i32; 4 * 256];
+/// The C tiles of one unit: `[a][h]` 16 tokens × 16 rows, for each of up to two planes.
+type Sums = [i32; 2 * 4 * 256];
 
 #[inline(always)]
 unsafe fn load_c(c: &Sums, t: usize, h: usize) -> __m512i {
@@ -312,7 +438,7 @@ unsafe fn write_out(acc: &[[__m512; 2]], job: &Job, groups: usize) {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
-    let mut c: Sums = [0; 1024];
+    let mut c: Sums = [0; 2048];
     let blocks = job.blocks;
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
@@ -346,8 +472,25 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
     }
 }
 
-/// Q4_K: the chain of [`q4_k::tile_scalar`] (`PAIRS`: of `tile_scalar_pairs`), the integer
-/// sums of a super-block's eight sub-blocks from tiles, scaled and added in 32 bits.
+/// The exact sum `2^SHIFT·hi + lo` of the two planes' C tiles for token `t`, rows `16h..`.
+#[inline(always)]
+unsafe fn plane_sum<const SHIFT: u32>(c: &Sums, t: usize, h: usize) -> __m512i {
+    // SAFETY: t < 32, h < 2: inside the two planes' 8 KB of sums.
+    unsafe {
+        let hi = load_c(c, t, h);
+        let lo = _mm512_loadu_si512(
+            c.as_ptr()
+                .add(1024 + 256 * (2 * (t / TILE_M) + h) + 16 * (t % TILE_M))
+                as *const _,
+        );
+        _mm512_add_epi32(_mm512_slli_epi32::<SHIFT>(hi), lo)
+    }
+}
+
+/// Q4_K: the chain of [`q4_k::tile_scalar`] (`PAIRS`: of `tile_scalar_pairs`). The weights
+/// carry their sub-blocks' scales (two planes, [`ItemWeights::q4_k`]), so one product of 64
+/// values per plane gives a pair of sub-blocks' `sc·Σ q·x`, exact, as the vector kernels add
+/// it in 32 bits; the mins come from the activations' sums.
 ///
 /// # Safety
 /// As [`block32`], the activations being Q8_K rows.
@@ -356,71 +499,83 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     const ACT: usize = q4_k::ACT_BLOCK;
-    let zero = _mm512_setzero_si512();
-    let (mut acc, mut acc_min) = (
-        [[_mm512_setzero_ps(); 2]; ITEM_TOKENS],
-        [[_mm512_setzero_ps(); 2]; ITEM_TOKENS],
-    );
+    let (zero, zero_ps) = (_mm512_setzero_si512(), _mm512_setzero_ps());
+    let (mut acc, mut acc_min) = ([[zero_ps; 2]; ITEM_TOKENS], [[zero_ps; 2]; ITEM_TOKENS]);
+    // The one-FMA chain's super-block sums, folded after its fourth pair.
     let (mut isum, mut imin) = ([[zero; 2]; ITEM_TOKENS], [[zero; 2]; ITEM_TOKENS]);
-    let mut c: Sums = [0; 1024];
+    // The block's d·dy and dmin·dy, per token and half of the rows.
+    let (mut dv, mut dminv) = ([[zero_ps; 2]; ITEM_TOKENS], [[zero_ps; 2]; ITEM_TOKENS]);
+    let mut c: Sums = [0; 2048];
+    let row = |v: &Vec<i32>, at: usize| {
+        // SAFETY: the caller's contract: `mins` holds 32 rows per pair of the item.
+        unsafe { _mm512_loadu_si512(v.as_ptr().add(at) as *const _) }
+    };
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
-        tiles.configure(job.rows(), 32);
+        tiles.configure(job.rows(), 64);
         for b in 0..job.blocks {
-            for j in 0..8 {
-                let u = 8 * b + j;
-                tiles.products(
-                    job.a(ACT * b + 4 + 32 * j),
+            let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
+            let dw = [_mm512_loadu_ps(dd), _mm512_loadu_ps(dd.add(16))];
+            let dmw = [
+                _mm512_loadu_ps(dd.add(ITEM_ROWS)),
+                _mm512_loadu_ps(dd.add(ITEM_ROWS + 16)),
+            ];
+            for t in 0..job.m {
+                let dy = _mm512_set1_ps((job.x_row(t).add(ACT * b) as *const f32).read_unaligned());
+                for h in 0..2 {
+                    dv[t][h] = _mm512_mul_ps(dw[h], dy);
+                    dminv[t][h] = _mm512_mul_ps(dmw[h], dy);
+                }
+            }
+            for p in 0..4 {
+                let u = 4 * b + p;
+                tiles.planes(
+                    job.a(ACT * b + 4 + 64 * p),
                     job.x_stride,
-                    w.b.as_ptr().add(1024 * u),
+                    w.b.as_ptr().add(4096 * u),
+                    1,
                     c.as_mut_ptr(),
                 );
-                let row =
-                    |v: &Vec<i32>, at: usize| _mm512_loadu_si512(v.as_ptr().add(at) as *const _);
-                let sc = [row(&w.sc, ITEM_ROWS * u), row(&w.sc, ITEM_ROWS * u + 16)];
+                // The pair's min sums: mins (two i16 per row) by the sums of the token's 32
+                // activations of sub-blocks 2p and 2p + 1 (each two Q8_K sums of 16).
+                let mn = [
+                    row(&w.mins, ITEM_ROWS * u),
+                    row(&w.mins, ITEM_ROWS * u + 16),
+                ];
                 for t in 0..job.m {
+                    let s = job.x_row(t).add(ACT * b + 260 + 8 * p) as *const i16;
+                    let b0 = s.read_unaligned() as i32 + s.add(1).read_unaligned() as i32;
+                    let b1 = s.add(2).read_unaligned() as i32 + s.add(3).read_unaligned() as i32;
+                    let bs = _mm512_set1_epi32((b0 & 0xFFFF) | b1 << 16);
                     for h in 0..2 {
-                        isum[t][h] = _mm512_add_epi32(
-                            isum[t][h],
-                            _mm512_mullo_epi32(sc[h], load_c(&c, t, h)),
-                        );
-                    }
-                }
-                if j % 2 == 1 {
-                    // The pair's min sums: mins (two i16 per row) by the sums of the token's 32
-                    // activations of sub-blocks j − 1 and j (each two Q8_K sums of 16).
-                    let at = ITEM_ROWS * (4 * b + j / 2);
-                    let mn = [row(&w.mins, at), row(&w.mins, at + 16)];
-                    for t in 0..job.m {
-                        let s = job.x_row(t).add(ACT * b + 260 + 4 * (j - 1)) as *const i16;
-                        let b0 = s.read_unaligned() as i32 + s.add(1).read_unaligned() as i32;
-                        let b1 =
-                            s.add(2).read_unaligned() as i32 + s.add(3).read_unaligned() as i32;
-                        let bs = _mm512_set1_epi32((b0 & 0xFFFF) | b1 << 16);
-                        for h in 0..2 {
-                            imin[t][h] = _mm512_add_epi32(imin[t][h], _mm512_madd_epi16(mn[h], bs));
-                        }
-                    }
-                }
-                if (PAIRS && j % 2 == 1) || j == 7 {
-                    let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
-                    for t in 0..job.m {
-                        let dy = _mm512_set1_ps(
-                            (job.x_row(t).add(ACT * b) as *const f32).read_unaligned(),
-                        );
-                        for h in 0..2 {
-                            let d = _mm512_mul_ps(_mm512_loadu_ps(dd.add(16 * h)), dy);
-                            let dmin =
-                                _mm512_mul_ps(_mm512_loadu_ps(dd.add(ITEM_ROWS + 16 * h)), dy);
+                        let sum = plane_sum::<5>(&c, t, h);
+                        let min = _mm512_madd_epi16(mn[h], bs);
+                        if PAIRS {
                             acc[t][h] =
-                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][h]), d, acc[t][h]);
+                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), dv[t][h], acc[t][h]);
                             acc_min[t][h] = _mm512_fmadd_ps(
-                                _mm512_cvtepi32_ps(imin[t][h]),
-                                dmin,
+                                _mm512_cvtepi32_ps(min),
+                                dminv[t][h],
                                 acc_min[t][h],
                             );
-                            (isum[t][h], imin[t][h]) = (zero, zero);
+                        } else {
+                            isum[t][h] = _mm512_add_epi32(isum[t][h], sum);
+                            imin[t][h] = _mm512_add_epi32(imin[t][h], min);
                         }
+                    }
+                }
+            }
+            if !PAIRS {
+                for t in 0..job.m {
+                    for h in 0..2 {
+                        acc[t][h] =
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][h]), dv[t][h], acc[t][h]);
+                        acc_min[t][h] = _mm512_fmadd_ps(
+                            _mm512_cvtepi32_ps(imin[t][h]),
+                            dminv[t][h],
+                            acc_min[t][h],
+                        );
+                        (isum[t][h], imin[t][h]) = (zero, zero);
                     }
                 }
             }
@@ -435,53 +590,34 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
     }
 }
 
-/// Q6_K: the chain of [`super::q6_k::tile_scalar`], each sub-block's sum of `(q − 32)·x` from
-/// tiles (16 values: `q·x`, less 32 times the activations' sum of 16 that Q8_K carries),
-/// scaled and added in 32 bits.
+/// Q6_K: the chain of [`super::q6_k::tile_scalar`]. The weights carry `sc·(q − 32)` (two
+/// planes, [`ItemWeights::q6_k`]), so four products of 64 values per plane give a super-block's
+/// `Σ sc·Σ (q − 32)·x`, exact, as the vector kernels add it in 32 bits.
 ///
 /// # Safety
 /// As [`block32`], the activations being Q8_K rows.
-// The token loops index several per-token arrays (sums, accumulators) in step.
-#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     const ACT: usize = q4_k::ACT_BLOCK;
-    let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
-    let mut isum = [[zero; 2]; ITEM_TOKENS];
-    let mut c: Sums = [0; 1024];
+    let mut c: Sums = [0; 2048];
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
-        tiles.configure(job.rows(), 16);
+        tiles.configure(job.rows(), 64);
         for b in 0..job.blocks {
-            for j in 0..16 {
-                let u = 16 * b + j;
-                tiles.products(
-                    job.a(ACT * b + 4 + 16 * j),
-                    job.x_stride,
-                    w.b.as_ptr().add(512 * u),
-                    c.as_mut_ptr(),
-                );
-                let sc = [
-                    _mm512_loadu_si512(w.sc.as_ptr().add(ITEM_ROWS * u) as *const _),
-                    _mm512_loadu_si512(w.sc.as_ptr().add(ITEM_ROWS * u + 16) as *const _),
-                ];
-                for t in 0..job.m {
-                    let s = job.x_row(t).add(ACT * b + 260 + 2 * j) as *const i16;
-                    let off = _mm512_set1_epi32(32 * s.read_unaligned() as i32);
-                    for h in 0..2 {
-                        let sub = _mm512_sub_epi32(load_c(&c, t, h), off);
-                        isum[t][h] = _mm512_add_epi32(isum[t][h], _mm512_mullo_epi32(sc[h], sub));
-                    }
-                }
-            }
-            for t in 0..job.m {
+            tiles.planes(
+                job.a(ACT * b + 4),
+                job.x_stride,
+                w.b.as_ptr().add(16384 * b),
+                4,
+                c.as_mut_ptr(),
+            );
+            for (t, acc) in acc.iter_mut().enumerate().take(job.m) {
                 let dy = _mm512_set1_ps((job.x_row(t).add(ACT * b) as *const f32).read_unaligned());
-                for h in 0..2 {
+                for (h, acc) in acc.iter_mut().enumerate() {
                     let d = _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b + 16 * h));
-                    let scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t][h]), d);
-                    acc[t][h] = _mm512_fmadd_ps(scaled, dy, acc[t][h]);
-                    isum[t][h] = zero;
+                    let scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(plane_sum::<6>(&c, t, h)), d);
+                    *acc = _mm512_fmadd_ps(scaled, dy, *acc);
                 }
             }
         }

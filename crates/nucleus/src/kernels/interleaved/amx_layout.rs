@@ -1,5 +1,6 @@
 //! A work item's weights in the layout of the AMX kernels ([`super::amx`]): four groups' 32
-//! rows as two B tiles per block, values as bytes, with their per-row scales beside them.
+//! rows as two B tiles per block, values as bytes (K-quants: times their sub-blocks' scales, in
+//! two planes), with their per-row scales beside them.
 
 use std::arch::x86_64::*;
 
@@ -12,43 +13,44 @@ pub(crate) const ITEM_ROWS: usize = 4 * GROUP_ROWS;
 pub(crate) const ITEM_TOKENS: usize = 2 * TILE_M;
 
 /// A work item's weights in the tiles' layout, with their per-row numbers, for one type.
-/// Units are what one set of products covers: a block of 32 (Q8_0 and its siblings), a Q4_K
-/// sub-block of 32, a Q6_K sub-block of 16; `k` their values, `per_block` units per block.
-/// Groups past the matrix's last are zeros, their outputs never written.
+/// Units are what one set of products covers: a block of 32 (Q8_0 and its siblings, 1024
+/// bytes), a pair of Q4_K sub-blocks (64 values, two planes: 4096 bytes), a Q6_K super-block
+/// (256 values, two planes: 16384 bytes). Groups past the matrix's last are zeros, their
+/// outputs never written.
 #[derive(Default)]
 pub(crate) struct ItemWeights {
-    /// Per unit the two B tiles, `16·k` bytes each.
+    /// Per unit the B tiles, sixteen rows of 64 bytes each.
     pub b: Vec<u8>,
     /// Per block, per row: the f32 scale (d; for Q4_K also dmin, after the 32 d).
     pub d: Vec<f32>,
-    /// Per unit, per row: the integer scale (Q4_K and Q6_K), then for Q4_K per unit the mins.
-    pub sc: Vec<i32>,
+    /// Q4_K: per pair of sub-blocks, per row, the two mins.
     pub mins: Vec<i32>,
     pub groups: usize,
 }
 
-/// Where byte `i` (0..32) of chunk `kk` of group `gi` lands in a unit's B tiles.
+/// Where byte 0 of tile row `kk` (values `4kk..4kk + 4` of each row) of group `gi` lands in
+/// a unit of `k` values per row: two B tiles of sixteen rows (two groups side by side).
 #[inline(always)]
 fn b_at(k: usize, gi: usize, kk: usize) -> usize {
     16 * k * (gi / 2) + 64 * kk + 32 * (gi % 2)
 }
 
 impl ItemWeights {
-    fn reset(&mut self, units: usize, k: usize, blocks: usize, d_per_row: usize, ints: bool) {
-        self.b.clear();
-        self.b.resize(units * 32 * k, 0);
+    /// Room for `bytes` of B tiles, zeros only where fewer than four groups leave some
+    /// unwritten (the rest is all overwritten: no need to clear it first).
+    fn reset(&mut self, bytes: usize, blocks: usize, d_per_row: usize, groups: usize) {
+        if groups < ITEM_ROWS / GROUP_ROWS {
+            self.b.clear();
+        }
+        self.b.resize(bytes, 0);
         self.d.clear();
         self.d.resize(blocks * d_per_row * ITEM_ROWS, 0.0);
-        self.sc.clear();
         self.mins.clear();
-        if ints {
-            self.sc.resize(units * ITEM_ROWS, 0);
-        }
     }
 
     /// Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4: the views' values (bytes) and f32 scales.
     pub(crate) fn block32(&mut self, views: &[&GroupView], blocks: usize) {
-        self.reset(blocks, 32, blocks, 1, false);
+        self.reset(1024 * blocks, blocks, 1, views.len());
         self.groups = views.len();
         for (gi, g) in views.iter().enumerate() {
             for b in 0..blocks {
@@ -63,22 +65,29 @@ impl ItemWeights {
         }
     }
 
-    /// Q4_K, from the stored groups ([`q4_k`]'s layout): nibbles spread to bytes, d and dmin,
-    /// the 6-bit scales, and the mins of each pair of sub-blocks `p` as two i16 in one i32
-    /// (`mins[(4b + p)·32 + row]`, for `vpmaddwd`).
+    /// Q4_K, from the stored groups ([`q4_k`]'s layout): per pair of sub-blocks `p` (a unit
+    /// of 64 values, 4096 bytes) the values times their 6-bit scales, `sc·q = 32·hi + lo`, as
+    /// two planes (hi, then lo) of two B tiles each; d and dmin; and the mins of each pair as
+    /// two i16 in one i32 (`mins[(4b + p)·32 + row]`, for `vpmaddwd`).
     pub(crate) fn q4_k(&mut self, groups: &[&[u8]], blocks: usize) {
         let f16 = |g: &[u8], at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).to_f32();
-        self.reset(8 * blocks, 32, blocks, 2, true);
+        assert!(crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512);
+        self.reset(4 * blocks * 4096, blocks, 2, groups.len());
         self.mins.resize(4 * blocks * ITEM_ROWS, 0);
         self.groups = groups.len();
         for (gi, g) in groups.iter().enumerate() {
             for b in 0..blocks {
                 let g = &g[q4_k::GROUP_BLOCK * b..q4_k::GROUP_BLOCK * (b + 1)];
                 for p in 0..4 {
-                    for c in 0..8 {
-                        let src = &g[160 + 256 * p + 32 * c..][..32];
-                        let lo = 1024 * (8 * b + 2 * p) + b_at(32, gi, c);
-                        spread_nibbles(src, &mut self.b, lo, lo + 1024);
+                    let unit = 4096 * (4 * b + p);
+                    for half in 0..2 {
+                        let sc = 32 + 8 * (2 * p + half);
+                        let scales = std::array::from_fn(|i| g[sc + i / 4] as i16);
+                        for c in 0..8 {
+                            let src = &g[160 + 256 * p + 32 * c..];
+                            let at = unit + b_at(64, gi, 8 * half + c);
+                            scale_split::<5>(src, half as u32, &scales, &mut self.b, at, at + 2048);
+                        }
                     }
                     for r in 0..GROUP_ROWS {
                         let (m0, m1) = (
@@ -86,12 +95,6 @@ impl ItemWeights {
                             g[96 + 16 * p + 2 * r + 1] as i32,
                         );
                         self.mins[ITEM_ROWS * (4 * b + p) + GROUP_ROWS * gi + r] = m0 | m1 << 16;
-                    }
-                }
-                for j in 0..8 {
-                    for r in 0..GROUP_ROWS {
-                        self.sc[ITEM_ROWS * (8 * b + j) + GROUP_ROWS * gi + r] =
-                            g[32 + 8 * j + r] as i32;
                     }
                 }
                 for r in 0..GROUP_ROWS {
@@ -103,22 +106,22 @@ impl ItemWeights {
         }
     }
 
-    /// Q6_K, from the unpacked views ([`super::q6_k`]'s unpacked layout): values, d, scales.
+    /// Q6_K, from the unpacked views ([`super::q6_k`]'s unpacked layout): per super-block
+    /// (16384 bytes) the values as `sc·(q − 32) = 64·hi + lo`, two planes (hi, then lo) of
+    /// four steps of 64 values, two B tiles each; and d.
     pub(crate) fn q6_k(&mut self, views: &[&GroupView], blocks: usize) {
-        self.reset(16 * blocks, 16, blocks, 1, true);
+        assert!(crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512);
+        self.reset(16384 * blocks, blocks, 1, views.len());
         self.groups = views.len();
         for (gi, g) in views.iter().enumerate() {
             for b in 0..blocks {
                 let v = &g.values[g.stride * b..];
                 for j in 0..16 {
-                    let u = 16 * b + j;
+                    let scales = std::array::from_fn(|i| v[16 + 8 * j + i / 4] as i8 as i16);
                     for i in 0..4 {
-                        let at = 512 * u + b_at(16, gi, i);
-                        self.b[at..at + 32].copy_from_slice(&v[144 + 128 * j + 32 * i..][..32]);
-                    }
-                    for r in 0..GROUP_ROWS {
-                        self.sc[ITEM_ROWS * u + GROUP_ROWS * gi + r] =
-                            v[16 + 8 * j + r] as i8 as i32;
+                        let src = &v[144 + 128 * j + 32 * i..];
+                        let at = 16384 * b + 2048 * (j / 4) + b_at(64, gi, 4 * (j % 4) + i);
+                        scale_split::<6>(src, 0, &scales, &mut self.b, at, at + 8192);
                     }
                 }
                 for r in 0..GROUP_ROWS {
@@ -130,22 +133,66 @@ impl ItemWeights {
     }
 }
 
-/// The 32 bytes of `src`, low nibbles to `dst[lo..lo + 32]`, high ones to `dst[hi..hi + 32]`.
+/// 32 values (eight rows' four each: nibbles `4·half` up of `src` for Q4_K, `SHIFT` 5, or
+/// bytes less 32 for Q6_K, `SHIFT` 6) times their rows' scales (`scales[i]` for value `i`),
+/// `w = q·s`, written as `hi = w >> SHIFT` to `dst[hi_at..]` and `lo = w mod 2^SHIFT` to
+/// `dst[lo_at..]`, 32 bytes each: `w = 2^SHIFT·hi + lo` exactly, both in a signed byte as
+/// |w| ≤ 2^(SHIFT + 7).
 #[inline]
-fn spread_nibbles(src: &[u8], dst: &mut [u8], lo: usize, hi: usize) {
-    assert!(src.len() >= 32 && dst.len() >= lo.max(hi) + 32);
-    // SAFETY: 32 bytes read at src and written at lo and hi (checked above); SSE2 is part of
-    // x86-64.
+fn scale_split<const SHIFT: u32>(
+    src: &[u8],
+    half: u32,
+    scales: &[i16; 32],
+    dst: &mut [u8],
+    hi_at: usize,
+    lo_at: usize,
+) {
+    assert!(src.len() >= 32 && dst.len() >= hi_at.max(lo_at) + 32);
+    // SAFETY: 32 bytes read from src and written at hi_at and lo_at (checked above); the CPU
+    // has AVX-512 F/BW/VL: this private function's two callers assert it first.
     unsafe {
-        let m = _mm_set1_epi8(0x0F);
-        for half in [0, 16] {
-            let v = _mm_loadu_si128(src.as_ptr().add(half) as *const __m128i);
-            let d = dst.as_mut_ptr();
-            _mm_storeu_si128(d.add(lo + half) as *mut __m128i, _mm_and_si128(v, m));
-            _mm_storeu_si128(
-                d.add(hi + half) as *mut __m128i,
-                _mm_and_si128(_mm_srli_epi16(v, 4), m),
-            );
-        }
+        let dst = dst.as_mut_ptr();
+        scale_split_avx512::<SHIFT>(src.as_ptr(), half, scales, dst.add(hi_at), dst.add(lo_at))
+    }
+}
+
+/// [`scale_split`]'s work.
+///
+/// # Safety
+/// 32 bytes readable at `src`, writable at `hi` and `lo`; AVX-512 F/BW/VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn scale_split_avx512<const SHIFT: u32>(
+    src: *const u8,
+    half: u32,
+    scales: &[i16; 32],
+    hi: *mut u8,
+    lo: *mut u8,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let v = _mm256_loadu_si256(src as *const __m256i);
+        let q = if SHIFT == 5 {
+            let v = if half == 0 {
+                v
+            } else {
+                _mm256_srli_epi16::<4>(v)
+            };
+            _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
+        } else {
+            _mm256_sub_epi8(v, _mm256_set1_epi8(32))
+        };
+        let w = _mm512_mullo_epi16(
+            _mm512_cvtepi8_epi16(q),
+            _mm512_loadu_si512(scales.as_ptr() as *const _),
+        );
+        let mask = _mm512_set1_epi16((1 << SHIFT) - 1);
+        _mm256_storeu_si256(
+            hi as *mut __m256i,
+            _mm512_cvtepi16_epi8(_mm512_srai_epi16::<SHIFT>(w)),
+        );
+        _mm256_storeu_si256(
+            lo as *mut __m256i,
+            _mm512_cvtepi16_epi8(_mm512_and_si512(w, mask)),
+        );
     }
 }

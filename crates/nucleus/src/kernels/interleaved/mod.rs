@@ -471,19 +471,22 @@ const AMX_MIN_TOKENS: usize = TILE_TOKENS + 1;
 
 /// The fewest tokens for which a matrix of `ty` runs on AMX tiles, where the CPU has them
 /// (`None`: never). Below, the vector kernels are faster: copying a work item's weights into
-/// the tiles' layout costs a pass over them per product. `matmul_bench`, 3584×18944, 2
-/// threads pinned, Xeon with AMX (the lent device machine, 2026-11-26), G MAC/s on tiles /
-/// on vectors: Q8_0 138/113 at 32 tokens, 181/116 at 64, 215/117 at 128 (16 tokens, an
-/// earlier build: 111/135); Q4_K 126/135 at 32, 185/135 at 64, 210/130 at 128, 235/112 at
-/// 512; Q6_K 116/86 at 32 but 92/101 at 128 and 96/109 at 512, so Q6_K stays on vectors.
-/// The other types' tile kernel (Q8_0's, with their offsets) computes their bits, checked on
-/// that machine, but its speed there was not measured: they stay on vectors too. (These
-/// vectors were the 256-bit kernels; the 512-bit ones of [`wide`], which came later and compute
-/// Q4_K 1.7x as fast on a Xeon without AMX, have not been timed against the tiles.)
+/// the tiles' layout costs a pass over them per product. Measured with `matmul_bench`
+/// (`NUCLEUS_AMX=all` against `NUCLEUS_AMX=0`, 2 threads pinned, the lent device machine's
+/// Xeon with AMX, 2026-11-26 evening, against the 512-bit vector kernels; G MAC/s on tiles /
+/// on vectors, at 32, 128 and 512 tokens, `scripts/bench_amx.sh`):
+/// - 3584×18944: Q8_0 193/130, 309/143, 283/131; Q4_0 174/158, 280/177, 337/160 (an earlier
+///   run: 146/188 at 32, 164/202 at 64); IQ4_NL 175/93, 292/101, 280/86.
+/// - Q6_K, 3584×18944: 129/193, 281/231, 296/243; 18944×3584: 128/187, 275/211, 309/246.
+/// - Q4_K, 3584×18944: 130/185, 190/265, 263/287; 18944×3584: 124/195, 221/232, 214/279:
+///   slower than the vectors at every count, so Q4_K stays on them.
+/// - Q5_0 (an earlier run): 163/166 at 512, 143/169 at 128: no faster, so on vectors.
+///
+/// MXFP4's tiles (Q8_0's kernel) compute its bits on that machine but were not timed there.
 fn amx_min_tokens(ty: GgmlType) -> Option<usize> {
     match ty {
-        GgmlType::Q8_0 => Some(32),
-        GgmlType::Q4_K => Some(64),
+        GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(32),
+        GgmlType::Q4_0 | GgmlType::Q6_K => Some(128),
         _ => None,
     }
 }
@@ -502,9 +505,20 @@ fn wide_min_tokens(ty: GgmlType) -> Option<usize> {
     }
 }
 
-/// How `nt` tokens multiply a matrix of `ty`: on tiles when the CPU has AMX (or `emulate`,
-/// in the tests) for the types [`amx`] has kernels for.
-fn tile_use(ty: GgmlType, nt: usize, simd: bool, emulate: bool) -> TileUse {
+/// What a caller asks of the tiles: [`TileAsk::Auto`] everywhere but in the tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TileAsk {
+    /// The hardware where the CPU has AMX, for the types and token counts where it is faster.
+    Auto,
+    /// Emulated tiles on any AVX-512 machine, for every type and token count the tiles take.
+    Emulated,
+    /// The hardware where the CPU has AMX, for every type and token count the tiles take.
+    Hardware,
+}
+
+/// How `nt` tokens multiply a matrix of `ty`: on tiles when the CPU has AMX (or emulated, in
+/// the tests) for the types [`amx`] has kernels for.
+fn tile_use(ty: GgmlType, nt: usize, simd: bool, ask: TileAsk) -> TileUse {
     let typed = matches!(
         ty,
         GgmlType::Q8_0
@@ -520,15 +534,18 @@ fn tile_use(ty: GgmlType, nt: usize, simd: bool, emulate: bool) -> TileUse {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        let emulate = emulate || amx::emulation_requested();
+        let emulate = ask == TileAsk::Emulated || amx::emulation_requested();
         if emulate && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512 {
             return TileUse::Emulated;
         }
-        if amx::uses_amx() && amx_min_tokens(ty).is_some_and(|least| nt >= least) {
+        let wanted = ask == TileAsk::Hardware
+            || amx::all_requested()
+            || amx_min_tokens(ty).is_some_and(|least| nt >= least);
+        if amx::uses_amx() && wanted {
             return TileUse::Hardware;
         }
     }
-    let _ = emulate;
+    let _ = ask;
     TileUse::No
 }
 
@@ -541,10 +558,10 @@ fn matmul_packed_with(
     simd: bool,
     chain: Chain,
 ) {
-    matmul_packed_tiles(pool, products, x, acts, simd, chain, false)
+    matmul_packed_tiles(pool, products, x, acts, simd, chain, TileAsk::Auto)
 }
 
-/// [`matmul_packed_with`], the many-token products on emulated tiles when `emulate_tiles`.
+/// [`matmul_packed_with`], the many-token products on tiles as `ask` says.
 fn matmul_packed_tiles(
     pool: &ThreadPool,
     products: &mut [(&PackedMatrix, &mut [f32])],
@@ -552,7 +569,7 @@ fn matmul_packed_tiles(
     acts: &PackedActs,
     simd: bool,
     chain: Chain,
-    emulate_tiles: bool,
+    ask: TileAsk,
 ) {
     let nt = x.n_tokens();
     let blocks32 = x.cols() / QK;
@@ -588,6 +605,7 @@ fn matmul_packed_tiles(
                     | GgmlType::Q6_K
             );
         let groups = w.rows() / GROUP_ROWS;
+        let tiles = tile_use(w.ty(), nt, avx2, ask);
         // Many tokens: a few groups per item, unpacked once for every token block. One tile
         // (decode): items of about 1/32 of a thread's share, so that a large matrix with short
         // rows (an output projection) is not all overhead.
@@ -606,7 +624,6 @@ fn matmul_packed_tiles(
             GROUPS_PER_CHUNK
         };
         let (tile_fn, unpack) = kernels(w.ty(), avx2, chain);
-        let tiles = tile_use(w.ty(), nt, avx2, emulate_tiles);
         let wide = avx2
             && cfg!(target_arch = "x86_64")
             && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni

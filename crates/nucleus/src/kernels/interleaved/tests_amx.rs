@@ -12,7 +12,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 /// One product of `w` by `x`: `how` 0 scalar, 1 vectors or hardware tiles (as chosen for
-/// this CPU), 2 emulated tiles.
+/// this CPU), 2 emulated tiles, 3 the hardware tiles where the CPU has AMX (vectors elsewhere).
 fn product(
     w: &PackedMatrix,
     x: &QuantizedActs,
@@ -29,7 +29,11 @@ fn product(
         acts,
         how != 0,
         chain,
-        how == 2,
+        match how {
+            2 => TileAsk::Emulated,
+            3 => TileAsk::Hardware,
+            _ => TileAsk::Auto,
+        },
     );
     y
 }
@@ -53,7 +57,7 @@ fn one_at_a_time(w: &PackedMatrix, x: &QuantizedActs, chain: Chain) -> Vec<f32> 
 fn check(w: &PackedMatrix, x: &QuantizedActs, acts: &PackedActs, chain: Chain, what: &str) {
     let nt = x.n_tokens();
     assert_eq!(
-        tile_use(w.ty(), nt, true, true),
+        tile_use(w.ty(), nt, true, TileAsk::Emulated),
         TileUse::Emulated,
         "{what}: the tiles must be what is tested"
     );
@@ -67,6 +71,11 @@ fn check(w: &PackedMatrix, x: &QuantizedActs, acts: &PackedActs, chain: Chain, w
         bits(&product(w, x, acts, chain, 1)),
         want,
         "{what}: this CPU's path"
+    );
+    assert_eq!(
+        bits(&product(w, x, acts, chain, 3)),
+        want,
+        "{what}: the hardware tiles (where the CPU has AMX)"
     );
     assert_eq!(
         bits(&one_at_a_time(w, x, chain)),
@@ -91,7 +100,7 @@ fn tiles_have_the_vector_kernels_bits_for_32_value_blocks() {
         GgmlType::IQ4_NL,
         GgmlType::MXFP4,
     ] {
-        for (rows, cols) in [(8, 32), (24, 96), (64, 896)] {
+        for (rows, cols) in [(8, 32), (24, 96), (64, 896), (1000, 64)] {
             let data = matrix(&mut rng, ty, rows, cols);
             let w = packed(ty, &data, rows, cols);
             for nt in TOKENS {
@@ -116,7 +125,7 @@ fn tiles_have_the_vector_kernels_bits_for_q4_k_and_q6_k() {
     }
     let mut rng = Rng(42);
     let none = PackedActs::new();
-    for (rows, cols) in [(8, 256), (24, 768), (64, 4864)] {
+    for (rows, cols) in [(8, 256), (24, 768), (64, 4864), (1000, 256)] {
         for nt in TOKENS {
             let x = wide_q8_k_acts(&mut rng, nt, cols);
             let ty = GgmlType::Q4_K;
@@ -171,6 +180,55 @@ fn tiles_take_extreme_values() {
     check(&w, &x, &a, Chain::Default, "Q8_0 at ±127/−128");
 }
 
+/// The two planes of the K-quant tiles hold the largest products: Q6_K's `sc·(q − 32)` of
+/// 4096 (−128·−32) and −4064, Q4_K's 63·15, against activations of full range.
+#[test]
+fn tiles_take_extreme_k_quant_values() {
+    if crate::quant::simd_level() < crate::quant::SimdLevel::Avx512 {
+        return;
+    }
+    let (rows, cols, nt) = (16, 512, 20);
+    let xf: Vec<f32> = (0..nt * cols)
+        .map(|i| if i % 5 == 0 { -1.0 } else { 1.0 })
+        .collect();
+    let mut x = QuantizedActs::new();
+    x.quantize(&xf, nt, cols, GgmlType::Q8_K);
+    let none = PackedActs::new();
+    let mut q6 = vec![0u8; rows * cols / 256 * 210];
+    for (i, b) in q6.chunks_exact_mut(210).enumerate() {
+        // q = 0 under scales of −128, or q = 63 under 127 and −128 alternating.
+        let (bits, scales) = if i % 2 == 0 {
+            (0x00, [0x80, 0x80])
+        } else {
+            (0xFF, [0x7F, 0x80])
+        };
+        b[..192].fill(bits);
+        for (k, s) in b[192..208].iter_mut().enumerate() {
+            *s = scales[k % 2];
+        }
+        b[208..210].copy_from_slice(&half::f16::from_f32(0.0003).to_le_bytes());
+    }
+    let w = packed(GgmlType::Q6_K, &q6, rows, cols);
+    check(&w, &x, &none, Chain::Default, "Q6_K at its extremes");
+    let mut q4 = vec![0u8; rows * cols / 256 * 144];
+    for (i, b) in q4.chunks_exact_mut(144).enumerate() {
+        b[0..2].copy_from_slice(&half::f16::from_f32(0.001).to_le_bytes());
+        b[2..4].copy_from_slice(&half::f16::from_f32(0.0005).to_le_bytes());
+        b[4..16].fill(0xFF); // every scale and min 63
+        b[16..].fill(if i % 3 == 0 { 0x0F } else { 0xFF });
+    }
+    let w = packed(GgmlType::Q4_K, &q4, rows, cols);
+    for chain in [Chain::Default, Chain::Q4kPairs] {
+        check(
+            &w,
+            &x,
+            &none,
+            chain,
+            &format!("Q4_K {chain:?} at its extremes"),
+        );
+    }
+}
+
 /// What `nucleus bench` reports: on this CPU, the tiles run exactly when the CPU lists
 /// AMX-INT8 and the kernel grants the tile state (or are off by `NUCLEUS_AMX=0`).
 #[test]
@@ -184,15 +242,91 @@ fn amx_is_used_only_where_the_cpu_has_it() {
         }
         if amx::uses_amx() {
             assert_eq!(
-                tile_use(GgmlType::Q4_K, 512, true, false),
+                tile_use(GgmlType::Q6_K, 512, true, TileAsk::Auto),
                 TileUse::Hardware
             );
-            assert_eq!(tile_use(GgmlType::Q8_0, 32, true, false), TileUse::Hardware);
-            assert_eq!(tile_use(GgmlType::Q8_0, 4, true, false), TileUse::No);
-            assert_eq!(tile_use(GgmlType::F16, 32, true, false), TileUse::No);
+            assert_eq!(
+                tile_use(GgmlType::Q4_K, 512, true, TileAsk::Auto),
+                TileUse::No
+            );
+            assert_eq!(
+                tile_use(GgmlType::Q8_0, 32, true, TileAsk::Auto),
+                TileUse::Hardware
+            );
+            assert_eq!(
+                tile_use(GgmlType::Q8_0, 4, true, TileAsk::Auto),
+                TileUse::No
+            );
+            assert_eq!(
+                tile_use(GgmlType::F16, 32, true, TileAsk::Auto),
+                TileUse::No
+            );
         } else {
-            assert_eq!(tile_use(GgmlType::Q4_K, 32, true, false), TileUse::No);
+            assert_eq!(
+                tile_use(GgmlType::Q4_K, 32, true, TileAsk::Auto),
+                TileUse::No
+            );
         }
         eprintln!("AMX: {}", amx::amx_refusal().unwrap_or("on"));
     }
+}
+
+/// How long copying a work item's weights into the tiles' layout takes (`cargo test --release
+/// -p nucleus --lib prep_speed -- --ignored --nocapture`): a cost paid once per item and
+/// product, against the tiles' work for each 32 tokens.
+#[test]
+#[ignore = "a timing, not a check"]
+fn prep_speed() {
+    if crate::quant::simd_level() < crate::quant::SimdLevel::Avx512 {
+        return;
+    }
+    let mut rng = Rng(7);
+    let (rows, cols) = (32, 18944);
+    let blocks = cols / 256;
+    let mut item = amx::ItemWeights::default();
+    let q4 = packed(
+        GgmlType::Q4_K,
+        &random_q4_k(&mut rng, rows, cols),
+        rows,
+        cols,
+    );
+    let groups: Vec<&[u8]> = (0..4).map(|g| q4.group(g)).collect();
+    let reps = 50;
+    let t = std::time::Instant::now();
+    for _ in 0..reps {
+        item.q4_k(&groups, blocks);
+    }
+    let ns = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols) as f64;
+    eprintln!("Q4_K: {ns:.3} ns per weight");
+    let q6 = packed(
+        GgmlType::Q6_K,
+        &random_q6_k(&mut rng, rows, cols),
+        rows,
+        cols,
+    );
+    let (sl, ul) = scratch_per_group(GgmlType::Q6_K, blocks);
+    let (mut scales, mut values) = (vec![0f32; 4 * sl], vec![0u8; 4 * ul]);
+    let (_, unpack) = kernels(GgmlType::Q6_K, true, Chain::Default);
+    let t = std::time::Instant::now();
+    for _ in 0..reps {
+        let (mut s_rest, mut u_rest) = (&mut scales[..], &mut values[..]);
+        let mut views = Vec::new();
+        for g in 0..4 {
+            let (s, s_next) = std::mem::take(&mut s_rest).split_at_mut(sl);
+            let (u, u_next) = std::mem::take(&mut u_rest).split_at_mut(ul);
+            (s_rest, u_rest) = (s_next, u_next);
+            views.push(GroupView::new(
+                GgmlType::Q6_K,
+                blocks,
+                q6.group(g),
+                s,
+                u,
+                unpack,
+            ));
+        }
+        let views: Vec<&GroupView> = views.iter().collect();
+        item.q6_k(&views, blocks);
+    }
+    let ns = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols) as f64;
+    eprintln!("Q6_K (unpack and layout): {ns:.3} ns per weight");
 }
