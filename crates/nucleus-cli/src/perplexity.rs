@@ -62,10 +62,7 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
     if args.kl_divergence.is_some() && args.kl_divergence_base.is_some() {
         bail!("--kl-divergence-base saves a base and --kl-divergence compares with one; use one at a time");
     }
-    let text = std::fs::read(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let text = String::from_utf8(text)
-        .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", args.file.display()))?;
+    let text = read_text(&args.file)?;
     let path = crate::commands::resolve_model(Some(&args.model))?;
     let crate::commands::Loaded { model, tokenizer } =
         crate::commands::load_path(&path, args.threads)?;
@@ -87,61 +84,119 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
         mode,
         tokens: tokens.clone(),
     };
-    let base = match &args.kl_divergence {
-        Some(p) => {
-            let base = Base::load(p)
-                .with_context(|| format!("cannot read the KL base {}", p.display()))?;
-            if base.header.n_vocab != header.n_vocab {
-                bail!(
-                    "the KL base was made with a vocabulary of {} tokens, this model has {}",
-                    base.header.n_vocab,
-                    header.n_vocab
-                );
-            }
-            if base.header.n_ctx != header.n_ctx || base.header.mode != header.mode {
-                bail!(
-                    "the KL base was made with --ctx {} ({:?}); this run is --ctx {} ({:?})",
-                    base.header.n_ctx,
-                    base.header.mode,
-                    header.n_ctx,
-                    header.mode
-                );
-            }
-            if base.header.tokens != header.tokens {
-                bail!("the KL base was made on another text (or another tokenization)");
-            }
-            Some(base)
-        }
-        None => None,
+    let mut sinks = Sinks {
+        base: match &args.kl_divergence {
+            Some(p) => Some(matching_base(p, &header)?),
+            None => None,
+        },
+        writer: match &args.kl_divergence_base {
+            Some(p) => Some(
+                BaseWriter::create(p, &header)
+                    .with_context(|| format!("cannot write {}", p.display()))?,
+            ),
+            None => None,
+        },
+        llama_writer: match &args.kl_divergence_base_llama {
+            Some(p) => Some(llama_writer(p, &args, mode, model.hp.n_vocab, &tokens)?),
+            None => None,
+        },
+        kl: KlStats::default(),
+        next_base: 0,
+        failure: None,
     };
-    let mut writer = match &args.kl_divergence_base {
-        Some(p) => Some(
-            BaseWriter::create(p, &header)
-                .with_context(|| format!("cannot write {}", p.display()))?,
-        ),
-        None => None,
-    };
-    let mut llama_writer = match &args.kl_divergence_base_llama {
-        Some(p) => {
-            if mode != Mode::Windows {
-                bail!("--kl-divergence-base-llama writes fresh windows only (llama-perplexity's); drop --context-policy stream");
+    let bar = progress_bar(args.json, mode);
+    let mut running = Vec::new();
+    let t0 = Instant::now();
+    let bos = tokenizer.bos().filter(|_| tokenizer.add_bos());
+    let stats = evaluate(
+        &model,
+        &tokens,
+        args.ctx,
+        mode,
+        args.kv_type,
+        bos,
+        |s: &Scored| sinks.push(s),
+        |done, total, st: &NllStats| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            if mode == Mode::Windows {
+                running.push(st.ppl());
             }
-            let file = std::fs::File::create(p)
-                .with_context(|| format!("cannot write {}", p.display()))?;
-            Some(
-                LlamaKldWriter::new(
-                    std::io::BufWriter::new(file),
-                    args.ctx,
-                    model.hp.n_vocab,
-                    tokens.len() / args.ctx,
-                    &tokens,
-                )
-                .with_context(|| format!("cannot write {}", p.display()))?,
-            )
-        }
-        None => None,
+        },
+    )?;
+    bar.finish_and_clear();
+    let kl = sinks.finish()?;
+    let run = Run {
+        args: &args,
+        path: &path,
+        mode,
+        tokens: tokens.len(),
+        secs: t0.elapsed().as_secs_f64(),
     };
-    let bar = if args.json {
+    if args.json {
+        println!("{}", run.json(&stats, kl.as_ref()));
+    } else {
+        run.print(&stats, kl.as_ref(), &running);
+    }
+    Ok(())
+}
+
+/// The text to measure on: a UTF-8 file.
+fn read_text(file: &std::path::Path) -> Result<String> {
+    let text = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    String::from_utf8(text).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", file.display()))
+}
+
+/// The KL base at `p`, made with this run's vocabulary, window, mode and tokens.
+fn matching_base(p: &std::path::Path, header: &BaseHeader) -> Result<Base> {
+    let base = Base::load(p).with_context(|| format!("cannot read the KL base {}", p.display()))?;
+    if base.header.n_vocab != header.n_vocab {
+        bail!(
+            "the KL base was made with a vocabulary of {} tokens, this model has {}",
+            base.header.n_vocab,
+            header.n_vocab
+        );
+    }
+    if base.header.n_ctx != header.n_ctx || base.header.mode != header.mode {
+        bail!(
+            "the KL base was made with --ctx {} ({:?}); this run is --ctx {} ({:?})",
+            base.header.n_ctx,
+            base.header.mode,
+            header.n_ctx,
+            header.mode
+        );
+    }
+    if base.header.tokens != header.tokens {
+        bail!("the KL base was made on another text (or another tokenization)");
+    }
+    Ok(base)
+}
+
+/// A writer of llama.cpp's KL-divergence base at `p` (fresh windows only).
+fn llama_writer(
+    p: &std::path::Path,
+    args: &PerplexityArgs,
+    mode: Mode,
+    n_vocab: usize,
+    tokens: &[u32],
+) -> Result<LlamaKldWriter<std::io::BufWriter<std::fs::File>>> {
+    if mode != Mode::Windows {
+        bail!("--kl-divergence-base-llama writes fresh windows only (llama-perplexity's); drop --context-policy stream");
+    }
+    let file = std::fs::File::create(p).with_context(|| format!("cannot write {}", p.display()))?;
+    LlamaKldWriter::new(
+        std::io::BufWriter::new(file),
+        args.ctx,
+        n_vocab,
+        tokens.len() / args.ctx,
+        tokens,
+    )
+    .with_context(|| format!("cannot write {}", p.display()))
+}
+
+/// The progress of the windows (or stream chunks); hidden for `--json`.
+fn progress_bar(json: bool, mode: Mode) -> ProgressBar {
+    let bar = if json {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(0)
@@ -155,120 +210,135 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
         Mode::Windows => "windows",
         Mode::Stream { .. } => "stream chunks",
     });
-    let mut kl = KlStats::default();
-    let mut next_base = 0;
-    let mut failure: Option<anyhow::Error> = None;
-    let mut running = Vec::new();
-    let t0 = Instant::now();
-    let bos = tokenizer.bos().filter(|_| tokenizer.add_bos());
-    let stats = evaluate(
-        &model,
-        &tokens,
-        args.ctx,
-        mode,
-        args.kv_type,
-        bos,
-        |s: &Scored| {
-            if let Some(w) = writer.as_mut() {
-                if let Err(e) = w.push(s) {
-                    failure.get_or_insert(e.into());
+    bar
+}
+
+/// Where each scored position goes: the base being written, llama.cpp's base being written,
+/// the comparison with a saved base. The first failure is kept for after the run.
+struct Sinks {
+    base: Option<Base>,
+    writer: Option<BaseWriter>,
+    llama_writer: Option<LlamaKldWriter<std::io::BufWriter<std::fs::File>>>,
+    kl: KlStats,
+    next_base: usize,
+    failure: Option<anyhow::Error>,
+}
+
+impl Sinks {
+    fn push(&mut self, s: &Scored) {
+        if let Some(w) = self.writer.as_mut() {
+            if let Err(e) = w.push(s) {
+                self.failure.get_or_insert(e.into());
+            }
+        }
+        if let Some(w) = self.llama_writer.as_mut() {
+            if let Err(e) = w.push(s.logits) {
+                self.failure.get_or_insert(e.into());
+            }
+        }
+        if let Some(b) = &self.base {
+            match b.positions.get(self.next_base) {
+                Some(p) if p.target_index == s.target_index => self.kl.push(p, s),
+                _ => {
+                    self.failure.get_or_insert(anyhow::anyhow!(
+                        "the KL base does not have position {} where this run does",
+                        s.target_index
+                    ));
                 }
             }
-            if let Some(w) = llama_writer.as_mut() {
-                if let Err(e) = w.push(s.logits) {
-                    failure.get_or_insert(e.into());
-                }
-            }
-            if let Some(b) = &base {
-                match b.positions.get(next_base) {
-                    Some(p) if p.target_index == s.target_index => kl.push(p, s),
-                    _ => {
-                        failure.get_or_insert(anyhow::anyhow!(
-                            "the KL base does not have position {} where this run does",
-                            s.target_index
-                        ));
-                    }
-                }
-                next_base += 1;
-            }
-        },
-        |done, total, st: &NllStats| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-            if mode == Mode::Windows {
-                running.push(st.ppl());
-            }
-        },
-    )?;
-    bar.finish_and_clear();
-    if let Some(e) = failure {
-        return Err(e);
+            self.next_base += 1;
+        }
     }
-    if let Some(w) = writer {
-        w.finish().context("cannot write the KL base")?;
+
+    /// The first failure, or the writers finished and the comparison (if a base was given).
+    fn finish(self) -> Result<Option<KlStats>> {
+        if let Some(e) = self.failure {
+            return Err(e);
+        }
+        if let Some(w) = self.writer {
+            w.finish().context("cannot write the KL base")?;
+        }
+        if let Some(w) = self.llama_writer {
+            w.finish().context("cannot write the llama.cpp KL base")?;
+        }
+        Ok(self.base.map(|_| self.kl))
     }
-    if let Some(w) = llama_writer {
-        w.finish().context("cannot write the llama.cpp KL base")?;
+}
+
+/// What a finished run reports.
+struct Run<'a> {
+    args: &'a PerplexityArgs,
+    path: &'a std::path::Path,
+    mode: Mode,
+    tokens: usize,
+    secs: f64,
+}
+
+impl Run<'_> {
+    fn mode_name(&self) -> String {
+        match self.mode {
+            Mode::Windows => "windows".to_string(),
+            Mode::Stream { sink_blocks } => format!("stream, {sink_blocks} sink block(s)"),
+        }
     }
-    let secs = t0.elapsed().as_secs_f64();
-    let mode_name = match mode {
-        Mode::Windows => "windows".to_string(),
-        Mode::Stream { sink_blocks } => format!("stream, {sink_blocks} sink block(s)"),
-    };
-    if args.json {
+
+    fn json(&self, stats: &NllStats, kl: Option<&KlStats>) -> serde_json::Value {
         let mut v = json!({
-            "model": path.display().to_string(),
-            "file": args.file.display().to_string(),
-            "ctx": args.ctx,
-            "mode": mode_name,
-            "kv_type": args.kv_type.name(),
-            "tokens": tokens.len(),
+            "model": self.path.display().to_string(),
+            "file": self.args.file.display().to_string(),
+            "ctx": self.args.ctx,
+            "mode": self.mode_name(),
+            "kv_type": self.args.kv_type.name(),
+            "tokens": self.tokens,
             "tokens_scored": stats.count,
             "ppl": stats.ppl(),
             "ppl_stderr": stats.ppl_stderr(),
             "mean_nll": stats.mean(),
-            "seconds": secs,
+            "seconds": self.secs,
         });
-        if base.is_some() {
-            v["kl_divergence"] = kl_json(&kl);
+        if let Some(kl) = kl {
+            v["kl_divergence"] = kl_json(kl);
         }
-        println!("{v}");
-        return Ok(());
+        v
     }
-    if !running.is_empty() {
-        let parts: Vec<String> = running
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("[{}]{p:.4}", i + 1))
-            .collect();
-        println!("{}", parts.join(","));
-    }
-    println!(
-        "{mode_name}, ctx {}, {} KV cache: {} tokens, {} scored in {secs:.1} s",
-        args.ctx,
-        args.kv_type,
-        tokens.len(),
-        stats.count
-    );
-    println!(
-        "Final estimate: PPL = {:.4} +/- {:.5}",
-        stats.ppl(),
-        stats.ppl_stderr()
-    );
-    if base.is_some() {
+
+    fn print(&self, stats: &NllStats, kl: Option<&KlStats>, running: &[f64]) {
+        if !running.is_empty() {
+            let parts: Vec<String> = running
+                .iter()
+                .enumerate()
+                .map(|(i, p)| format!("[{}]{p:.4}", i + 1))
+                .collect();
+            println!("{}", parts.join(","));
+        }
         println!(
-            "KL divergence from the base: mean {:.6} ± {:.6}, 99% {:.6}, max {:.6}; top-1 agreement {:.2}%; PPL base {:.4}, this run {:.4}, ratio {:.4}",
-            kl.mean_kl(),
-            kl.kl_stderr(),
-            kl.kl_quantile(0.99),
-            kl.kl_quantile(1.0),
-            100.0 * kl.top1_agreement(),
-            kl.base_nll.ppl(),
-            kl.new_nll.ppl(),
-            kl.new_nll.ppl() / kl.base_nll.ppl()
+            "{}, ctx {}, {} KV cache: {} tokens, {} scored in {:.1} s",
+            self.mode_name(),
+            self.args.ctx,
+            self.args.kv_type,
+            self.tokens,
+            stats.count,
+            self.secs
         );
+        println!(
+            "Final estimate: PPL = {:.4} +/- {:.5}",
+            stats.ppl(),
+            stats.ppl_stderr()
+        );
+        if let Some(kl) = kl {
+            println!(
+                "KL divergence from the base: mean {:.6} ± {:.6}, 99% {:.6}, max {:.6}; top-1 agreement {:.2}%; PPL base {:.4}, this run {:.4}, ratio {:.4}",
+                kl.mean_kl(),
+                kl.kl_stderr(),
+                kl.kl_quantile(0.99),
+                kl.kl_quantile(1.0),
+                100.0 * kl.top1_agreement(),
+                kl.base_nll.ppl(),
+                kl.new_nll.ppl(),
+                kl.new_nll.ppl() / kl.base_nll.ppl()
+            );
+        }
     }
-    Ok(())
 }
 
 fn kl_json(kl: &KlStats) -> serde_json::Value {
