@@ -148,21 +148,6 @@ pub fn beam_search<M: BeamModel>(
         }
         .into());
     }
-    let alpha = params.length_penalty;
-    let max_len = params.max_new_tokens;
-    // B + |eos| proposals per beam is enough: the B best non-EOS extensions overall, and every
-    // EOS ranked in the top B overall, are within their own beam's top B + |eos|.
-    let per_beam = width + params.eos.len();
-    let is_eos = |t: TokenId| params.eos.contains(&t);
-    let bound = |sum: f64, len: usize| {
-        if alpha > 0.0 {
-            score(sum, max_len, alpha)
-        } else {
-            score(sum, len + 1, alpha)
-        }
-    };
-
-    let mut buf = Candidates::default();
     let mut done: Vec<(f64, Hypothesis)> = Vec::new();
     let mut live = vec![Live {
         id: root,
@@ -170,113 +155,26 @@ pub fn beam_search<M: BeamModel>(
         sum: 0.0,
     }];
     let mut logits: Vec<Vec<f32>> = vec![root_logits.to_vec()];
-    let drop_all = |model: &mut M, live: &[Live]| live.iter().for_each(|b| model.drop_beam(b.id));
-
+    let mut buf = Candidates::default();
     loop {
-        // Every live beam's proposals: (new sum, beam index, token).
-        let mut props: Vec<(f64, usize, TokenId)> = Vec::with_capacity(live.len() * per_beam);
-        for (bi, (b, l)) in live.iter().zip(&logits).enumerate() {
-            if let Err(e) = super::check_logits(l) {
+        let props = match proposals(&live, &logits, params, &mut buf) {
+            Ok(p) => p,
+            Err(e) => {
                 drop_all(model, &live);
                 return Err(e.into());
             }
-            let lse = log_sum_exp(l);
-            for (tok, _) in top_logprobs(l, per_beam, lse, &mut buf) {
-                let lp = l[tok as usize] as f64 - lse; // f64: sums over long outputs
-                props.push((b.sum + lp, bi, tok));
-            }
-        }
-        props.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-
-        let new_len = live[0].tokens.len() + 1;
-        let mut next: Vec<(usize, TokenId, f64)> = Vec::with_capacity(width);
-        for (rank, &(sum, bi, tok)) in props.iter().enumerate() {
-            if is_eos(tok) {
-                // Only EOS among the B best count, as in the usual formulation: a worse one
-                // would have lost its place to a live beam anyway.
-                if rank < width {
-                    let parent = &live[bi].tokens;
-                    finish_beam(
-                        &mut done,
-                        parent,
-                        tok,
-                        sum,
-                        alpha,
-                        FinishReason::Stop,
-                        width,
-                    );
-                }
-                continue;
-            }
-            next.push((bi, tok, sum));
-            if next.len() == width {
-                break;
-            }
-        }
-
-        // Out of length: the survivors end here, without another forward.
-        if new_len >= max_len {
-            for &(bi, tok, sum) in &next {
-                let parent = &live[bi].tokens;
-                finish_beam(
-                    &mut done,
-                    parent,
-                    tok,
-                    sum,
-                    alpha,
-                    FinishReason::Length,
-                    width,
-                );
-            }
-            next.clear();
-        }
-        // Early stop: B finished hypotheses that no survivor can beat.
-        if done.len() >= width {
-            let worst = done[width - 1].0;
-            if next.iter().all(|&(_, _, sum)| bound(sum, new_len) <= worst) {
-                next.clear();
-            }
-        }
+        };
+        let next = survivors(&props, &live, params, &mut done);
         if next.is_empty() {
             drop_all(model, &live);
             break;
         }
-
-        // Assign model beams: a parent's first child takes over its id, further children fork
-        // it (before any step, so they copy the parent's state), childless parents are dropped.
-        let mut used = vec![false; live.len()];
-        let mut new_live: Vec<Live> = Vec::with_capacity(next.len());
-        let mut batch = Vec::with_capacity(next.len());
-        for &(bi, tok, sum) in &next {
-            let id = if used[bi] {
-                match model.fork(live[bi].id) {
-                    Ok(id) => id,
-                    Err(e) => {
-                        // Drop the forks made so far, then every beam we still hold.
-                        for b in &new_live {
-                            if !live.iter().any(|l| l.id == b.id) {
-                                model.drop_beam(b.id);
-                            }
-                        }
-                        drop_all(model, &live);
-                        return Err(BeamError::Model(e));
-                    }
-                }
-            } else {
-                used[bi] = true;
-                live[bi].id
-            };
-            let mut tokens = live[bi].tokens.clone();
-            tokens.push(tok);
-            new_live.push(Live { id, tokens, sum });
-            batch.push((id, tok));
-        }
-        for (b, &u) in live.iter().zip(&used) {
-            if !u {
-                model.drop_beam(b.id);
-            }
-        }
-        live = new_live;
+        live = extend(model, live, &next)?;
+        // Each beam with the token it just took (its last).
+        let batch: Vec<_> = live
+            .iter()
+            .map(|b| (b.id, b.tokens[b.tokens.len() - 1]))
+            .collect();
         logits = match model.step(&batch) {
             Ok(l) if l.len() == batch.len() => l,
             Ok(l) => {
@@ -301,6 +199,126 @@ pub fn beam_search<M: BeamModel>(
     Ok(done.into_iter().map(|(_, h)| h).collect())
 }
 
+fn drop_all<M: BeamModel>(model: &mut M, live: &[Live]) {
+    live.iter().for_each(|b| model.drop_beam(b.id));
+}
+
+/// Every live beam's proposals, best first: (new sum, beam index, token). B + |eos| per beam
+/// is enough: the B best non-EOS extensions overall, and every EOS ranked in the top B
+/// overall, are within their own beam's top B + |eos|.
+fn proposals(
+    live: &[Live],
+    logits: &[Vec<f32>],
+    params: &BeamParams,
+    buf: &mut Candidates,
+) -> Result<Vec<(f64, usize, TokenId)>, SamplingError> {
+    let per_beam = params.width + params.eos.len();
+    let mut props = Vec::with_capacity(live.len() * per_beam);
+    for (bi, (b, l)) in live.iter().zip(logits).enumerate() {
+        super::check_logits(l)?;
+        let lse = log_sum_exp(l);
+        for (tok, _) in top_logprobs(l, per_beam, lse, buf) {
+            let lp = l[tok as usize] as f64 - lse; // f64: sums over long outputs
+            props.push((b.sum + lp, bi, tok));
+        }
+    }
+    props.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    Ok(props)
+}
+
+/// The B best non-EOS proposals that go on, as (beam index, token, sum); the EOS among the B
+/// best, and every survivor once out of length, finish into `done`. None go on once B finished
+/// hypotheses are better than any survivor could become.
+fn survivors(
+    props: &[(f64, usize, TokenId)],
+    live: &[Live],
+    params: &BeamParams,
+    done: &mut Vec<(f64, Hypothesis)>,
+) -> Vec<(usize, TokenId, f64)> {
+    let (width, alpha, max_len) = (params.width, params.length_penalty, params.max_new_tokens);
+    let new_len = live[0].tokens.len() + 1;
+    let mut next = Vec::with_capacity(width);
+    for (rank, &(sum, bi, tok)) in props.iter().enumerate() {
+        if params.eos.contains(&tok) {
+            // Only EOS among the B best count, as in the usual formulation: a worse one
+            // would have lost its place to a live beam anyway.
+            if rank < width {
+                let parent = &live[bi].tokens;
+                finish_beam(done, parent, tok, sum, alpha, FinishReason::Stop, width);
+            }
+            continue;
+        }
+        next.push((bi, tok, sum));
+        if next.len() == width {
+            break;
+        }
+    }
+    // Out of length: the survivors end here, without another forward.
+    if new_len >= max_len {
+        for &(bi, tok, sum) in &next {
+            let parent = &live[bi].tokens;
+            finish_beam(done, parent, tok, sum, alpha, FinishReason::Length, width);
+        }
+        next.clear();
+    }
+    // Early stop: B finished hypotheses that no survivor can beat.
+    let bound = |sum: f64, len: usize| {
+        if alpha > 0.0 {
+            score(sum, max_len, alpha)
+        } else {
+            score(sum, len + 1, alpha)
+        }
+    };
+    if done.len() >= width {
+        let worst = done[width - 1].0;
+        if next.iter().all(|&(_, _, sum)| bound(sum, new_len) <= worst) {
+            next.clear();
+        }
+    }
+    next
+}
+
+/// The next live beams, each with its new token: a parent's first child takes over its
+/// id, further children fork it (before any step, so they copy the parent's state), childless
+/// parents are dropped. On a failed fork, every beam held is dropped.
+fn extend<M: BeamModel>(
+    model: &mut M,
+    live: Vec<Live>,
+    next: &[(usize, TokenId, f64)],
+) -> Result<Vec<Live>, BeamError<M::Error>> {
+    let mut used = vec![false; live.len()];
+    let mut new_live: Vec<Live> = Vec::with_capacity(next.len());
+    for &(bi, tok, sum) in next {
+        let id = if used[bi] {
+            match model.fork(live[bi].id) {
+                Ok(id) => id,
+                Err(e) => {
+                    // Drop the forks made so far, then every beam we still hold.
+                    for b in &new_live {
+                        if !live.iter().any(|l| l.id == b.id) {
+                            model.drop_beam(b.id);
+                        }
+                    }
+                    drop_all(model, &live);
+                    return Err(BeamError::Model(e));
+                }
+            }
+        } else {
+            used[bi] = true;
+            live[bi].id
+        };
+        let mut tokens = live[bi].tokens.clone();
+        tokens.push(tok);
+        new_live.push(Live { id, tokens, sum });
+    }
+    for (b, &u) in live.iter().zip(&used) {
+        if !u {
+            model.drop_beam(b.id);
+        }
+    }
+    Ok(new_live)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,6 +337,10 @@ mod tests {
         scale: f32,
         /// Extra logit added to EOS (token 0).
         eos_boost: f32,
+        /// Forks that succeed before one fails (`None`: all do).
+        forks_left: Option<usize>,
+        /// The step that fails (1 the first; `None`: none).
+        failing_step: Option<usize>,
     }
 
     impl Synth {
@@ -331,6 +353,8 @@ mod tests {
                 steps: 0,
                 scale: 3.0,
                 eos_boost: 0.0,
+                forks_left: None,
+                failing_step: None,
             }
         }
 
@@ -359,6 +383,11 @@ mod tests {
     impl BeamModel for Synth {
         type Error = String;
         fn fork(&mut self, parent: BeamId) -> Result<BeamId, String> {
+            match &mut self.forks_left {
+                Some(0) => return Err("out of forks".into()),
+                Some(n) => *n -= 1,
+                None => {}
+            }
             let p = self
                 .beams
                 .get(&parent)
@@ -374,6 +403,9 @@ mod tests {
         }
         fn step(&mut self, beams: &[(BeamId, TokenId)]) -> Result<Vec<Vec<f32>>, String> {
             self.steps += 1;
+            if self.failing_step == Some(self.steps) {
+                return Err("step failed".into());
+            }
             let mut out = Vec::new();
             for &(id, t) in beams {
                 let p = self.beams.get_mut(&id).ok_or("step of unknown beam")?;
@@ -586,5 +618,37 @@ mod tests {
             BeamError::Sampling(SamplingError::NanLogit(2))
         ));
         assert!(m.beams.is_empty());
+    }
+
+    /// A fork or a step that fails ends the search with the model's error, every beam the
+    /// search held dropped (none twice: `drop_beam` asserts it).
+    #[test]
+    fn model_failures_drop_every_beam() {
+        let p = BeamParams {
+            width: 4,
+            length_penalty: 0.0,
+            max_new_tokens: 6,
+            eos: vec![0],
+            n_best: 2,
+        };
+        for forks in 0..8 {
+            let mut m = Synth::new(6, 3);
+            m.forks_left = Some(forks);
+            let (root, l0) = m.root(&[2, 5]);
+            match beam_search(&mut m, root, &l0, &p) {
+                Err(BeamError::Model(e)) => assert_eq!(e, "out of forks"),
+                Err(e) => panic!("{forks} forks: {e:?}"),
+                Ok(_) => assert!(forks >= 3, "{forks} forks cannot widen the beam to 4"),
+            }
+            assert!(m.beams.is_empty(), "{forks} forks: leaked {:?}", m.beams);
+        }
+        for step in 1..4 {
+            let mut m = Synth::new(6, 3);
+            m.failing_step = Some(step);
+            let (root, l0) = m.root(&[2, 5]);
+            let err = beam_search(&mut m, root, &l0, &p).unwrap_err();
+            assert!(matches!(err, BeamError::Model(ref e) if e == "step failed"));
+            assert!(m.beams.is_empty(), "step {step}: leaked {:?}", m.beams);
+        }
     }
 }
