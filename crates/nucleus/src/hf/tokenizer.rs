@@ -70,25 +70,97 @@ pub fn tokenizer_metadata(
         .map_err(|e| bad(format!("not a tokenizer the tokenizers crate reads: {e}")))?;
     let v: Value = serde_json::from_str(&json).map_err(|e| bad(format!("not JSON: {e}")))?;
     let byte_level = is_byte_level(&v);
-
-    // The vocabulary, padded to the embedding's rows as convert_hf_to_gguf.py pads it.
     let vocab = tok.get_vocab(true);
+    let (tokens, types) = token_list(&tok, &v, &vocab, cfg.n_vocab, byte_level).map_err(bad)?;
+    let id_of = |text: &str| vocab.get(text).copied();
+
+    // tokenizer_config.json: special tokens, BOS/EOS flags, chat template.
+    let tc = tokenizer_config(dir)?;
+    let bos = token_text(tc.get("bos_token"))
+        .and_then(id_of)
+        .or(cfg.bos_token_id);
+    let eos = token_text(tc.get("eos_token"))
+        .and_then(id_of)
+        .or(cfg.eos_token_ids.first().copied());
+    let add_bos = adds_token(&tok, &tc, "add_bos_token", bos, true)?;
+    let add_eos = adds_token(&tok, &tc, "add_eos_token", eos, false)?;
+    let template = chat_template(dir, &tc)?;
+
+    let mut keys = Metadata::default();
+    let mut put = |k: &str, v: MetaValue| {
+        keys.insert(k.to_string(), v);
+    };
+    put(
+        "tokenizer.ggml.model",
+        MetaValue::String(if byte_level { "gpt2" } else { "llama" }.into()),
+    );
+    let texts: Vec<String> = tokens
+        .iter()
+        .map(|t| t.as_str().unwrap_or_default().to_string())
+        .collect();
+    put(
+        "tokenizer.ggml.tokens",
+        MetaValue::Array(MetaType::String, tokens),
+    );
+    put(
+        "tokenizer.ggml.token_type",
+        MetaValue::Array(MetaType::I32, types),
+    );
+    if let Some(id) = bos {
+        put("tokenizer.ggml.bos_token_id", MetaValue::U32(id));
+    }
+    if let Some(id) = eos {
+        put("tokenizer.ggml.eos_token_id", MetaValue::U32(id));
+    }
+    if let Some(id) = token_text(tc.get("pad_token")).and_then(id_of) {
+        put("tokenizer.ggml.padding_token_id", MetaValue::U32(id));
+    }
+    put("tokenizer.ggml.add_bos_token", MetaValue::Bool(add_bos));
+    put("tokenizer.ggml.add_eos_token", MetaValue::Bool(add_eos));
+    if let Some(t) = template {
+        put("tokenizer.chat_template", MetaValue::String(t));
+    }
+    let problem = match super::vocab::llama_cpp_keys(&v, &tok, &texts, byte_level, &keys) {
+        Ok(more) => {
+            for (k, value) in more.iter() {
+                keys.insert(k.to_string(), value.clone());
+            }
+            None
+        }
+        Err(why) => Some(why),
+    };
+    for (k, value) in keys.iter() {
+        meta.insert(k.to_string(), value.clone());
+    }
+    meta.insert(HF_JSON_KEY.to_string(), MetaValue::String(json));
+    Ok(problem)
+}
+
+/// The vocabulary's texts and token types, padded to the embedding's `n_vocab` rows as
+/// convert_hf_to_gguf.py pads it; or why not.
+fn token_list(
+    tok: &tokenizers::Tokenizer,
+    v: &Value,
+    vocab: &std::collections::HashMap<String, u32>,
+    n_vocab: usize,
+    byte_level: bool,
+) -> Result<(Vec<MetaValue>, Vec<MetaValue>), String> {
     let n_tokens = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
-    if n_tokens > cfg.n_vocab {
-        return Err(bad(format!(
+    if n_tokens > n_vocab {
+        return Err(format!(
             "it has token ids up to {}, but config.json's vocab_size is {}",
             n_tokens - 1,
-            cfg.n_vocab
-        )));
+            n_vocab
+        ));
     }
-    let mut texts: Vec<Option<String>> = vec![None; cfg.n_vocab];
-    for (text, &id) in &vocab {
+    let mut texts: Vec<Option<String>> = vec![None; n_vocab];
+    for (text, &id) in vocab {
         texts[id as usize] = Some(text.clone());
     }
     let added = tok.get_added_tokens_decoder();
     let unk_text = v.pointer("/model/unk_token").and_then(Value::as_str);
-    let mut tokens = Vec::with_capacity(cfg.n_vocab);
-    let mut types = Vec::with_capacity(cfg.n_vocab);
+    let mut tokens = Vec::with_capacity(n_vocab);
+    let mut types = Vec::with_capacity(n_vocab);
     for (id, text) in texts.into_iter().enumerate() {
         let (text, ty) = match text {
             None => (format!("[PAD{id}]"), UNUSED),
@@ -112,47 +184,51 @@ pub fn tokenizer_metadata(
         tokens.push(MetaValue::String(text));
         types.push(MetaValue::I32(ty));
     }
-    let id_of = |text: &str| vocab.get(text).copied();
+    Ok((tokens, types))
+}
 
-    // tokenizer_config.json: special tokens, BOS/EOS flags, chat template.
+/// `tokenizer_config.json` in `dir`, or null where there is none.
+fn tokenizer_config(dir: &Path) -> Result<Value, HfError> {
     let tc_path = dir.join("tokenizer_config.json");
-    let tc: Value = if tc_path.is_file() {
-        serde_json::from_str(&super::read_to_string(&tc_path)?).map_err(|e| HfError::BadFile {
-            path: tc_path.display().to_string(),
-            problem: format!("not JSON: {e}"),
-        })?
-    } else {
-        Value::Null
-    };
-    let bos = token_text(tc.get("bos_token"))
-        .and_then(id_of)
-        .or(cfg.bos_token_id);
-    let eos = token_text(tc.get("eos_token"))
-        .and_then(id_of)
-        .or(cfg.eos_token_ids.first().copied());
-    // BOS/EOS are added by tokenizer.json's post-processor unless tokenizer_config.json says
-    // otherwise (as transformers' fast llama tokenizer rebuilds its post-processor from it).
-    let adds = |flag: &str, id: Option<u32>, first: bool| -> Result<bool, HfError> {
-        if let Some(b) = tc.get(flag).and_then(Value::as_bool) {
-            return Ok(b);
-        }
-        let Some(id) = id else { return Ok(false) };
-        let with = tok
-            .encode("a", true)
-            .map_err(|e| HfError::Tokenizer(e.to_string()))?;
-        let ids = with.get_ids();
-        let plain = tok
-            .encode("a", false)
-            .map_err(|e| HfError::Tokenizer(e.to_string()))?;
-        let extra = ids.len() > plain.get_ids().len();
-        Ok(extra && if first { ids.first() } else { ids.last() } == Some(&id))
-    };
-    let add_bos = adds("add_bos_token", bos, true)?;
-    let add_eos = adds("add_eos_token", eos, false)?;
+    if !tc_path.is_file() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(&super::read_to_string(&tc_path)?).map_err(|e| HfError::BadFile {
+        path: tc_path.display().to_string(),
+        problem: format!("not JSON: {e}"),
+    })
+}
 
+/// Whether encoding adds token `id` (first: at the start, else at the end). tokenizer.json's
+/// post-processor decides unless tokenizer_config.json's `flag` says otherwise (as
+/// transformers' fast llama tokenizer rebuilds its post-processor from it).
+fn adds_token(
+    tok: &tokenizers::Tokenizer,
+    tc: &Value,
+    flag: &str,
+    id: Option<u32>,
+    first: bool,
+) -> Result<bool, HfError> {
+    if let Some(b) = tc.get(flag).and_then(Value::as_bool) {
+        return Ok(b);
+    }
+    let Some(id) = id else { return Ok(false) };
+    let with = tok
+        .encode("a", true)
+        .map_err(|e| HfError::Tokenizer(e.to_string()))?;
+    let ids = with.get_ids();
+    let plain = tok
+        .encode("a", false)
+        .map_err(|e| HfError::Tokenizer(e.to_string()))?;
+    let extra = ids.len() > plain.get_ids().len();
+    Ok(extra && if first { ids.first() } else { ids.last() } == Some(&id))
+}
+
+/// The chat template: tokenizer_config.json's (of a list of named ones, the default), else
+/// `chat_template.jinja` beside it, as newer transformers save it.
+fn chat_template(dir: &Path, tc: &Value) -> Result<Option<String>, HfError> {
     let template = match tc.get("chat_template") {
         Some(Value::String(s)) => Some(s.clone()),
-        // A list of named templates: the default one.
         Some(Value::Array(items)) => items
             .iter()
             .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
@@ -161,68 +237,13 @@ pub fn tokenizer_metadata(
             .map(str::to_string),
         _ => None,
     };
-    // Newer transformers save the template beside the config.
-    let template = match template {
-        Some(t) => Some(t),
-        None => {
-            let p = dir.join("chat_template.jinja");
-            if p.is_file() {
-                Some(super::read_to_string(&p)?)
-            } else {
-                None
-            }
-        }
-    };
-
-    let mut keys = Metadata::default();
-    let mut put = |k: &str, v: MetaValue| {
-        keys.insert(k.to_string(), v);
-    };
-    put(
-        "tokenizer.ggml.model",
-        MetaValue::String(if byte_level { "gpt2" } else { "llama" }.into()),
-    );
-    put(
-        "tokenizer.ggml.tokens",
-        MetaValue::Array(MetaType::String, tokens),
-    );
-    put(
-        "tokenizer.ggml.token_type",
-        MetaValue::Array(MetaType::I32, types),
-    );
-    if let Some(id) = bos {
-        put("tokenizer.ggml.bos_token_id", MetaValue::U32(id));
+    if template.is_some() {
+        return Ok(template);
     }
-    if let Some(id) = eos {
-        put("tokenizer.ggml.eos_token_id", MetaValue::U32(id));
+    let p = dir.join("chat_template.jinja");
+    if p.is_file() {
+        Ok(Some(super::read_to_string(&p)?))
+    } else {
+        Ok(None)
     }
-    if let Some(id) = token_text(tc.get("pad_token")).and_then(id_of) {
-        put("tokenizer.ggml.padding_token_id", MetaValue::U32(id));
-    }
-    put("tokenizer.ggml.add_bos_token", MetaValue::Bool(add_bos));
-    put("tokenizer.ggml.add_eos_token", MetaValue::Bool(add_eos));
-    if let Some(t) = template {
-        put("tokenizer.chat_template", MetaValue::String(t));
-    }
-    let texts: Vec<String> = match keys.get("tokenizer.ggml.tokens") {
-        Some(MetaValue::Array(_, items)) => items
-            .iter()
-            .map(|t| t.as_str().unwrap_or_default().to_string())
-            .collect(),
-        _ => Vec::new(),
-    };
-    let problem = match super::vocab::llama_cpp_keys(&v, &tok, &texts, byte_level, &keys) {
-        Ok(more) => {
-            for (k, value) in more.iter() {
-                keys.insert(k.to_string(), value.clone());
-            }
-            None
-        }
-        Err(why) => Some(why),
-    };
-    for (k, value) in keys.iter() {
-        meta.insert(k.to_string(), value.clone());
-    }
-    meta.insert(HF_JSON_KEY.to_string(), MetaValue::String(json));
-    Ok(problem)
 }
