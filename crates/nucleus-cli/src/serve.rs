@@ -122,33 +122,12 @@ pub struct ServeArgs {
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
-    if args.metrics_require_key && args.api_key.as_deref().is_none_or(str::is_empty) {
-        anyhow::bail!("--metrics-require-key needs --api-key (or NUCLEUS_API_KEY)");
-    }
-    let method = args.speculate.method(1)?;
-    let speculation = match method {
-        None | Some(Method::Off) => None,
-        Some(Method::Ngram | Method::Draft) => Some(SpecConfig {
-            max_draft: args.speculate.draft_max,
-        }),
-    };
-    use crate::limits::{self, in_range};
-    in_range("max-running", args.max_running, 1, limits::MAX_RUNNING)?;
-    in_range("queue", args.queue, 0, limits::MAX_QUEUE)?;
-    in_range("block-size", args.block_size, 1, limits::MAX_BLOCK_SIZE)?;
-    in_range("step-tokens", args.step_tokens, 1, limits::MAX_STEP_TOKENS)?;
-    in_range(
-        "max-body-bytes",
-        args.max_body_bytes,
-        limits::MIN_BODY_BYTES,
-        limits::MAX_BODY_BYTES,
-    )?;
-    limits::threads(args.threads)?;
+    let method = check_flags(&args)?;
     let spec = args.model.as_deref().unwrap_or(DEFAULT_MODEL);
     let path = crate::commands::resolve_model(Some(spec))?;
     let crate::commands::Loaded { model, tokenizer } =
         crate::commands::load_path(&path, args.threads)?;
-    let n_ctx = limits::context(args.ctx, args.allow_long_context, &model)?;
+    let n_ctx = crate::limits::context(args.ctx, args.allow_long_context, &model)?;
     let draft = match args.speculate.load_draft(method, args.threads)? {
         Some(d) => Some(
             DraftModel::new(Arc::new(d.model), &d.tokenizer, &tokenizer)
@@ -157,14 +136,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
-    let kv_tokens = match args.kv_tokens {
-        Some(k) if k < n_ctx => anyhow::bail!(
-            "--kv-tokens {k} is less than the context window ({n_ctx}): a sequence could not \
-             fill its window; raise --kv-tokens or lower --ctx"
-        ),
-        Some(k) => k,
-        None => args.max_running.saturating_mul(n_ctx).clamp(n_ctx, 32768),
-    };
+    let cfg = engine_config(&args, method, n_ctx)?;
+    // The KV type against the model (and the draft), and the KV caches and scratch against
+    // the memory available, before anything is allocated.
+    match &draft {
+        Some(d) => cfg.check_with_draft(&model, d.model()),
+        None => cfg.check(&model),
+    }
+    .map_err(anyhow::Error::msg)?;
     let model_id = args.model_id.clone().unwrap_or_else(|| {
         if catalog::find(spec).is_some() {
             spec.to_string()
@@ -173,35 +152,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 .map_or(spec.to_string(), |s| s.to_string_lossy().into_owned())
         }
     });
-    let cfg = EngineConfig {
-        max_running: args.max_running,
-        queue_capacity: args.queue,
-        kv_tokens,
-        block_size: args.block_size,
-        step_token_budget: args.step_tokens,
-        n_ctx,
-        headroom_blocks: 1,
-        prefix_caching: !args.no_prefix_cache,
-        kv_type: args.kv_type,
-        speculation,
-        allow_long_context: args.allow_long_context,
-        kv_events: args.kv_events.is_some(),
-    };
-    if cfg.kv_events && !cfg.prefix_caching {
-        anyhow::bail!("--kv-events needs the prefix cache (drop --no-prefix-cache)");
-    }
-    // The KV type against the model (and the draft), and the KV caches and scratch against
-    // the memory available, before anything is allocated.
-    match &draft {
-        Some(d) => cfg.check_with_draft(&model, d.model()),
-        None => cfg.check(&model),
-    }
-    .map_err(anyhow::Error::msg)?;
-    let speculating = match (&cfg.speculation, &args.speculate.draft_model) {
-        (Some(s), Some(d)) => format!(", draft speculation ({d}) up to {}", s.max_draft),
-        (Some(s), None) => format!(", ngram speculation up to {}", s.max_draft),
-        (None, _) => String::new(),
-    };
     let threads = model.n_threads();
     let tokenizer = Arc::new(tokenizer);
     let model = Arc::new(model);
@@ -218,58 +168,137 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     state
         .set_cors_origins(&args.cors_origins)
         .map_err(anyhow::Error::msg)?;
-    let state = Arc::new(state);
+    // What the start line says after the address.
+    let setup = format!(
+        "({threads} threads, ctx {n_ctx}, {} running at most, KV {} tokens{}{}, queue {}){}",
+        cfg.max_running,
+        cfg.kv_tokens,
+        if cfg.prefix_caching {
+            ", prefix cache on"
+        } else {
+            ""
+        },
+        match (&cfg.speculation, &args.speculate.draft_model) {
+            (Some(s), Some(d)) => format!(", draft speculation ({d}) up to {}", s.max_draft),
+            (Some(s), None) => format!(", ngram speculation up to {}", s.max_draft),
+            (None, _) => String::new(),
+        },
+        cfg.queue_capacity,
+        if state.api_key.is_some() {
+            ", API key required"
+        } else {
+            ""
+        }
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(async move {
-        let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        eprintln!(
-            "nucleus serve: {model_id} on http://{} ({threads} threads, ctx {n_ctx}, {} running \
-             at most, KV {kv_tokens} tokens{}{speculating}, queue {}){}",
-            listener.local_addr()?,
-            cfg.max_running,
-            if cfg.prefix_caching {
-                ", prefix cache on"
-            } else {
-                ""
-            },
-            cfg.queue_capacity,
-            if state.api_key.is_some() {
-                ", API key required"
-            } else {
-                ""
-            }
-        );
-        if let Some(events) = kv_events_config(&args, &model_id, cfg.block_size) {
-            publish_kv_events(events, &state).await?;
-        }
-        let stopped = nucleus_server::serve(
-            listener,
-            state,
-            nucleus_server::shutdown_signal(),
-            nucleus_server::Drain {
-                unready: Duration::from_secs(args.unready_secs),
-                finish: Duration::from_secs(args.drain_secs),
-            },
-        )
+    rt.block_on(listen(
+        args,
+        Arc::new(state),
+        model_id,
+        cfg.block_size,
+        setup,
+    ))
+}
+
+/// The flags' combinations and ranges, before the model loads; the speculation asked for.
+fn check_flags(args: &ServeArgs) -> Result<Option<Method>> {
+    if args.metrics_require_key && args.api_key.as_deref().is_none_or(str::is_empty) {
+        anyhow::bail!("--metrics-require-key needs --api-key (or NUCLEUS_API_KEY)");
+    }
+    let method = args.speculate.method(1)?;
+    use crate::limits::{self, in_range};
+    in_range("max-running", args.max_running, 1, limits::MAX_RUNNING)?;
+    in_range("queue", args.queue, 0, limits::MAX_QUEUE)?;
+    in_range("block-size", args.block_size, 1, limits::MAX_BLOCK_SIZE)?;
+    in_range("step-tokens", args.step_tokens, 1, limits::MAX_STEP_TOKENS)?;
+    in_range(
+        "max-body-bytes",
+        args.max_body_bytes,
+        limits::MIN_BODY_BYTES,
+        limits::MAX_BODY_BYTES,
+    )?;
+    limits::threads(args.threads)?;
+    Ok(method)
+}
+
+/// The engine's configuration for a window of `n_ctx` tokens.
+fn engine_config(args: &ServeArgs, method: Option<Method>, n_ctx: usize) -> Result<EngineConfig> {
+    let kv_tokens = match args.kv_tokens {
+        Some(k) if k < n_ctx => anyhow::bail!(
+            "--kv-tokens {k} is less than the context window ({n_ctx}): a sequence could not \
+             fill its window; raise --kv-tokens or lower --ctx"
+        ),
+        Some(k) => k,
+        None => args.max_running.saturating_mul(n_ctx).clamp(n_ctx, 32768),
+    };
+    let cfg = EngineConfig {
+        max_running: args.max_running,
+        queue_capacity: args.queue,
+        kv_tokens,
+        block_size: args.block_size,
+        step_token_budget: args.step_tokens,
+        n_ctx,
+        headroom_blocks: 1,
+        prefix_caching: !args.no_prefix_cache,
+        kv_type: args.kv_type,
+        speculation: match method {
+            None | Some(Method::Off) => None,
+            Some(Method::Ngram | Method::Draft) => Some(SpecConfig {
+                max_draft: args.speculate.draft_max,
+            }),
+        },
+        allow_long_context: args.allow_long_context,
+        kv_events: args.kv_events.is_some(),
+    };
+    if cfg.kv_events && !cfg.prefix_caching {
+        anyhow::bail!("--kv-events needs the prefix cache (drop --no-prefix-cache)");
+    }
+    Ok(cfg)
+}
+
+/// Listens on the flags' address and serves until a signal, then drains.
+async fn listen(
+    args: ServeArgs,
+    state: Arc<AppState>,
+    model_id: String,
+    block_size: usize,
+    setup: String,
+) -> Result<()> {
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
         .await
-        .context("server error")?;
-        if stopped.connections_dropped {
-            eprintln!(
-                "nucleus serve: stopped (connections still open {} s after the drain were dropped)",
-                nucleus_server::CLOSE_GRACE.as_secs()
-            );
-        } else {
-            eprintln!("nucleus serve: stopped");
-        }
-        Ok(())
-    })
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    eprintln!(
+        "nucleus serve: {model_id} on http://{} {setup}",
+        listener.local_addr()?
+    );
+    if let Some(events) = kv_events_config(&args, &model_id, block_size) {
+        publish_kv_events(events, &state).await?;
+    }
+    let stopped = nucleus_server::serve(
+        listener,
+        state,
+        nucleus_server::shutdown_signal(),
+        nucleus_server::Drain {
+            unready: Duration::from_secs(args.unready_secs),
+            finish: Duration::from_secs(args.drain_secs),
+        },
+    )
+    .await
+    .context("server error")?;
+    if stopped.connections_dropped {
+        eprintln!(
+            "nucleus serve: stopped (connections still open {} s after the drain were dropped)",
+            nucleus_server::CLOSE_GRACE.as_secs()
+        );
+    } else {
+        eprintln!("nucleus serve: stopped");
+    }
+    Ok(())
 }
 
 /// Opens the KV events' socket and publishes the engine's events on it from a task.
