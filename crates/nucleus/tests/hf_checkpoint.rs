@@ -414,6 +414,94 @@ fn a_shard_the_index_lists_must_exist() {
     );
 }
 
+/// An index's promises are kept: a shard is a plain file name beside it, each tensor is where
+/// it says, and every tensor it lists exists; and no tensor is in two shards.
+#[test]
+fn an_index_that_does_not_match_its_shards_is_named() {
+    // Two shards, tensors split 5 / rest; `place` says where the index puts each tensor.
+    let sharded = |tag: &str, place: &dyn Fn(usize) -> String, second_too: &[usize]| {
+        let s = Tiny::new(tag);
+        std::fs::write(s.dir.join("config.json"), s.config.to_string()).unwrap();
+        let (a, b) = s.tensors.split_at(5);
+        let mut b = b.to_vec();
+        b.extend(second_too.iter().map(|&i| s.tensors[i].clone()));
+        write_safetensors(&s.dir.join("one.safetensors"), a);
+        write_safetensors(&s.dir.join("two.safetensors"), &b);
+        let mut map = serde_json::Map::new();
+        for (i, (n, _, _)) in s.tensors.iter().enumerate() {
+            map.insert(n.clone(), json!(place(i)));
+        }
+        std::fs::write(
+            s.dir.join("model.safetensors.index.json"),
+            json!({"weight_map": map}).to_string(),
+        )
+        .unwrap();
+        s
+    };
+    let right = |i: usize| {
+        if i < 5 {
+            "one.safetensors"
+        } else {
+            "two.safetensors"
+        }
+        .to_string()
+    };
+    assert!(Model::load(&sharded("idx-ok", &right, &[]).dir, 1).is_ok());
+
+    let s = sharded(
+        "idx-path",
+        &|i| {
+            if i == 0 {
+                "../one.safetensors".into()
+            } else {
+                right(i)
+            }
+        },
+        &[],
+    );
+    assert_contains(
+        &s.error(),
+        &["\"../one.safetensors\" is not a plain file name"],
+    );
+
+    let s = sharded(
+        "idx-wrong",
+        &|i| {
+            if i == 6 {
+                "one.safetensors".into()
+            } else {
+                right(i)
+            }
+        },
+        &[],
+    );
+    assert_contains(
+        &s.error(),
+        &["the index places it in one.safetensors, but it is in"],
+    );
+
+    // Without an index (every *.safetensors of the folder), in two shards at once.
+    let s = sharded("idx-twice", &right, &[0]);
+    std::fs::remove_file(s.dir.join("model.safetensors.index.json")).unwrap();
+    assert_contains(
+        &s.error(),
+        &["model.embed_tokens.weight", "appears in two shards"],
+    );
+
+    let s = sharded("idx-absent", &right, &[]);
+    let index = s.dir.join("model.safetensors.index.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&index).unwrap()).unwrap();
+    v["weight_map"]["model.extra.weight"] = json!("two.safetensors");
+    std::fs::write(&index, v.to_string()).unwrap();
+    assert_contains(
+        &s.error(),
+        &[
+            "model.extra.weight",
+            "the index places it in two.safetensors, which does not hold it",
+        ],
+    );
+}
+
 #[test]
 fn a_tensor_contradicting_the_config_is_named() {
     let mut t = Tiny::new("bad-shape");
