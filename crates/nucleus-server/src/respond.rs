@@ -137,6 +137,81 @@ impl Choice {
             self.sum_logprob / self.n_logprobs as f64
         }
     }
+
+    /// Adds one of this choice's events.
+    fn take(&mut self, ev: Event, st: &AppState, shape: &Shape) {
+        match ev {
+            Event::Token(t) => {
+                if let Some(lp) = t.logprob {
+                    self.sum_logprob += f64::from(lp);
+                    self.n_logprobs += 1;
+                }
+                if let Some(lp) = t.logprob.filter(|_| shape.want_logprobs) {
+                    let (tok, top) = (&st.tokenizer, &t.top_logprobs);
+                    match shape.ep {
+                        Endpoint::Chat => self.chat_lp.push(chat_logprob(tok, t.token, lp, top)),
+                        Endpoint::Completions => {
+                            self.cmpl_lp.push(tok, t.token, lp, top, self.text.len())
+                        }
+                    }
+                }
+                if let Some(ex) = t.explain.as_ref().filter(|_| shape.want_explain) {
+                    self.explain.push(explain_json(&st.tokenizer, t.token, ex));
+                }
+                self.text.push_str(&t.text);
+            }
+            Event::Done(f) => {
+                self.text.push_str(&f.text);
+                self.finish = Some(f.finish_reason);
+                self.completion_tokens = f.completion_tokens;
+                self.prompt_tokens = f.prompt_tokens;
+                self.cached_tokens = f.cached_tokens;
+                self.dropped_tokens = f.dropped_tokens;
+            }
+            Event::Error(e) => self.error = Some(e),
+        }
+    }
+
+    /// The choice as the response lists it, at `index`.
+    fn to_json(&self, index: usize, shape: &Shape, new_id: &mut dyn FnMut() -> String) -> Value {
+        let finish = self.finish.map(FinishReason::as_str);
+        let mut v = match shape.ep {
+            Endpoint::Chat => {
+                let (message, reason) = if shape.tools.is_some() || shape.reasoning.is_some() {
+                    let (m, calls) = crate::tools::message_with(
+                        &self.text,
+                        shape.reasoning,
+                        shape.tools.as_deref(),
+                        new_id,
+                    );
+                    (m, tool_finish(self.finish, calls))
+                } else {
+                    (json!({"role": "assistant", "content": self.text}), finish)
+                };
+                let logprobs = if shape.want_logprobs {
+                    json!({"content": self.chat_lp})
+                } else {
+                    Value::Null
+                };
+                json!({
+                    "index": index,
+                    "message": message,
+                    "logprobs": logprobs,
+                    "finish_reason": reason,
+                })
+            }
+            Endpoint::Completions => json!({
+                "index": index,
+                "text": self.text,
+                "logprobs": if shape.want_logprobs { self.cmpl_lp.to_json() } else { Value::Null },
+                "finish_reason": finish,
+            }),
+        };
+        if shape.want_explain {
+            v["explain"] = json!(self.explain);
+        }
+        v
+    }
 }
 
 /// OpenAI's usage object; `cached` is the prompt tokens taken from the prefix cache (for
@@ -159,58 +234,9 @@ pub(crate) async fn collect_response(
     sampled: usize,
     mut rx: UnboundedReceiver<(usize, Event)>,
 ) -> Result<Response, ApiError> {
-    let Shape {
-        ep,
-        id,
-        n,
-        policy,
-        want_logprobs,
-        want_explain,
-        tools,
-        reasoning,
-        ..
-    } = shape;
     let mut choices: Vec<Choice> = (0..sampled).map(|_| Choice::default()).collect();
     while let Some((i, ev)) = rx.recv().await {
-        let c = &mut choices[i];
-        match ev {
-            Event::Token(t) => {
-                if let Some(lp) = t.logprob {
-                    c.sum_logprob += f64::from(lp);
-                    c.n_logprobs += 1;
-                }
-                if let Some(lp) = t.logprob.filter(|_| want_logprobs) {
-                    match ep {
-                        Endpoint::Chat => c.chat_lp.push(chat_logprob(
-                            &st.tokenizer,
-                            t.token,
-                            lp,
-                            &t.top_logprobs,
-                        )),
-                        Endpoint::Completions => c.cmpl_lp.push(
-                            &st.tokenizer,
-                            t.token,
-                            lp,
-                            &t.top_logprobs,
-                            c.text.len(),
-                        ),
-                    }
-                }
-                if let Some(ex) = t.explain.as_ref().filter(|_| want_explain) {
-                    c.explain.push(explain_json(&st.tokenizer, t.token, ex));
-                }
-                c.text.push_str(&t.text);
-            }
-            Event::Done(f) => {
-                c.text.push_str(&f.text);
-                c.finish = Some(f.finish_reason);
-                c.completion_tokens = f.completion_tokens;
-                c.prompt_tokens = f.prompt_tokens;
-                c.cached_tokens = f.cached_tokens;
-                c.dropped_tokens = f.dropped_tokens;
-            }
-            Event::Error(e) => c.error = Some(e),
-        }
+        choices[i].take(ev, &st, &shape);
     }
     if let Some(e) = choices.iter().find_map(|c| c.error.clone()) {
         return Err(crate::generate::event_error(&st, e));
@@ -221,50 +247,18 @@ pub(crate) async fn collect_response(
     // Every choice has the same prompt (truncated alike).
     let n_prompt = choices.iter().map(|c| c.prompt_tokens).min().unwrap_or(0);
     let dropped = choices.iter().map(|c| c.dropped_tokens).max();
-    if sampled > n {
+    if sampled > shape.n {
         // Stable: ties keep the sampling order.
         choices.sort_by(|a, b| b.mean_logprob().total_cmp(&a.mean_logprob()));
-        choices.truncate(n);
+        choices.truncate(shape.n);
     }
-    let finish = |c: &Choice| c.finish.map(FinishReason::as_str);
     let mut new_id = || st.new_id("call");
     let out: Vec<Value> = choices
         .iter()
         .enumerate()
-        .map(|(i, c)| {
-            let mut v = match ep {
-                Endpoint::Chat => {
-                    let (message, reason) = if tools.is_some() || reasoning.is_some() {
-                        let (m, calls) = crate::tools::message_with(
-                            &c.text,
-                            reasoning,
-                            tools.as_deref(),
-                            &mut new_id,
-                        );
-                        (m, tool_finish(c.finish, calls))
-                    } else {
-                        (json!({"role": "assistant", "content": c.text}), finish(c))
-                    };
-                    json!({
-                        "index": i,
-                        "message": message,
-                        "logprobs": if want_logprobs { json!({"content": c.chat_lp}) } else { Value::Null },
-                        "finish_reason": reason,
-                    })
-                }
-                Endpoint::Completions => json!({
-                    "index": i,
-                    "text": c.text,
-                    "logprobs": if want_logprobs { c.cmpl_lp.to_json() } else { Value::Null },
-                    "finish_reason": finish(c),
-                }),
-            };
-            if want_explain {
-                v["explain"] = json!(c.explain);
-            }
-            v
-        })
+        .map(|(i, c)| c.to_json(i, &shape, &mut new_id))
         .collect();
+    let Shape { ep, id, policy, .. } = shape;
     let object = match ep {
         Endpoint::Chat => "chat.completion",
         Endpoint::Completions => "text_completion",
