@@ -168,41 +168,8 @@ pub fn quantize_source(
         .collect();
     let facts = ModelFacts::from_metadata(file.metadata());
     let (types, fallbacks) = plan_types(mix, &facts, &shapes).map_err(QuantizeError::Plan)?;
-    let mut entries = Vec::with_capacity(order.len());
-    for (t, &to) in shapes.iter().zip(&types) {
-        let bad = |problem: String| QuantizeError::Tensor {
-            name: t.name.to_string(),
-            problem,
-        };
-        if to != t.ty && !t.ty.is_computable() {
-            return Err(bad(format!(
-                "nucleus cannot read {} tensors to convert them to {to}",
-                t.ty
-            )));
-        }
-        if to != t.ty && !can_quantize(to) {
-            return Err(bad(format!("nucleus cannot write {to}")));
-        }
-        let size = tensor_bytes(t.dims, to).map_err(bad)?;
-        entries.push(HeaderTensor {
-            name: t.name,
-            dims: t.dims,
-            ty: to,
-            size,
-        });
-    }
-
-    let mut metadata: Vec<(String, MetaValue)> = file
-        .metadata()
-        .iter()
-        .filter(|(k, _)| !DROPPED_KEYS.contains(k))
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    metadata.push((
-        "general.quantization_version".into(),
-        MetaValue::U32(QUANTIZATION_VERSION),
-    ));
-    metadata.push(("general.file_type".into(), MetaValue::U32(mix.ftype)));
+    let entries = header_entries(&shapes, &types)?;
+    let metadata = output_metadata(file.metadata(), mix);
     // The input's alignment (32 unless its metadata, copied, says otherwise).
     let alignment = file.alignment();
     let (header, offsets) = gguf_header(&metadata, &entries, alignment);
@@ -276,6 +243,54 @@ pub fn quantize_source(
         input_bytes: file.input_bytes(),
         output_bytes: (header.len() + written) as u64,
     })
+}
+
+/// The output's tensors: each shape with its planned type and size; an error names a tensor
+/// nucleus cannot convert.
+fn header_entries<'a>(
+    shapes: &[TensorShape<'a>],
+    types: &[GgmlType],
+) -> Result<Vec<HeaderTensor<'a>>, QuantizeError> {
+    let mut entries = Vec::with_capacity(shapes.len());
+    for (t, &to) in shapes.iter().zip(types) {
+        let bad = |problem: String| QuantizeError::Tensor {
+            name: t.name.to_string(),
+            problem,
+        };
+        if to != t.ty && !t.ty.is_computable() {
+            return Err(bad(format!(
+                "nucleus cannot read {} tensors to convert them to {to}",
+                t.ty
+            )));
+        }
+        if to != t.ty && !can_quantize(to) {
+            return Err(bad(format!("nucleus cannot write {to}")));
+        }
+        let size = tensor_bytes(t.dims, to).map_err(bad)?;
+        entries.push(HeaderTensor {
+            name: t.name,
+            dims: t.dims,
+            ty: to,
+            size,
+        });
+    }
+    Ok(entries)
+}
+
+/// The input's metadata less what no longer holds, with the quantization's version and the
+/// mixture's file type.
+fn output_metadata(input: &Metadata, mix: &Mix) -> Vec<(String, MetaValue)> {
+    let mut metadata: Vec<(String, MetaValue)> = input
+        .iter()
+        .filter(|(k, _)| !DROPPED_KEYS.contains(k))
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    metadata.push((
+        "general.quantization_version".into(),
+        MetaValue::U32(QUANTIZATION_VERSION),
+    ));
+    metadata.push(("general.file_type".into(), MetaValue::U32(mix.ftype)));
+    metadata
 }
 
 /// `.NAME.partial-PID` in the output's directory (a rename within one file system is atomic).
