@@ -63,6 +63,55 @@ impl SharedOut {
     }
 }
 
+/// Units of work per head: a token with tiled attention (`tiled(t)`, [`tiled_attention`])
+/// goes with up to seven more of its sequence's (`same_seq`), any other token alone (its
+/// one-query attention). As (first token, tokens).
+fn attention_units(
+    n_tokens: usize,
+    tiled: &dyn Fn(usize) -> bool,
+    same_seq: impl Fn(usize, usize) -> bool,
+) -> Vec<(usize, usize)> {
+    let mut units = Vec::new();
+    let mut t = 0;
+    while t < n_tokens {
+        let mut m = 1;
+        if tiled(t) {
+            while m < tile::QUERY_LANES && t + m < n_tokens && tiled(t + m) && same_seq(t + m, t) {
+                m += 1;
+            }
+        }
+        units.push((t, m));
+        t += m;
+    }
+    units
+}
+
+/// How the `group` query heads of a KV head split into parts: (parts, heads per part). A unit
+/// is one task per KV head and part: the heads that share a KV head are computed together (the
+/// keys and values read once for them all), in as many parts as keep every thread busy when
+/// the units are few (one decode step). A query's bits do not depend on the heads or queries
+/// it is computed with, so the split is free to follow the load. Tiled units widen each tile
+/// of keys and values once per task, so they take one task per thread; one-query ones, which
+/// read the cache as it is, four for a finer balance.
+fn head_parts(
+    units: &[(usize, usize)],
+    tiled: &dyn Fn(usize) -> bool,
+    threads: usize,
+    n_head_kv: usize,
+    group: usize,
+) -> (usize, usize) {
+    let tasks_per_thread = if units.iter().all(|&(t0, _)| tiled(t0)) {
+        1
+    } else {
+        4
+    };
+    let parts = (tasks_per_thread * threads)
+        .div_ceil((units.len() * n_head_kv).max(1))
+        .clamp(1, group);
+    let heads_per_part = group.div_ceil(parts);
+    (group.div_ceil(heads_per_part), heads_per_part)
+}
+
 impl Model {
     /// Attention for every (token, head) of the batch, spread over the thread pool.
     pub(in crate::model) fn attention(
@@ -77,47 +126,16 @@ impl Model {
         let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
         let group = hp.n_head / hp.n_head_kv;
         let window = hp.layer_window(il);
-        // Units of work per head: a token with tiled attention (`tiled_attention`) goes with
-        // up to seven more of its sequence's, any other token alone (its one-query attention).
         // (A quantized cache takes the one-query path for every token.)
         let f16_cache = kv.config().ty == crate::kv_cache::KvType::F16;
         let tiled = |t: usize| f16_cache && tiled_attention(self.arithmetic, batch.prompt[t]);
-        let mut units: Vec<(usize, usize)> = Vec::new();
-        let mut t = 0;
-        while t < batch.len() {
-            let mut m = 1;
-            if tiled(t) {
-                while m < tile::QUERY_LANES
-                    && t + m < batch.len()
-                    && tiled(t + m)
-                    && batch.seqs[t + m] == batch.seqs[t]
-                {
-                    m += 1;
-                }
-            }
-            units.push((t, m));
-            t += m;
-        }
-        // A unit is one task per KV head and part: the heads that share a KV head are computed
-        // together (the keys and values read once for them all), in as many parts as keep every
-        // thread busy when the units are few (one decode step). A query's bits do not depend on
-        // the heads or queries it is computed with, so the split is free to follow the load.
-        // Tiled units widen each tile of keys and values once per task, so they take one task
-        // per thread; one-query ones, which read the cache as it is, four for a finer balance.
-        let tasks_per_thread = if units.iter().all(|&(t0, _)| tiled(t0)) {
-            1
+        let units = attention_units(batch.len(), &tiled, |t, u| batch.seqs[t] == batch.seqs[u]);
+        let (parts, heads_per_part) = if f16_cache {
+            head_parts(&units, &tiled, self.pool.n_threads(), hp.n_head_kv, group)
         } else {
-            4
+            // A quantized cache: one head a task.
+            (group, 1)
         };
-        let parts = if f16_cache {
-            (tasks_per_thread * self.pool.n_threads())
-                .div_ceil((units.len() * hp.n_head_kv).max(1))
-                .clamp(1, group)
-        } else {
-            group
-        };
-        let heads_per_part = group.div_ceil(parts);
-        let parts = group.div_ceil(heads_per_part);
         let tasks_per_unit = hp.n_head_kv * parts;
         let mut task_start = Vec::with_capacity(units.len() + 1);
         task_start.push(0);
