@@ -242,32 +242,7 @@ impl<'a> Scheduler<'a> {
     }
 
     fn step(&mut self, plan: &[(usize, usize)]) {
-        self.batch.clear();
-        for &(i, n) in plan {
-            let s = &self.running[i];
-            let id = s.kv_seq.expect("running");
-            let last = n == s.uncached();
-            // Prompt tokens (also when recomputed after preemption) get prompt arithmetic,
-            // generated ones decode arithmetic, whatever the chunking: see `Batch::push_prompt`.
-            let n_prompt = s.seq.prompt().len();
-            let bs = self.shared.cfg.block_size;
-            for k in 0..n {
-                let pos = s.n_cached + k;
-                let index = s.context_index(pos, bs);
-                let logits = last && k + 1 == n;
-                if index < n_prompt {
-                    let slot = prompt_slot(n_prompt, index);
-                    self.batch
-                        .push_prompt(s.tokens()[index], pos, id, logits, slot);
-                } else {
-                    self.batch.push(s.tokens()[index], pos, id, logits);
-                }
-            }
-            // The drafts follow as generated tokens, each with its logits for verification.
-            for (k, &draft) in s.drafts.iter().enumerate() {
-                self.batch.push(draft, s.n_cached + n + k, id, true);
-            }
-        }
+        self.fill_batch(plan);
         let c = &self.shared.counters;
         c.steps.fetch_add(1, Ordering::Relaxed);
         c.forward_tokens
@@ -308,38 +283,20 @@ impl<'a> Scheduler<'a> {
             if !last {
                 continue;
             }
-            // One row for the pending token, one per draft: sampled in order until a sampled
-            // token is not the draft (speculation's verification; without drafts, decoding).
+            // One row for the pending token, one per draft.
             let rows = 1 + s.drafts.len();
             let drafts = std::mem::take(&mut s.drafts);
-            let mut accepted = 0;
-            for r in row..row + rows {
-                buf.clear();
-                buf.extend_from_slice(&all_logits[r * n_vocab..(r + 1) * n_vocab]);
-                let out = match s.seq.step(&mut buf) {
-                    Ok(out) => out,
-                    Err(e) => {
-                        c.failed.fetch_add(1, Ordering::Relaxed);
-                        let _ = s.tx.send(Event::Error(format!("sampling failed: {e}")));
-                        done.push(i);
-                        break;
-                    }
-                };
-                let k = r - row;
-                let right = k < drafts.len() && out.token == drafts[k];
-                c.generation_tokens.fetch_add(1, Ordering::Relaxed);
-                if let Some(f) = deliver(s, out) {
-                    c.finished.fetch_add(1, Ordering::Relaxed);
+            let logits = &all_logits[row * n_vocab..(row + rows) * n_vocab];
+            let (accepted, end) = sample_rows(s, logits, &drafts, c, &mut buf);
+            match end {
+                RowsEnd::Open => {}
+                RowsEnd::Failed => done.push(i),
+                RowsEnd::Finished(f) => {
                     // Sent after the blocks are freed and the stats published, so that a
                     // client that saw its request end sees the engine without it.
                     finals.push((s.tx.clone(), f));
                     done.push(i);
-                    break;
                 }
-                if !right {
-                    break;
-                }
-                accepted += 1;
             }
             row += rows;
             if !drafts.is_empty() && done.last() != Some(&i) {
@@ -362,6 +319,37 @@ impl<'a> Scheduler<'a> {
         self.publish();
         for (tx, f) in finals {
             let _ = tx.send(Event::Done(f));
+        }
+    }
+
+    /// The plan's tokens into the batch: `n` uncached tokens of each planned sequence, then its
+    /// drafts.
+    fn fill_batch(&mut self, plan: &[(usize, usize)]) {
+        self.batch.clear();
+        for &(i, n) in plan {
+            let s = &self.running[i];
+            let id = s.kv_seq.expect("running");
+            let last = n == s.uncached();
+            // Prompt tokens (also when recomputed after preemption) get prompt arithmetic,
+            // generated ones decode arithmetic, whatever the chunking: see `Batch::push_prompt`.
+            let n_prompt = s.seq.prompt().len();
+            let bs = self.shared.cfg.block_size;
+            for k in 0..n {
+                let pos = s.n_cached + k;
+                let index = s.context_index(pos, bs);
+                let logits = last && k + 1 == n;
+                if index < n_prompt {
+                    let slot = prompt_slot(n_prompt, index);
+                    self.batch
+                        .push_prompt(s.tokens()[index], pos, id, logits, slot);
+                } else {
+                    self.batch.push(s.tokens()[index], pos, id, logits);
+                }
+            }
+            // The drafts follow as generated tokens, each with its logits for verification.
+            for (k, &draft) in s.drafts.iter().enumerate() {
+                self.batch.push(draft, s.n_cached + n + k, id, true);
+            }
         }
     }
 
@@ -411,6 +399,53 @@ impl<'a> Scheduler<'a> {
                 .store(d.kv.config().n_blocks, Ordering::Relaxed);
         }
     }
+}
+
+/// How a sequence's rows of a step ended.
+enum RowsEnd {
+    /// It goes on.
+    Open,
+    /// Its sampler failed (the error sent).
+    Failed,
+    /// It finished: the event to send once the engine is without it.
+    Finished(Finished),
+}
+
+/// Samples a sequence's rows of logits (`n_vocab` each: the pending token's, then one per
+/// draft) in order until a sampled token is not the draft (speculation's verification;
+/// without drafts, decoding) or the sequence ends. Returns the drafts accepted.
+fn sample_rows(
+    s: &mut Seq,
+    logits: &[f32],
+    drafts: &[TokenId],
+    c: &Counters,
+    buf: &mut Vec<f32>,
+) -> (usize, RowsEnd) {
+    let n_vocab = logits.len() / (1 + drafts.len());
+    let mut accepted = 0;
+    for (k, row) in logits.chunks_exact(n_vocab).enumerate() {
+        buf.clear();
+        buf.extend_from_slice(row);
+        let out = match s.seq.step(buf) {
+            Ok(out) => out,
+            Err(e) => {
+                c.failed.fetch_add(1, Ordering::Relaxed);
+                let _ = s.tx.send(Event::Error(format!("sampling failed: {e}")));
+                return (accepted, RowsEnd::Failed);
+            }
+        };
+        let right = k < drafts.len() && out.token == drafts[k];
+        c.generation_tokens.fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = deliver(s, out) {
+            c.finished.fetch_add(1, Ordering::Relaxed);
+            return (accepted, RowsEnd::Finished(f));
+        }
+        if !right {
+            break;
+        }
+        accepted += 1;
+    }
+    (accepted, RowsEnd::Open)
 }
 
 /// Sends a sampled token's event; returns the end of the request when the token ended it.
