@@ -429,6 +429,81 @@ struct Product<'a> {
     blocks: usize,
 }
 
+/// What decides how a call's products run.
+#[derive(Clone, Copy)]
+struct How {
+    nt: usize,
+    avx2: bool,
+    chain: Chain,
+    ask: TileAsk,
+    threads: usize,
+}
+
+impl<'a> Product<'a> {
+    /// How `how.nt` tokens multiply `w` into `y`, its work items numbered from `first_chunk`.
+    fn new(w: &'a PackedMatrix, y: &mut [f32], how: How, first_chunk: usize) -> Product<'a> {
+        let How {
+            nt,
+            avx2,
+            chain,
+            ask,
+            threads,
+        } = how;
+        let stored = avx2
+            && nt <= TILE_TOKENS
+            && matches!(
+                w.ty(),
+                GgmlType::Q5_0
+                    | GgmlType::Q8_0
+                    | GgmlType::Q4_0
+                    | GgmlType::IQ4_NL
+                    | GgmlType::MXFP4
+                    | GgmlType::Q6_K
+            );
+        let tiles = tile_use(w.ty(), nt, avx2, ask);
+        let (tile_fn, unpack) = kernels(w.ty(), avx2, chain);
+        let wide = avx2
+            && cfg!(target_arch = "x86_64")
+            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni
+            && tiles == TileUse::No
+            && wide_min_tokens(w.ty()).is_some_and(|least| nt >= least);
+        Product {
+            w,
+            out: OutPtr(y.as_mut_ptr()),
+            tile_fn,
+            unpack,
+            stored,
+            tiles,
+            wide,
+            q4k_pairs: chain == Chain::Q4kPairs && w.ty() == GgmlType::Q4_K,
+            q8_stored_tiles: avx2 && w.ty() == GgmlType::Q8_0,
+            q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0 && nt <= q5_stored_most(),
+            first_chunk,
+            chunk_groups: chunk_groups(w, nt, threads),
+            blocks: w.cols() / pack::block_len(w.ty()),
+        }
+    }
+}
+
+/// Groups per work item. Many tokens: a few, unpacked once for every token block. One tile
+/// (decode): about 1/32 of a thread's share, so that a large matrix with short rows (an output
+/// projection) is not all overhead, and at least [`DECODE_CHUNK_BYTES`] of weights: a thread
+/// streams a long stretch of memory, where small items of a small matrix (an expert's) would
+/// interleave the threads' reads and send each one's prefetches into the other's stretch.
+fn chunk_groups(w: &PackedMatrix, nt: usize, threads: usize) -> usize {
+    if nt > TILE_TOKENS {
+        return GROUPS_PER_CHUNK;
+    }
+    let groups = w.rows() / GROUP_ROWS;
+    let group_bytes = w.group(0).len().max(1);
+    let by_bytes = DECODE_CHUNK_BYTES.div_ceil(group_bytes);
+    let most = groups.div_ceil(threads).max(GROUPS_PER_CHUNK);
+    (groups / (32 * threads))
+        .max(by_bytes)
+        .clamp(GROUPS_PER_CHUNK, 256)
+        .min(most)
+}
+
 impl Product<'_> {
     /// Whether `nt` tokens read this matrix as stored, with no unpacked group views (and so
     /// no scratch).
@@ -593,58 +668,16 @@ fn matmul_packed_tiles(
             "matmul_packed: activation type"
         );
         assert_eq!(y.len(), nt * w.rows(), "matmul_packed: output size");
-        let stored = avx2
-            && nt <= TILE_TOKENS
-            && matches!(
-                w.ty(),
-                GgmlType::Q5_0
-                    | GgmlType::Q8_0
-                    | GgmlType::Q4_0
-                    | GgmlType::IQ4_NL
-                    | GgmlType::MXFP4
-                    | GgmlType::Q6_K
-            );
-        let groups = w.rows() / GROUP_ROWS;
-        let tiles = tile_use(w.ty(), nt, avx2, ask);
-        // Many tokens: a few groups per item, unpacked once for every token block. One tile
-        // (decode): items of about 1/32 of a thread's share, so that a large matrix with short
-        // rows (an output projection) is not all overhead.
-        let chunk_groups = if nt <= TILE_TOKENS {
-            // At least DECODE_CHUNK_BYTES of weights a item: a thread streams a long stretch
-            // of memory, where small items of a small matrix (an expert's) would interleave
-            // the threads' reads and send each one's prefetches into the other's stretch.
-            let group_bytes = w.group(0).len().max(1);
-            let by_bytes = DECODE_CHUNK_BYTES.div_ceil(group_bytes);
-            let most = groups.div_ceil(pool.n_threads()).max(GROUPS_PER_CHUNK);
-            (groups / (32 * pool.n_threads()))
-                .max(by_bytes)
-                .clamp(GROUPS_PER_CHUNK, 256)
-                .min(most)
-        } else {
-            GROUPS_PER_CHUNK
+        let how = How {
+            nt,
+            avx2,
+            chain,
+            ask,
+            threads: pool.n_threads(),
         };
-        let (tile_fn, unpack) = kernels(w.ty(), avx2, chain);
-        let wide = avx2
-            && cfg!(target_arch = "x86_64")
-            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni
-            && tiles == TileUse::No
-            && wide_min_tokens(w.ty()).is_some_and(|least| nt >= least);
-        list.push(Product {
-            w,
-            out: OutPtr(y.as_mut_ptr()),
-            tile_fn,
-            unpack,
-            stored,
-            tiles,
-            wide,
-            q4k_pairs: chain == Chain::Q4kPairs && w.ty() == GgmlType::Q4_K,
-            q8_stored_tiles: avx2 && w.ty() == GgmlType::Q8_0,
-            q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0 && nt <= q5_stored_most(),
-            first_chunk: n_chunks,
-            chunk_groups,
-            blocks: w.cols() / pack::block_len(w.ty()),
-        });
-        n_chunks += groups.div_ceil(chunk_groups);
+        let p = Product::new(w, y, how, n_chunks);
+        n_chunks += (w.rows() / GROUP_ROWS).div_ceil(p.chunk_groups);
+        list.push(p);
     }
     if nt == 0 || n_chunks == 0 {
         return;
