@@ -1,0 +1,177 @@
+//! Which kernels a product runs on: AMX tiles, the 512-bit kernels or the others, chosen by
+//! type and token count from measurements, and how many groups of rows make a work item.
+
+use super::*;
+
+/// What decides how a call's products run.
+#[derive(Clone, Copy)]
+pub(super) struct How {
+    pub nt: usize,
+    pub avx2: bool,
+    pub chain: Chain,
+    pub ask: TileAsk,
+    pub threads: usize,
+}
+
+impl<'a> Product<'a> {
+    /// How `how.nt` tokens multiply `w` into `y`, its work items numbered from `first_chunk`.
+    pub(super) fn new(
+        w: &'a PackedMatrix,
+        y: &mut [f32],
+        how: How,
+        first_chunk: usize,
+    ) -> Product<'a> {
+        let How {
+            nt,
+            avx2,
+            chain,
+            ask,
+            threads,
+        } = how;
+        let stored = avx2
+            && nt <= TILE_TOKENS
+            && matches!(
+                w.ty(),
+                GgmlType::Q5_0
+                    | GgmlType::Q8_0
+                    | GgmlType::Q4_0
+                    | GgmlType::IQ4_NL
+                    | GgmlType::MXFP4
+                    | GgmlType::Q6_K
+            );
+        let tiles = tile_use(w.ty(), nt, avx2, ask);
+        let (tile_fn, unpack) = kernels(w.ty(), avx2, chain);
+        let wide = avx2
+            && cfg!(target_arch = "x86_64")
+            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni
+            && tiles == TileUse::No
+            && wide_min_tokens(w.ty()).is_some_and(|least| nt >= least);
+        Product {
+            w,
+            out: OutPtr(y.as_mut_ptr()),
+            tile_fn,
+            unpack,
+            stored,
+            tiles,
+            wide,
+            q4k_pairs: chain == Chain::Q4kPairs && w.ty() == GgmlType::Q4_K,
+            q8_stored_tiles: avx2 && w.ty() == GgmlType::Q8_0,
+            q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0 && nt <= q5_stored_most(),
+            first_chunk,
+            chunk_groups: chunk_groups(w, nt, threads),
+            blocks: w.cols() / pack::block_len(w.ty()),
+        }
+    }
+}
+
+/// Groups per work item. Many tokens: a few, unpacked once for every token block. One tile
+/// (decode): about 1/32 of a thread's share, so that a large matrix with short rows (an output
+/// projection) is not all overhead, and at least [`DECODE_CHUNK_BYTES`] of weights: a thread
+/// streams a long stretch of memory, where small items of a small matrix (an expert's) would
+/// interleave the threads' reads and send each one's prefetches into the other's stretch.
+fn chunk_groups(w: &PackedMatrix, nt: usize, threads: usize) -> usize {
+    if nt > TILE_TOKENS {
+        return GROUPS_PER_CHUNK;
+    }
+    let groups = w.rows() / GROUP_ROWS;
+    let group_bytes = w.group(0).len().max(1);
+    let by_bytes = DECODE_CHUNK_BYTES.div_ceil(group_bytes);
+    let most = groups.div_ceil(threads).max(GROUPS_PER_CHUNK);
+    (groups / (32 * threads))
+        .max(by_bytes)
+        .clamp(GROUPS_PER_CHUNK, 256)
+        .min(most)
+}
+
+/// Whether a product runs on AMX tiles ([`amx`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TileUse {
+    No,
+    Hardware,
+    /// The tiles' sums computed in plain code (the tests, and `NUCLEUS_AMX=emulate`).
+    Emulated,
+}
+
+/// The fewest tokens whose products run on AMX tiles in the tests (`emulate`): every path
+/// of the tile kernels, down to one A tile of five tokens.
+pub(super) const AMX_MIN_TOKENS: usize = TILE_TOKENS + 1;
+
+/// The fewest tokens for which a matrix of `ty` runs on AMX tiles, where the CPU has them
+/// (`None`: never). Below, the vector kernels are faster: copying a work item's weights into
+/// the tiles' layout costs a pass over them per product. Measured with `matmul_bench`
+/// (`NUCLEUS_AMX=all` against `NUCLEUS_AMX=0`, 2 threads pinned, the lent device machine's
+/// Xeon with AMX, 2026-11-26 evening, against the 512-bit vector kernels; G MAC/s on tiles /
+/// on vectors, at 32, 128 and 512 tokens, `scripts/bench_amx.sh`):
+/// - 3584×18944: Q8_0 193/130, 309/143, 283/131; Q4_0 174/158, 280/177, 337/160 (an earlier
+///   run: 146/188 at 32, 164/202 at 64); IQ4_NL 175/93, 292/101, 280/86.
+/// - Q6_K, 3584×18944: 129/193, 281/231, 296/243; 18944×3584: 128/187, 275/211, 309/246.
+/// - Q4_K, 3584×18944: 130/185, 190/265, 263/287; 18944×3584: 124/195, 221/232, 214/279:
+///   slower than the vectors at every count, so Q4_K stays on them.
+/// - Q5_0 (an earlier run): 163/166 at 512, 143/169 at 128: no faster, so on vectors.
+///
+/// MXFP4's tiles (Q8_0's kernel) compute its bits on that machine but were not timed there.
+fn amx_min_tokens(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(32),
+        GgmlType::Q4_0 | GgmlType::Q6_K => Some(128),
+        _ => None,
+    }
+}
+
+/// The fewest tokens for which a matrix of `ty` runs on the 512-bit kernels of [`wide`]
+/// (`None`: never), where the CPU has AVX-512 VNNI. Below, unpacking the weights costs more
+/// than the wider registers save. `matmul_bench` (2 threads, Xeon with AVX-512 VNNI,
+/// 2026-11-26, 18944×3584 and 3584×18944), G MAC/s wide / 256-bit: Q4_K 130/182 and 104/190
+/// at 8 tokens, 189/193 and 159/192 at 16, 238/196 and 216/188 at 32, 325/200 and 332/188 at
+/// 512; Q6_K 136/124 and 140/128 at 8, 289/187 and 297/195 at 512.
+fn wide_min_tokens(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q4_K => Some(32),
+        GgmlType::Q6_K => Some(TILE_TOKENS + 1),
+        _ => None,
+    }
+}
+
+/// What a caller asks of the tiles: [`TileAsk::Auto`] everywhere but in the tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TileAsk {
+    /// The hardware where the CPU has AMX, for the types and token counts where it is faster.
+    Auto,
+    /// Emulated tiles on any AVX-512 machine, for every type and token count the tiles take.
+    Emulated,
+    /// The hardware where the CPU has AMX, for every type and token count the tiles take.
+    Hardware,
+}
+
+/// How `nt` tokens multiply a matrix of `ty`: on tiles when the CPU has AMX (or emulated, in
+/// the tests) for the types [`amx`] has kernels for.
+pub(super) fn tile_use(ty: GgmlType, nt: usize, simd: bool, ask: TileAsk) -> TileUse {
+    let typed = matches!(
+        ty,
+        GgmlType::Q8_0
+            | GgmlType::Q5_0
+            | GgmlType::Q4_0
+            | GgmlType::IQ4_NL
+            | GgmlType::MXFP4
+            | GgmlType::Q4_K
+            | GgmlType::Q6_K
+    );
+    if !simd || !typed || nt < AMX_MIN_TOKENS {
+        return TileUse::No;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let emulate = ask == TileAsk::Emulated || amx::emulation_requested();
+        if emulate && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512 {
+            return TileUse::Emulated;
+        }
+        let wanted = ask == TileAsk::Hardware
+            || amx::all_requested()
+            || amx_min_tokens(ty).is_some_and(|least| nt >= least);
+        if amx::uses_amx() && wanted {
+            return TileUse::Hardware;
+        }
+    }
+    let _ = ask;
+    TileUse::No
+}
