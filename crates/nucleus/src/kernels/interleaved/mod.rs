@@ -69,6 +69,8 @@ macro_rules! kernel_by_level {
 pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
 mod amx_layout;
+#[cfg(target_arch = "x86_64")]
+mod amx_tiles;
 mod choice;
 mod pack;
 mod q4_k;
