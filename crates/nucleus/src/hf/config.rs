@@ -118,35 +118,90 @@ fn token_ids(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
+/// The model family of `architectures`, with the options nucleus does not support refused.
+fn family(v: &Value) -> Result<Family, HfError> {
+    let arch = v
+        .get("architectures")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("no \"architectures\" entry"))?;
+    let family = match arch {
+        "LlamaForCausalLM" => Family::Llama,
+        "Qwen2ForCausalLM" => Family::Qwen2,
+        other => return Err(HfError::UnknownArchitecture(other.to_string())),
+    };
+    if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
+        if act != "silu" {
+            return Err(bad(format!(
+                "hidden_act {act:?} is not supported (only \"silu\")"
+            )));
+        }
+    }
+    if opt_bool(v, "mlp_bias") == Some(true) {
+        return Err(bad("mlp_bias = true is not supported"));
+    }
+    if family == Family::Qwen2 && opt_bool(v, "use_sliding_window") == Some(true) {
+        return Err(bad("use_sliding_window = true is not supported"));
+    }
+    Ok(family)
+}
+
+/// RoPE's base and scaling (Transformers 5 moved both into `rope_parameters`).
+fn rope(v: &Value) -> Result<(f32, RopeScaling), HfError> {
+    let rope_params = v.get("rope_parameters").filter(|p| p.is_object());
+    let rope_theta = match opt_f32(v, "rope_theta")? {
+        Some(t) => t,
+        None => match rope_params {
+            Some(p) => opt_f32(p, "rope_theta")?.unwrap_or(10_000.0),
+            None => 10_000.0,
+        },
+    };
+    if rope_theta <= 0.0 {
+        return Err(bad(format!("rope_theta {rope_theta} is not positive")));
+    }
+    let scaling = v
+        .get("rope_scaling")
+        .filter(|s| s.is_object())
+        .or(rope_params);
+    let Some(s) = scaling else {
+        return Ok((rope_theta, RopeScaling::None));
+    };
+    let ty = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let factor = opt_f32(s, "factor")?;
+    let scaling = match ty {
+        "default" => RopeScaling::None,
+        "linear" => {
+            let f = factor.ok_or_else(|| bad("linear rope_scaling has no factor"))?;
+            if f <= 0.0 {
+                return Err(bad(format!("rope_scaling factor {f} is not positive")));
+            }
+            RopeScaling::Linear(f)
+        }
+        "llama3" => RopeScaling::Llama3 {
+            factor: factor.unwrap_or(8.0),
+            low_freq_factor: opt_f32(s, "low_freq_factor")?.unwrap_or(1.0),
+            high_freq_factor: opt_f32(s, "high_freq_factor")?.unwrap_or(4.0),
+            original_context: opt_f32(s, "original_max_position_embeddings")?.unwrap_or(8192.0),
+        },
+        other => {
+            return Err(bad(format!(
+                "rope_scaling type {other:?} is not supported (linear, llama3)"
+            )))
+        }
+    };
+    Ok((rope_theta, scaling))
+}
+
 impl Config {
     /// Parses and checks `config.json`.
     pub fn parse(text: &str) -> Result<Config, HfError> {
         let v: Value = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
-        let arch = v
-            .get("architectures")
-            .and_then(Value::as_array)
-            .and_then(|a| a.first())
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("no \"architectures\" entry"))?;
-        let family = match arch {
-            "LlamaForCausalLM" => Family::Llama,
-            "Qwen2ForCausalLM" => Family::Qwen2,
-            other => return Err(HfError::UnknownArchitecture(other.to_string())),
-        };
-        if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
-            if act != "silu" {
-                return Err(bad(format!(
-                    "hidden_act {act:?} is not supported (only \"silu\")"
-                )));
-            }
-        }
-        if opt_bool(&v, "mlp_bias") == Some(true) {
-            return Err(bad("mlp_bias = true is not supported"));
-        }
-        if family == Family::Qwen2 && opt_bool(&v, "use_sliding_window") == Some(true) {
-            return Err(bad("use_sliding_window = true is not supported"));
-        }
-
+        let family = family(&v)?;
         let n_embd = dim(&v, "hidden_size")?;
         let n_head = dim(&v, "num_attention_heads")?;
         let n_head_kv = opt_dim(&v, "num_key_value_heads")?.unwrap_or(n_head);
@@ -168,56 +223,7 @@ impl Config {
             )));
         }
 
-        // Transformers 5 moved rope_theta and rope_scaling into rope_parameters.
-        let rope_params = v.get("rope_parameters").filter(|p| p.is_object());
-        let rope_theta = match opt_f32(&v, "rope_theta")? {
-            Some(t) => t,
-            None => match rope_params {
-                Some(p) => opt_f32(p, "rope_theta")?.unwrap_or(10_000.0),
-                None => 10_000.0,
-            },
-        };
-        if rope_theta <= 0.0 {
-            return Err(bad(format!("rope_theta {rope_theta} is not positive")));
-        }
-        let scaling = v
-            .get("rope_scaling")
-            .filter(|s| s.is_object())
-            .or(rope_params);
-        let rope_scaling = match scaling {
-            None => RopeScaling::None,
-            Some(s) => {
-                let ty = s
-                    .get("rope_type")
-                    .or_else(|| s.get("type"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("default");
-                let factor = opt_f32(s, "factor")?;
-                match ty {
-                    "default" => RopeScaling::None,
-                    "linear" => {
-                        let f = factor.ok_or_else(|| bad("linear rope_scaling has no factor"))?;
-                        if f <= 0.0 {
-                            return Err(bad(format!("rope_scaling factor {f} is not positive")));
-                        }
-                        RopeScaling::Linear(f)
-                    }
-                    "llama3" => RopeScaling::Llama3 {
-                        factor: factor.unwrap_or(8.0),
-                        low_freq_factor: opt_f32(s, "low_freq_factor")?.unwrap_or(1.0),
-                        high_freq_factor: opt_f32(s, "high_freq_factor")?.unwrap_or(4.0),
-                        original_context: opt_f32(s, "original_max_position_embeddings")?
-                            .unwrap_or(8192.0),
-                    },
-                    other => {
-                        return Err(bad(format!(
-                            "rope_scaling type {other:?} is not supported (linear, llama3)"
-                        )))
-                    }
-                }
-            }
-        };
-
+        let (rope_theta, rope_scaling) = rope(&v)?;
         Ok(Config {
             family,
             n_layers: dim(&v, "num_hidden_layers")?,
@@ -305,5 +311,75 @@ impl Config {
             })
             .collect();
         Some(factors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &str) -> Result<Config, HfError> {
+        Config::parse(&format!(
+            r#"{{"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "vocab_size": 100{extra}}}"#
+        ))
+    }
+
+    fn error(extra: &str) -> String {
+        parse(extra).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn rope_from_either_place_and_its_errors() {
+        let c = parse("").unwrap();
+        assert_eq!(
+            (c.rope_theta, c.rope_scaling),
+            (10_000.0, RopeScaling::None)
+        );
+        assert_eq!((c.head_dim, c.n_head_kv), (16, 2));
+        let c =
+            parse(r#", "rope_theta": 500000.0, "rope_scaling": {"type": "linear", "factor": 2.0}"#)
+                .unwrap();
+        assert_eq!(
+            (c.rope_theta, c.rope_scaling),
+            (500_000.0, RopeScaling::Linear(2.0))
+        );
+        // Transformers 5: both in rope_parameters.
+        let c = parse(
+            r#", "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}"#,
+        )
+        .unwrap();
+        assert_eq!(c.rope_theta, 500_000.0);
+        assert_eq!(
+            c.rope_scaling,
+            RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_context: 8192.0
+            }
+        );
+        let c =
+            parse(r#", "rope_parameters": {"rope_theta": 1e6, "rope_type": "default"}"#).unwrap();
+        assert_eq!((c.rope_theta, c.rope_scaling), (1e6, RopeScaling::None));
+        assert!(error(r#", "rope_theta": 0"#).contains("rope_theta 0 is not positive"));
+        assert!(error(r#", "rope_scaling": {"type": "linear"}"#).contains("has no factor"));
+        assert!(error(r#", "rope_scaling": {"type": "yarn", "factor": 4}"#)
+            .contains("rope_scaling type \"yarn\" is not supported"));
+    }
+
+    #[test]
+    fn unsupported_options_are_named() {
+        assert!(error(r#", "hidden_act": "gelu""#).contains("hidden_act \"gelu\" is not supported"));
+        assert!(error(r#", "mlp_bias": true"#).contains("mlp_bias = true"));
+        assert!(error(r#", "num_key_value_heads": 3"#).contains("not a multiple of"));
+        let qwen =
+            Config::parse(r#"{"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": true}"#);
+        assert!(qwen.unwrap_err().to_string().contains("use_sliding_window"));
+        let other = Config::parse(r#"{"architectures": ["GPT2LMHeadModel"]}"#);
+        assert!(matches!(other, Err(HfError::UnknownArchitecture(a)) if a == "GPT2LMHeadModel"));
     }
 }
