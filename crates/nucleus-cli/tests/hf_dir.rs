@@ -2,8 +2,11 @@
 //! checkpoints of `crates/nucleus/tests/data/hf` (see `tests/hf_checkpoint.rs` there), and
 //! one-line errors for directories that are not checkpoints and for what is not built yet.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::Command;
+
+use common::{fails_with, nucleus};
 
 use serde_json::Value;
 
@@ -12,26 +15,6 @@ fn data() -> PathBuf {
         env!("CARGO_MANIFEST_DIR"),
         "/../nucleus/tests/data/hf"
     ))
-}
-
-/// Runs `nucleus ARGS`; (exit code, stdout, stderr).
-fn nucleus(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nucleus"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn fails_with(args: &[&str], want: &str) {
-    let (code, _, err) = nucleus(args);
-    assert_eq!(code, 1, "{args:?} should fail: {err}");
-    assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
 
 fn ids(v: &Value) -> Vec<u64> {

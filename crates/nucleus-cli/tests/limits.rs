@@ -2,43 +2,11 @@
 //! allocated: the context against the model's training context and the memory available,
 //! threads, and `serve`'s queue, batch and body sizes. On the tiny model (`../shared`).
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 
-fn tiny() -> Option<String> {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/golden/tiny-llama-random.gguf"
-    ));
-    if p.exists() {
-        return Some(p.to_string_lossy().into_owned());
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the tiny model is missing"
-    );
-    eprintln!("skipped: the tiny model is absent at {}", p.display());
-    None
-}
-
-/// Runs `nucleus ARGS`; (exit code, stderr).
-fn nucleus(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nucleus"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn fails_with(args: &[&str], want: &str) {
-    let (code, err) = nucleus(args);
-    assert_eq!(code, 1, "{args:?} should fail: {err}");
-    assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-}
+use common::{fails_with, nucleus, tiny};
 
 #[test]
 fn context_limits() {
@@ -48,7 +16,7 @@ fn context_limits() {
         &["run", &m, "hi", "--ctx", "4096", "-n", "1"],
         "above the model's training context (2048 tokens)",
     );
-    let (code, err) = nucleus(&[
+    let (code, _, err) = nucleus(&[
         "run",
         &m,
         "hi",

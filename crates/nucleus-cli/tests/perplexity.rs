@@ -2,49 +2,14 @@
 //! kept, in JSON and in text; a base from another window, or flags that contradict each other,
 //! are one-line errors. On the tiny model (`../shared`).
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-fn tiny() -> Option<String> {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/golden/tiny-llama-random.gguf"
-    ));
-    if p.exists() {
-        return Some(p.to_string_lossy().into_owned());
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the tiny model is missing"
-    );
-    eprintln!("skipped: the tiny model is absent at {}", p.display());
-    None
-}
-
-/// Runs `nucleus ARGS`; (exit code, stdout, stderr).
-fn nucleus<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nucleus"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{fails_with, nucleus, tiny};
 
 fn json(args: &[String]) -> serde_json::Value {
     let (code, out, err) = nucleus(args);
     assert_eq!(code, 0, "{args:?}: {err}");
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
-}
-
-fn fails_with<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], want: &str) {
-    let (code, _, err) = nucleus(args);
-    assert_eq!(code, 1, "{args:?} should fail: {err}");
-    assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
 
 #[test]

@@ -8,6 +8,10 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use common::fails_with;
+
+mod common;
+
 fn catalog(name: &str) -> Option<String> {
     let dir = std::env::var_os("NUCLEUS_MODELS")
         .map(PathBuf::from)
@@ -25,17 +29,6 @@ fn catalog(name: &str) -> Option<String> {
 
 const QWEN: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m";
 const GEMMA: &str = "gemma-3-270m-q4_k_m";
-
-fn fails_with(args: &[&str], want: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nucleus"))
-        .args(args)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{args:?} should fail: {err}");
-    assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-}
 
 #[test]
 fn a_bad_draft_model_is_a_clear_error() {
