@@ -240,32 +240,20 @@ fn amx_is_used_only_where_the_cpu_has_it() {
             assert!(!amx::uses_amx());
             assert!(amx::amx_refusal().is_some());
         }
-        if amx::uses_amx() {
-            assert_eq!(
-                tile_use(GgmlType::Q6_K, 512, true, TileAsk::Auto),
-                TileUse::Hardware
-            );
-            assert_eq!(
-                tile_use(GgmlType::Q4_K, 512, true, TileAsk::Auto),
-                TileUse::No
-            );
-            assert_eq!(
-                tile_use(GgmlType::Q8_0, 32, true, TileAsk::Auto),
-                TileUse::Hardware
-            );
-            assert_eq!(
-                tile_use(GgmlType::Q8_0, 4, true, TileAsk::Auto),
-                TileUse::No
-            );
-            assert_eq!(
-                tile_use(GgmlType::F16, 32, true, TileAsk::Auto),
-                TileUse::No
-            );
+        let on = if amx::uses_amx() {
+            TileUse::Hardware
         } else {
-            assert_eq!(
-                tile_use(GgmlType::Q4_K, 32, true, TileAsk::Auto),
-                TileUse::No
-            );
+            TileUse::No
+        };
+        for (ty, nt, want) in [
+            (GgmlType::Q6_K, 512, on),
+            (GgmlType::Q8_0, 32, on),
+            (GgmlType::Q4_K, 512, TileUse::No),
+            (GgmlType::Q8_0, 4, TileUse::No),
+            (GgmlType::F16, 32, TileUse::No),
+        ] {
+            let got = tile_use(ty, nt, true, TileAsk::Auto);
+            assert_eq!(got, want, "{ty:?} at {nt} tokens");
         }
         eprintln!("AMX: {}", amx::amx_refusal().unwrap_or("on"));
     }
