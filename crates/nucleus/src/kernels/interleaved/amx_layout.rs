@@ -19,7 +19,7 @@ pub(crate) const ITEM_TOKENS: usize = 2 * TILE_M;
 /// outputs never written.
 #[derive(Default)]
 pub(crate) struct ItemWeights {
-    /// Per unit the B tiles, sixteen rows of 64 bytes each.
+    /// Per unit its B tiles, rows of 64 bytes (a unit of `k` values: `k / 4` rows a tile).
     pub b: Vec<u8>,
     /// Per block, per row: the f32 scale (d; for Q4_K also dmin, after the 32 d).
     pub d: Vec<f32>,
