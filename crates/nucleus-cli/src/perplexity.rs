@@ -9,7 +9,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use nucleus::engine::ContextPolicy;
 use nucleus::eval::kl::{Base, BaseHeader, BaseWriter, KlStats};
-use nucleus::eval::llama_kld::LlamaKldWriter;
+use nucleus::eval::llama_kld::{compare_row, LlamaKldBase, LlamaKldWriter};
 use nucleus::eval::{evaluate, Mode, NllStats, Scored};
 use serde_json::json;
 
@@ -50,6 +50,11 @@ pub struct PerplexityArgs {
     /// then measures its own distance from this run. Fresh windows only.
     #[arg(long, value_name = "OUT")]
     pub kl_divergence_base_llama: Option<PathBuf>,
+    /// Compare this run with a llama.cpp KL-divergence base (llama-perplexity
+    /// --kl-divergence-base, or --kl-divergence-base-llama) by llama.cpp's formula, over the
+    /// whole vocabulary: the same figures llama-perplexity --kl-divergence reports against it.
+    #[arg(long, value_name = "BASE")]
+    pub kl_divergence_llama: Option<PathBuf>,
     /// Tokens saved per position in a KL base.
     #[arg(long, default_value_t = 32)]
     pub kl_top_k: usize,
@@ -59,9 +64,7 @@ pub struct PerplexityArgs {
 }
 
 pub fn perplexity(args: PerplexityArgs) -> Result<()> {
-    if args.kl_divergence.is_some() && args.kl_divergence_base.is_some() {
-        bail!("--kl-divergence-base saves a base and --kl-divergence compares with one; use one at a time");
-    }
+    check_kl_flags(&args)?;
     let text = read_text(&args.file)?;
     let path = crate::commands::resolve_model(Some(&args.model))?;
     let crate::commands::Loaded { model, tokenizer } =
@@ -82,35 +85,16 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
         n_ctx: args.ctx,
         k: args.kl_top_k.clamp(1, model.hp.n_vocab),
         mode,
-        tokens: tokens.clone(),
+        tokens,
     };
-    let mut sinks = Sinks {
-        base: match &args.kl_divergence {
-            Some(p) => Some(matching_base(p, &header)?),
-            None => None,
-        },
-        writer: match &args.kl_divergence_base {
-            Some(p) => Some(
-                BaseWriter::create(p, &header)
-                    .with_context(|| format!("cannot write {}", p.display()))?,
-            ),
-            None => None,
-        },
-        llama_writer: match &args.kl_divergence_base_llama {
-            Some(p) => Some(llama_writer(p, &args, mode, model.hp.n_vocab, &tokens)?),
-            None => None,
-        },
-        kl: KlStats::default(),
-        next_base: 0,
-        failure: None,
-    };
+    let mut sinks = Sinks::open(&args, &header)?;
     let bar = progress_bar(args.json, mode);
     let mut running = Vec::new();
     let t0 = Instant::now();
     let bos = tokenizer.bos().filter(|_| tokenizer.add_bos());
     let stats = evaluate(
         &model,
-        &tokens,
+        &header.tokens,
         args.ctx,
         mode,
         args.kv_type,
@@ -130,13 +114,31 @@ pub fn perplexity(args: PerplexityArgs) -> Result<()> {
         args: &args,
         path: &path,
         mode,
-        tokens: tokens.len(),
+        tokens: header.tokens.len(),
         secs: t0.elapsed().as_secs_f64(),
     };
     if args.json {
         println!("{}", run.json(&stats, kl.as_ref()));
     } else {
         run.print(&stats, kl.as_ref(), &running);
+    }
+    Ok(())
+}
+
+/// The KL flags that contradict each other.
+fn check_kl_flags(args: &PerplexityArgs) -> Result<()> {
+    if args.kl_divergence.is_some() && args.kl_divergence_base.is_some() {
+        bail!("--kl-divergence-base saves a base and --kl-divergence compares with one; use one at a time");
+    }
+    if args.kl_divergence.is_some() && args.kl_divergence_llama.is_some() {
+        bail!(
+            "--kl-divergence and --kl-divergence-llama each compare with a base; use one at a time"
+        );
+    }
+    if args.kl_divergence_llama.is_some()
+        && args.kl_divergence_llama == args.kl_divergence_base_llama
+    {
+        bail!("--kl-divergence-llama reads the file that --kl-divergence-base-llama would overwrite; give two paths");
     }
     Ok(())
 }
@@ -169,6 +171,41 @@ fn matching_base(p: &std::path::Path, header: &BaseHeader) -> Result<Base> {
     if base.header.tokens != header.tokens {
         bail!("the KL base was made on another text (or another tokenization)");
     }
+    Ok(base)
+}
+
+/// The llama.cpp KL base at `p`, made with this run's vocabulary, window and tokens, with a
+/// row for each position this run scores (fresh windows only).
+fn matching_llama_base(
+    p: &std::path::Path,
+    args: &PerplexityArgs,
+    mode: Mode,
+    n_vocab: usize,
+    tokens: &[u32],
+) -> Result<LlamaKldBase> {
+    if mode != Mode::Windows {
+        bail!("--kl-divergence-llama compares fresh windows only (llama-perplexity's); drop --context-policy stream");
+    }
+    let base = LlamaKldBase::open(p)
+        .with_context(|| format!("cannot read the llama.cpp KL base {}", p.display()))?;
+    if base.n_vocab != n_vocab {
+        bail!(
+            "the llama.cpp KL base was made with a vocabulary of {} tokens, this model has {n_vocab}",
+            base.n_vocab
+        );
+    }
+    if base.n_ctx != args.ctx {
+        bail!(
+            "the llama.cpp KL base was made with windows of {} tokens (-c); this run has --ctx {}",
+            base.n_ctx,
+            args.ctx
+        );
+    }
+    let windows = tokens.len() / args.ctx;
+    if base.n_chunk != windows || base.tokens[..] != tokens[..windows * args.ctx] {
+        bail!("the llama.cpp KL base was made on another text (or another tokenization, or with --chunks)");
+    }
+    debug_assert_eq!(base.rows_left(), base.rows_for(windows));
     Ok(base)
 }
 
@@ -219,12 +256,42 @@ struct Sinks {
     base: Option<Base>,
     writer: Option<BaseWriter>,
     llama_writer: Option<LlamaKldWriter<std::io::BufWriter<std::fs::File>>>,
+    llama_base: Option<LlamaKldBase>,
     kl: KlStats,
     next_base: usize,
     failure: Option<anyhow::Error>,
 }
 
 impl Sinks {
+    /// The bases and writers that `args` name, checked against this run (`header`).
+    fn open(args: &PerplexityArgs, header: &BaseHeader) -> Result<Sinks> {
+        let (mode, n_vocab, tokens) = (header.mode, header.n_vocab, &header.tokens);
+        Ok(Sinks {
+            base: match &args.kl_divergence {
+                Some(p) => Some(matching_base(p, header)?),
+                None => None,
+            },
+            writer: match &args.kl_divergence_base {
+                Some(p) => Some(
+                    BaseWriter::create(p, header)
+                        .with_context(|| format!("cannot write {}", p.display()))?,
+                ),
+                None => None,
+            },
+            llama_writer: match &args.kl_divergence_base_llama {
+                Some(p) => Some(llama_writer(p, args, mode, n_vocab, tokens)?),
+                None => None,
+            },
+            llama_base: match &args.kl_divergence_llama {
+                Some(p) => Some(matching_llama_base(p, args, mode, n_vocab, tokens)?),
+                None => None,
+            },
+            kl: KlStats::default(),
+            next_base: 0,
+            failure: None,
+        })
+    }
+
     fn push(&mut self, s: &Scored) {
         if let Some(w) = self.writer.as_mut() {
             if let Err(e) = w.push(s) {
@@ -234,6 +301,19 @@ impl Sinks {
         if let Some(w) = self.llama_writer.as_mut() {
             if let Err(e) = w.push(s.logits) {
                 self.failure.get_or_insert(e.into());
+            }
+        }
+        if let Some(b) = self.llama_base.as_mut() {
+            match b.next_row() {
+                Ok(row) => {
+                    let c = compare_row(s.logits, row, s.target as usize);
+                    self.kl.record(c.kl, c.same_top, c.nll_base, c.nll);
+                }
+                Err(e) => {
+                    self.failure.get_or_insert(
+                        anyhow::Error::new(e).context("cannot read the llama.cpp KL base"),
+                    );
+                }
             }
         }
         if let Some(b) = &self.base {
@@ -261,7 +341,8 @@ impl Sinks {
         if let Some(w) = self.llama_writer {
             w.finish().context("cannot write the llama.cpp KL base")?;
         }
-        Ok(self.base.map(|_| self.kl))
+        let compared = self.base.is_some() || self.llama_base.is_some();
+        Ok(compared.then_some(self.kl))
     }
 }
 
@@ -282,6 +363,16 @@ impl Run<'_> {
         }
     }
 
+    /// How the KL divergence was summed: over the whole vocabulary (a llama.cpp base) or over
+    /// the base's top tokens and a bucket for the rest (a lower bound).
+    fn kl_method(&self) -> &'static str {
+        if self.args.kl_divergence_llama.is_some() {
+            "llama.cpp, whole vocabulary"
+        } else {
+            "top k + rest"
+        }
+    }
+
     fn json(&self, stats: &NllStats, kl: Option<&KlStats>) -> serde_json::Value {
         let mut v = json!({
             "model": self.path.display().to_string(),
@@ -298,6 +389,7 @@ impl Run<'_> {
         });
         if let Some(kl) = kl {
             v["kl_divergence"] = kl_json(kl);
+            v["kl_divergence"]["method"] = self.kl_method().into();
         }
         v
     }
@@ -327,7 +419,8 @@ impl Run<'_> {
         );
         if let Some(kl) = kl {
             println!(
-                "KL divergence from the base: mean {:.6} ± {:.6}, 99% {:.6}, max {:.6}; top-1 agreement {:.2}%; PPL base {:.4}, this run {:.4}, ratio {:.4}",
+                "KL divergence from the base ({}): mean {:.6} ± {:.6}, 99% {:.6}, max {:.6}; top-1 agreement {:.2}%; PPL base {:.4}, this run {:.4}, ratio {:.4}",
+                self.kl_method(),
                 kl.mean_kl(),
                 kl.kl_stderr(),
                 kl.kl_quantile(0.99),

@@ -275,11 +275,21 @@ pub struct KlStats {
 
 impl KlStats {
     pub fn push(&mut self, base: &BasePosition, new: &Scored) {
-        self.kl.push(kl_top_k(base, new.logits));
         let new_top = top_k(new.logits, 1)[0].0;
-        self.top1_same += usize::from(base.top[0].0 == new_top);
-        self.base_nll.add(base.nll as f64);
-        self.new_nll.add(new.nll);
+        self.record(
+            kl_top_k(base, new.logits),
+            base.top[0].0 == new_top,
+            base.nll as f64,
+            new.nll,
+        );
+    }
+
+    /// One position's comparison, however it was computed.
+    pub fn record(&mut self, kl: f64, same_top: bool, base_nll: f64, new_nll: f64) {
+        self.kl.push(kl);
+        self.top1_same += usize::from(same_top);
+        self.base_nll.add(base_nll);
+        self.new_nll.add(new_nll);
     }
 
     pub fn mean_kl(&self) -> f64 {

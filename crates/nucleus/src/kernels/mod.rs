@@ -9,7 +9,7 @@ pub mod ops;
 pub mod pool;
 pub mod rope;
 #[cfg(test)]
-mod test_rng;
+pub(crate) mod test_rng;
 pub mod tile;
 
 pub use matmul::{matmul, matmul_f32, PromptSlot, QMatrix, QuantizedActs};
