@@ -43,44 +43,11 @@ pub(crate) async fn beam_response(
             "this server was started without beam search",
         )
     })?;
-    let n_ctx = st.engine.config().n_ctx;
-    let asked = s
-        .max_tokens
-        .unwrap_or(DEFAULT_MAX_TOKENS)
-        .min(st.max_tokens_cap.unwrap_or(usize::MAX));
-    let (tokens, dropped) = match shape.policy {
-        ContextPolicy::Truncate => truncate_to_window(&prompt.tokens, prompt.keep, n_ctx, asked),
-        _ => (prompt.tokens, 0),
-    };
-    let room = n_ctx.saturating_sub(tokens.len());
-    if room == 0 {
-        return Err(ApiError::param(
-            prompt.param,
-            format!(
-                "the prompt is {} tokens; the context window is {n_ctx}",
-                tokens.len()
-            ),
-        )
-        .with_code("context_length_exceeded"));
-    }
-    let max_tokens = asked.min(room);
-    let ctx = tokens.len() + max_tokens;
-    let kv_tokens = Session::kv_tokens_for_beams(ctx, beams.width, max_tokens);
-    let budget = st.engine.config().kv_tokens;
-    if kv_tokens > budget {
-        return Err(ApiError::param(
-            "max_tokens",
-            format!(
-                "beam search of {} beams of {max_tokens} tokens after a {}-token prompt needs a KV cache of {kv_tokens} tokens; this server's holds {budget}: ask for fewer beams or tokens",
-                beams.width,
-                tokens.len()
-            ),
-        ));
-    }
+    let plan = BeamPlan::new(&st, &shape, prompt, s, &beams)?;
     let req = GenerateRequest {
         sampling: SamplingParams::greedy(),
         stop: s.stop.clone(),
-        max_tokens,
+        max_tokens: plan.max_tokens,
         ignore_eos: s.ignore_eos,
         beams: beams.width,
         length_penalty: beams.length_penalty,
@@ -93,6 +60,13 @@ pub(crate) async fn beam_response(
         // One search at a time: each takes the whole thread pool for its forwards anyway.
         let _one = state.beam_lock.lock().await;
         let tok = state.tokenizer.clone();
+        let BeamPlan {
+            tokens,
+            dropped,
+            ctx,
+            kv_tokens,
+            ..
+        } = plan;
         let n_prompt = tokens.len();
         let found = tokio::task::spawn_blocking(move || {
             // An error (not enough memory for the beams' cache) rather than a panic.
@@ -103,43 +77,112 @@ pub(crate) async fn beam_response(
                 .beam_choices(&tok, &tokens, &req, n)
                 .map_err(|e| e.to_string())
         })
-        .await;
-        let choices = match found {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                let _ = tx.send((0, Event::Error(format!("beam search failed: {e}"))));
-                return;
-            }
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        match found {
+            Ok(choices) => send_choices(&tx, choices, n_prompt, dropped),
             Err(e) => {
                 let _ = tx.send((0, Event::Error(format!("beam search failed: {e}"))));
-                return;
             }
-        };
-        for (i, c) in choices.into_iter().enumerate() {
-            let token = TokenEvent {
-                token: c.tokens.last().copied().unwrap_or(0),
-                text: c.text,
-                logprob: None,
-                top_logprobs: Vec::new(),
-                explain: None,
-            };
-            let done = Finished {
-                text: String::new(),
-                finish_reason: c.finish_reason,
-                prompt_tokens: n_prompt,
-                completion_tokens: c.tokens.len(),
-                preemptions: 0,
-                cached_tokens: 0,
-                dropped_tokens: dropped,
-                speculation: Default::default(),
-            };
-            let _ = tx.send((i, Event::Token(token)));
-            let _ = tx.send((i, Event::Done(done)));
         }
     });
     if s.stream {
         Ok(stream_response(st, shape, rx))
     } else {
         collect_response(st, shape, n, rx).await
+    }
+}
+
+/// What a beam search will hold: its prompt (cut to the window with `truncate`), its tokens,
+/// its window and the KV cache its beams need, checked against the server's.
+struct BeamPlan {
+    tokens: Vec<nucleus::tokenizer::TokenId>,
+    dropped: usize,
+    max_tokens: usize,
+    ctx: usize,
+    kv_tokens: usize,
+}
+
+impl BeamPlan {
+    fn new(
+        st: &AppState,
+        shape: &Shape,
+        prompt: Prompt,
+        s: &GenSettings,
+        beams: &BeamSettings,
+    ) -> Result<BeamPlan, ApiError> {
+        let n_ctx = st.engine.config().n_ctx;
+        let asked = s
+            .max_tokens
+            .unwrap_or(DEFAULT_MAX_TOKENS)
+            .min(st.max_tokens_cap.unwrap_or(usize::MAX));
+        let (tokens, dropped) = match shape.policy {
+            ContextPolicy::Truncate => {
+                truncate_to_window(&prompt.tokens, prompt.keep, n_ctx, asked)
+            }
+            _ => (prompt.tokens, 0),
+        };
+        let room = n_ctx.saturating_sub(tokens.len());
+        if room == 0 {
+            return Err(ApiError::param(
+                prompt.param,
+                format!(
+                    "the prompt is {} tokens; the context window is {n_ctx}",
+                    tokens.len()
+                ),
+            )
+            .with_code("context_length_exceeded"));
+        }
+        let max_tokens = asked.min(room);
+        let ctx = tokens.len() + max_tokens;
+        let kv_tokens = Session::kv_tokens_for_beams(ctx, beams.width, max_tokens);
+        let budget = st.engine.config().kv_tokens;
+        if kv_tokens > budget {
+            return Err(ApiError::param(
+                "max_tokens",
+                format!(
+                    "beam search of {} beams of {max_tokens} tokens after a {}-token prompt needs a KV cache of {kv_tokens} tokens; this server's holds {budget}: ask for fewer beams or tokens",
+                    beams.width,
+                    tokens.len()
+                ),
+            ));
+        }
+        Ok(BeamPlan {
+            tokens,
+            dropped,
+            max_tokens,
+            ctx,
+            kv_tokens,
+        })
+    }
+}
+
+/// Each finished hypothesis as one token event and its end, on its choice index.
+fn send_choices(
+    tx: &tokio::sync::mpsc::UnboundedSender<(usize, Event)>,
+    choices: Vec<nucleus::engine::BeamChoice>,
+    n_prompt: usize,
+    dropped: usize,
+) {
+    for (i, c) in choices.into_iter().enumerate() {
+        let token = TokenEvent {
+            token: c.tokens.last().copied().unwrap_or(0),
+            text: c.text,
+            logprob: None,
+            top_logprobs: Vec::new(),
+            explain: None,
+        };
+        let done = Finished {
+            text: String::new(),
+            finish_reason: c.finish_reason,
+            prompt_tokens: n_prompt,
+            completion_tokens: c.tokens.len(),
+            preemptions: 0,
+            cached_tokens: 0,
+            dropped_tokens: dropped,
+            speculation: Default::default(),
+        };
+        let _ = tx.send((i, Event::Token(token)));
+        let _ = tx.send((i, Event::Done(done)));
     }
 }

@@ -16,24 +16,23 @@ impl Sampler {
         logits: &mut [f32],
         stages: &mut Vec<(Stage, usize)>,
     ) -> Result<(TokenId, f32, f32), SamplingError> {
-        let p = &self.params;
-        let cp = &p.community;
         let explain = self.explain;
-        let order = p.order();
+        let (top_k, sigma_on) = (self.params.top_k, self.params.community.top_n_sigma_on());
+        let sigma = self.params.community.top_n_sigma;
         if explain {
             stages.push((Stage::Penalties, count_finite(logits)));
         }
-        let c = &mut self.cands;
         let mut filled = false;
-        for &stage in order {
+        for at in 0..self.params.order().len() {
+            let stage = self.params.order()[at];
             if matches!(stage, ChainStage::Penalties | ChainStage::Dry) {
                 continue; // applied to the logits already (see `sample`)
             }
             if !filled {
                 match stage {
                     ChainStage::TopNSigma => {
-                        if cp.top_n_sigma_on() {
-                            let left = community::top_n_sigma(logits, cp.top_n_sigma);
+                        if sigma_on {
+                            let left = community::top_n_sigma(logits, sigma);
                             if explain {
                                 stages.push((Stage::TopNSigma, left));
                             }
@@ -41,80 +40,87 @@ impl Sampler {
                         continue;
                     }
                     ChainStage::TopK => {
-                        c.fill_top_k(logits, p.top_k);
+                        self.cands.fill_top_k(logits, top_k);
                         filled = true;
                         if explain {
-                            stages.push((Stage::TopK, c.len()));
+                            stages.push((Stage::TopK, self.cands.len()));
                         }
                         continue;
                     }
                     _ => {
-                        c.fill_top_k(logits, 0);
+                        self.cands.fill_top_k(logits, 0);
                         filled = true;
                     }
                 }
             }
-            let shown = match stage {
-                ChainStage::Penalties | ChainStage::Dry => None,
-                ChainStage::TopNSigma => cp.top_n_sigma_on().then(|| {
-                    c.top_n_sigma(cp.top_n_sigma);
-                    Stage::TopNSigma
-                }),
-                ChainStage::TopK => {
-                    c.top_k(p.top_k);
-                    Some(Stage::TopK)
-                }
-                ChainStage::TypicalP => {
-                    c.typical_p(p.typical_p, &mut self.probs);
-                    Some(Stage::TypicalP)
-                }
-                ChainStage::TopP => {
-                    c.top_p(p.top_p);
-                    Some(Stage::TopP)
-                }
-                ChainStage::MinP => {
-                    c.min_p(p.min_p);
-                    Some(Stage::MinP)
-                }
-                // XTC sees the distribution as it is at its place in the order.
-                ChainStage::Xtc => (cp.xtc_on() && c.len() >= 2).then(|| {
-                    let coin = self.rng.next_f64();
-                    community::xtc(c, cp.xtc_probability, cp.xtc_threshold, 1.0, coin);
-                    Stage::Xtc
-                }),
-                // llama.cpp's `temp_ext`: dynamic when dynatemp_range > 0.
-                ChainStage::Temperature if cp.dynatemp_on() => {
-                    let (t, r, e) = (p.temperature, cp.dynatemp_range, cp.dynatemp_exponent);
-                    community::dynatemp(c, t, r, e, &mut self.probs);
-                    Some(Stage::DynaTemp)
-                }
-                ChainStage::Temperature => {
-                    c.temperature(p.temperature);
-                    Some(Stage::Temperature)
-                }
-                ChainStage::Infill => {
-                    let vocab = self.infill.as_ref().ok_or(SamplingError::InvalidParam {
-                        name: "samplers",
-                        reason: "the infill sampler needs the vocabulary: build the sampler \
-                                 with Sampler::for_tokenizer"
-                            .into(),
-                    })?;
-                    super::infill::infill(c, vocab, &mut self.probs);
-                    Some(Stage::Infill)
-                }
-            };
+            let shown = self.apply_stage(stage)?;
             if let (true, Some(st)) = (explain, shown) {
-                stages.push((st, c.len()));
+                stages.push((st, self.cands.len()));
             }
         }
         if !filled {
-            c.fill_top_k(logits, 0);
+            self.cands.fill_top_k(logits, 0);
         }
-        if c.is_empty() {
+        if self.cands.is_empty() {
             return Err(SamplingError::NoCandidates);
         }
-        let i = c.pick(self.rng.next_f64());
+        let i = self.cands.pick(self.rng.next_f64());
         Ok(self.picked(i))
+    }
+
+    /// One stage of the chain on the candidates (filled); the stage to show, if it ran.
+    fn apply_stage(&mut self, stage: ChainStage) -> Result<Option<Stage>, SamplingError> {
+        let (p, c) = (&self.params, &mut self.cands);
+        let cp = &p.community;
+        Ok(match stage {
+            ChainStage::Penalties | ChainStage::Dry => None,
+            ChainStage::TopNSigma => cp.top_n_sigma_on().then(|| {
+                c.top_n_sigma(cp.top_n_sigma);
+                Stage::TopNSigma
+            }),
+            ChainStage::TopK => {
+                c.top_k(p.top_k);
+                Some(Stage::TopK)
+            }
+            ChainStage::TypicalP => {
+                c.typical_p(p.typical_p, &mut self.probs);
+                Some(Stage::TypicalP)
+            }
+            ChainStage::TopP => {
+                c.top_p(p.top_p);
+                Some(Stage::TopP)
+            }
+            ChainStage::MinP => {
+                c.min_p(p.min_p);
+                Some(Stage::MinP)
+            }
+            // XTC sees the distribution as it is at its place in the order.
+            ChainStage::Xtc => (cp.xtc_on() && c.len() >= 2).then(|| {
+                let coin = self.rng.next_f64();
+                community::xtc(c, cp.xtc_probability, cp.xtc_threshold, 1.0, coin);
+                Stage::Xtc
+            }),
+            // llama.cpp's `temp_ext`: dynamic when dynatemp_range > 0.
+            ChainStage::Temperature if cp.dynatemp_on() => {
+                let (t, r, e) = (p.temperature, cp.dynatemp_range, cp.dynatemp_exponent);
+                community::dynatemp(c, t, r, e, &mut self.probs);
+                Some(Stage::DynaTemp)
+            }
+            ChainStage::Temperature => {
+                c.temperature(p.temperature);
+                Some(Stage::Temperature)
+            }
+            ChainStage::Infill => {
+                let vocab = self.infill.as_ref().ok_or(SamplingError::InvalidParam {
+                    name: "samplers",
+                    reason: "the infill sampler needs the vocabulary: build the sampler \
+                             with Sampler::for_tokenizer"
+                        .into(),
+                })?;
+                super::infill::infill(c, vocab, &mut self.probs);
+                Some(Stage::Infill)
+            }
+        })
     }
 
     /// Mirostat (llama.cpp: temperature, then mirostat in place of the truncations).
