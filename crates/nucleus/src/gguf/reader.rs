@@ -181,87 +181,19 @@ impl GgufFile {
         let n_kv = r.bounded_count(n_kv, 13, "metadata")?;
         let n_tensors = r.bounded_count(n_tensors, 24, "tensor")?;
 
-        let mut metadata = Metadata::default();
-        for _ in 0..n_kv {
-            let key = r.string("metadata key")?;
-            let ty = r.u32("metadata value type")?;
-            let ty = MetaType::from_u32(ty).ok_or_else(|| GgufError::UnknownMetaType {
-                key: key.clone(),
-                ty,
-            })?;
-            let value = r.value(ty, &key, 0)?;
-            if !metadata.insert(key.clone(), value) {
-                return Err(GgufError::DuplicateKey(key));
-            }
-        }
-
-        let alignment = match metadata.get("general.alignment") {
-            None => DEFAULT_ALIGNMENT,
-            Some(v) => {
-                let a = v.as_i64().unwrap_or(-1);
-                if a <= 0 || !(a as u64).is_power_of_two() || a > 1 << 20 {
-                    return Err(GgufError::BadAlignment(a.max(0) as u64));
-                }
-                a as usize
-            }
-        };
-
+        let metadata = read_metadata(&mut r, n_kv)?;
+        let alignment = alignment(&metadata)?;
         let mut tensors = Vec::with_capacity(n_tensors);
         let mut names = std::collections::HashSet::with_capacity(n_tensors);
         for _ in 0..n_tensors {
-            let name = r.string("tensor name")?;
-            let n_dims = r.u32("tensor dimension count")? as usize;
-            if n_dims == 0 || n_dims > MAX_DIMS {
-                return Err(GgufError::BadTensor {
-                    name,
-                    problem: format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)"),
-                });
+            let t = read_tensor_info(&mut r, alignment)?;
+            if !names.insert(t.name.clone()) {
+                return Err(GgufError::DuplicateTensor(t.name));
             }
-            let mut dims = Vec::with_capacity(n_dims);
-            for _ in 0..n_dims {
-                dims.push(r.u64("tensor dimension")?);
-            }
-            let ty_raw = r.u32("tensor type")?;
-            let offset = r.u64("tensor offset")?;
-            let ty = GgmlType::from_u32(ty_raw).ok_or_else(|| GgufError::UnknownTensorType {
-                name: name.clone(),
-                ty: ty_raw,
-            })?;
-            let size = tensor_size(&name, &dims, ty)?;
-            if offset % alignment as u64 != 0 {
-                return Err(GgufError::BadTensor {
-                    name,
-                    problem: format!(
-                        "offset {offset} is not a multiple of the alignment {alignment}"
-                    ),
-                });
-            }
-            if !names.insert(name.clone()) {
-                return Err(GgufError::DuplicateTensor(name));
-            }
-            tensors.push(TensorInfo {
-                name,
-                dims,
-                ty,
-                offset,
-                size,
-            });
+            tensors.push(t);
         }
-
         let data_offset = r.pos.div_ceil(alignment) * alignment;
-        let data_len = bytes.len().saturating_sub(data_offset);
-        for t in &tensors {
-            let end = t.offset.checked_add(t.size as u64);
-            if end.is_none_or(|end| end > data_len as u64) {
-                return Err(GgufError::BadTensor {
-                    name: t.name.clone(),
-                    problem: format!(
-                        "data [{}, +{}) lies outside the {} bytes of the data section (truncated file?)",
-                        t.offset, t.size, data_len
-                    ),
-                });
-            }
-        }
+        check_tensor_ranges(&tensors, bytes.len().saturating_sub(data_offset))?;
 
         Ok(GgufFile {
             backing,
@@ -453,4 +385,90 @@ impl<'a> Cursor<'a> {
             }
         })
     }
+}
+
+/// `n_kv` key/value pairs, each key once.
+fn read_metadata(r: &mut Cursor, n_kv: usize) -> Result<Metadata, GgufError> {
+    let mut metadata = Metadata::default();
+    for _ in 0..n_kv {
+        let key = r.string("metadata key")?;
+        let ty = r.u32("metadata value type")?;
+        let ty = MetaType::from_u32(ty).ok_or_else(|| GgufError::UnknownMetaType {
+            key: key.clone(),
+            ty,
+        })?;
+        let value = r.value(ty, &key, 0)?;
+        if !metadata.insert(key.clone(), value) {
+            return Err(GgufError::DuplicateKey(key));
+        }
+    }
+    Ok(metadata)
+}
+
+/// `general.alignment`: a power of two up to 1 MiB, 32 when absent.
+fn alignment(metadata: &Metadata) -> Result<usize, GgufError> {
+    match metadata.get("general.alignment") {
+        None => Ok(DEFAULT_ALIGNMENT),
+        Some(v) => {
+            let a = v.as_i64().unwrap_or(-1);
+            if a <= 0 || !(a as u64).is_power_of_two() || a > 1 << 20 {
+                return Err(GgufError::BadAlignment(a.max(0) as u64));
+            }
+            Ok(a as usize)
+        }
+    }
+}
+
+/// One tensor's name, shape, type and offset, its size checked to fit a usize and its offset
+/// to be aligned.
+fn read_tensor_info(r: &mut Cursor, alignment: usize) -> Result<TensorInfo, GgufError> {
+    let name = r.string("tensor name")?;
+    let n_dims = r.u32("tensor dimension count")? as usize;
+    if n_dims == 0 || n_dims > MAX_DIMS {
+        return Err(GgufError::BadTensor {
+            name,
+            problem: format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)"),
+        });
+    }
+    let mut dims = Vec::with_capacity(n_dims);
+    for _ in 0..n_dims {
+        dims.push(r.u64("tensor dimension")?);
+    }
+    let ty_raw = r.u32("tensor type")?;
+    let offset = r.u64("tensor offset")?;
+    let ty = GgmlType::from_u32(ty_raw).ok_or_else(|| GgufError::UnknownTensorType {
+        name: name.clone(),
+        ty: ty_raw,
+    })?;
+    let size = tensor_size(&name, &dims, ty)?;
+    if offset % alignment as u64 != 0 {
+        return Err(GgufError::BadTensor {
+            name,
+            problem: format!("offset {offset} is not a multiple of the alignment {alignment}"),
+        });
+    }
+    Ok(TensorInfo {
+        name,
+        dims,
+        ty,
+        offset,
+        size,
+    })
+}
+
+/// Every tensor's data inside the `data_len` bytes of the data section.
+fn check_tensor_ranges(tensors: &[TensorInfo], data_len: usize) -> Result<(), GgufError> {
+    for t in tensors {
+        let end = t.offset.checked_add(t.size as u64);
+        if end.is_none_or(|end| end > data_len as u64) {
+            return Err(GgufError::BadTensor {
+                name: t.name.clone(),
+                problem: format!(
+                    "data [{}, +{}) lies outside the {} bytes of the data section (truncated file?)",
+                    t.offset, t.size, data_len
+                ),
+            });
+        }
+    }
+    Ok(())
 }
