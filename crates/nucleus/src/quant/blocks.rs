@@ -340,127 +340,119 @@ fn absmax(x: &[f32]) -> f32 {
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
     check_lengths(ty, dst.len(), src.len(), "quantize_row");
     use GgmlType::*;
-    match ty {
-        F32 => {
-            for (c, v) in dst.chunks_exact_mut(4).zip(src) {
-                c.copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        F16 => {
-            for (c, v) in dst.chunks_exact_mut(2).zip(src) {
-                c.copy_from_slice(&f32_to_f16(*v).to_le_bytes());
-            }
-        }
-        BF16 => {
-            for (c, v) in dst.chunks_exact_mut(2).zip(src) {
-                c.copy_from_slice(&f32_to_bf16(*v).to_le_bytes());
-            }
-        }
-        Q4_0 => {
-            for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(18)) {
-                let (_, max) = signed_absmax(x);
-                let d = max / -8.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-                for j in 0..16 {
-                    let x0 = x[j] * id;
-                    let x1 = x[16 + j] * id;
-                    let q0 = ((x0 + 8.5) as i8).min(15) as u8;
-                    let q1 = ((x1 + 8.5) as i8).min(15) as u8;
-                    b[2 + j] = q0 | (q1 << 4);
-                }
-            }
-        }
-        Q4_1 => {
-            for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(20)) {
-                let min = x.iter().fold(f32::MAX, |a, &v| if v < a { v } else { a });
-                let max = x.iter().fold(-f32::MAX, |a, &v| if v > a { v } else { a });
-                let d = (max - min) / 15.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-                b[2..4].copy_from_slice(&f32_to_f16(min).to_le_bytes());
-                for j in 0..16 {
-                    let x0 = (x[j] - min) * id;
-                    let x1 = (x[16 + j] - min) * id;
-                    let q0 = ((x0 + 0.5) as i8).min(15) as u8;
-                    let q1 = ((x1 + 0.5) as i8).min(15) as u8;
-                    b[4 + j] = q0 | (q1 << 4);
-                }
-            }
-        }
-        Q5_0 => {
-            for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(22)) {
-                let (_, max) = signed_absmax(x);
-                let d = max / -16.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-                let mut qh = 0u32;
-                for j in 0..16 {
-                    let x0 = x[j] * id;
-                    let x1 = x[16 + j] * id;
-                    let q0 = ((x0 + 16.5) as i8).min(31) as u8;
-                    let q1 = ((x1 + 16.5) as i8).min(31) as u8;
-                    b[6 + j] = (q0 & 0xF) | ((q1 & 0xF) << 4);
-                    qh |= (((q0 & 0x10) >> 4) as u32) << j;
-                    qh |= (((q1 & 0x10) >> 4) as u32) << (j + 16);
-                }
-                b[2..6].copy_from_slice(&qh.to_le_bytes());
-            }
-        }
-        Q5_1 => {
-            for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(24)) {
-                let min = x.iter().fold(f32::MAX, |a, &v| if v < a { v } else { a });
-                let max = x.iter().fold(-f32::MAX, |a, &v| if v > a { v } else { a });
-                let d = (max - min) / 31.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-                b[2..4].copy_from_slice(&f32_to_f16(min).to_le_bytes());
-                let mut qh = 0u32;
-                for j in 0..16 {
-                    let x0 = (x[j] - min) * id;
-                    let x1 = (x[16 + j] - min) * id;
-                    let q0 = (x0 + 0.5) as u8;
-                    let q1 = (x1 + 0.5) as u8;
-                    b[8 + j] = (q0 & 0xF) | ((q1 & 0xF) << 4);
-                    qh |= (((q0 & 0x10) >> 4) as u32) << j;
-                    qh |= (((q1 & 0x10) >> 4) as u32) << (j + 16);
-                }
-                b[4..8].copy_from_slice(&qh.to_le_bytes());
-            }
-        }
-        Q8_0 => {
-            for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(34)) {
-                let amax = absmax(x);
-                let d = amax / 127.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-                for j in 0..QK {
-                    b[2 + j] = (x[j] * id).round() as i8 as u8;
-                }
-            }
-        }
-        Q8_1 => {
-            for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(36)) {
-                let amax = absmax(x);
-                let d = amax / 127.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                let mut sum = 0i32;
-                for j in 0..QK {
-                    let q = (x[j] * id).round() as i8;
-                    sum += q as i32;
-                    b[4 + j] = q as u8;
-                }
-                b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-                b[2..4].copy_from_slice(&f32_to_f16(sum as f32 * d).to_le_bytes());
-            }
-        }
-        Q8_K => {
-            for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(292)) {
-                quantize_block_q8_k(x, b);
-            }
-        }
+    // (values, bytes) of a block, and how one is written.
+    let (values, bytes, block): (usize, usize, fn(&[f32], &mut [u8])) = match ty {
+        F32 => (1, 4, |x, b| b.copy_from_slice(&x[0].to_le_bytes())),
+        F16 => (1, 2, |x, b| {
+            b.copy_from_slice(&f32_to_f16(x[0]).to_le_bytes())
+        }),
+        BF16 => (1, 2, |x, b| {
+            b.copy_from_slice(&f32_to_bf16(x[0]).to_le_bytes())
+        }),
+        Q4_0 => (QK, 18, quantize_block_q4_0),
+        Q4_1 => (QK, 20, quantize_block_q4_1),
+        Q5_0 => (QK, 22, quantize_block_q5_0),
+        Q5_1 => (QK, 24, quantize_block_q5_1),
+        Q8_0 => (QK, 34, quantize_block_q8_0),
+        Q8_1 => (QK, 36, quantize_block_q8_1),
+        Q8_K => (QK_K, 292, quantize_block_q8_k),
         _ => panic!("quantize_row: {ty} is not supported"),
+    };
+    for (x, b) in src.chunks_exact(values).zip(dst.chunks_exact_mut(bytes)) {
+        block(x, b);
     }
+}
+
+fn quantize_block_q4_0(x: &[f32], b: &mut [u8]) {
+    let (_, max) = signed_absmax(x);
+    let d = max / -8.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+    for j in 0..16 {
+        let x0 = x[j] * id;
+        let x1 = x[16 + j] * id;
+        let q0 = ((x0 + 8.5) as i8).min(15) as u8;
+        let q1 = ((x1 + 8.5) as i8).min(15) as u8;
+        b[2 + j] = q0 | (q1 << 4);
+    }
+}
+
+fn quantize_block_q4_1(x: &[f32], b: &mut [u8]) {
+    let min = x.iter().fold(f32::MAX, |a, &v| if v < a { v } else { a });
+    let max = x.iter().fold(-f32::MAX, |a, &v| if v > a { v } else { a });
+    let d = (max - min) / 15.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+    b[2..4].copy_from_slice(&f32_to_f16(min).to_le_bytes());
+    for j in 0..16 {
+        let x0 = (x[j] - min) * id;
+        let x1 = (x[16 + j] - min) * id;
+        let q0 = ((x0 + 0.5) as i8).min(15) as u8;
+        let q1 = ((x1 + 0.5) as i8).min(15) as u8;
+        b[4 + j] = q0 | (q1 << 4);
+    }
+}
+
+fn quantize_block_q5_0(x: &[f32], b: &mut [u8]) {
+    let (_, max) = signed_absmax(x);
+    let d = max / -16.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+    let mut qh = 0u32;
+    for j in 0..16 {
+        let x0 = x[j] * id;
+        let x1 = x[16 + j] * id;
+        let q0 = ((x0 + 16.5) as i8).min(31) as u8;
+        let q1 = ((x1 + 16.5) as i8).min(31) as u8;
+        b[6 + j] = (q0 & 0xF) | ((q1 & 0xF) << 4);
+        qh |= (((q0 & 0x10) >> 4) as u32) << j;
+        qh |= (((q1 & 0x10) >> 4) as u32) << (j + 16);
+    }
+    b[2..6].copy_from_slice(&qh.to_le_bytes());
+}
+
+fn quantize_block_q5_1(x: &[f32], b: &mut [u8]) {
+    let min = x.iter().fold(f32::MAX, |a, &v| if v < a { v } else { a });
+    let max = x.iter().fold(-f32::MAX, |a, &v| if v > a { v } else { a });
+    let d = (max - min) / 31.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+    b[2..4].copy_from_slice(&f32_to_f16(min).to_le_bytes());
+    let mut qh = 0u32;
+    for j in 0..16 {
+        let x0 = (x[j] - min) * id;
+        let x1 = (x[16 + j] - min) * id;
+        let q0 = (x0 + 0.5) as u8;
+        let q1 = (x1 + 0.5) as u8;
+        b[8 + j] = (q0 & 0xF) | ((q1 & 0xF) << 4);
+        qh |= (((q0 & 0x10) >> 4) as u32) << j;
+        qh |= (((q1 & 0x10) >> 4) as u32) << (j + 16);
+    }
+    b[4..8].copy_from_slice(&qh.to_le_bytes());
+}
+
+fn quantize_block_q8_0(x: &[f32], b: &mut [u8]) {
+    let amax = absmax(x);
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+    for j in 0..QK {
+        b[2 + j] = (x[j] * id).round() as i8 as u8;
+    }
+}
+
+fn quantize_block_q8_1(x: &[f32], b: &mut [u8]) {
+    let amax = absmax(x);
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for j in 0..QK {
+        let q = (x[j] * id).round() as i8;
+        sum += q as i32;
+        b[4 + j] = q as u8;
+    }
+    b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+    b[2..4].copy_from_slice(&f32_to_f16(sum as f32 * d).to_le_bytes());
 }
 
 fn quantize_block_q8_k(x: &[f32], b: &mut [u8]) {
