@@ -334,6 +334,9 @@ fn absmax(x: &[f32]) -> f32 {
     tail.iter().fold(head, |a, v| a.max(v.abs()))
 }
 
+/// Writes one block's bytes from its values.
+type BlockQuantizer = fn(&[f32], &mut [u8]);
+
 /// Quantizes one row with ggml's reference quantizers (`quantize_row_*_ref`): `src.len()`
 /// elements into `dst` (exactly `ty.row_bytes(src.len())` bytes). Supports F32, F16, BF16,
 /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 and Q8_K.
@@ -341,7 +344,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
     check_lengths(ty, dst.len(), src.len(), "quantize_row");
     use GgmlType::*;
     // (values, bytes) of a block, and how one is written.
-    let (values, bytes, block): (usize, usize, fn(&[f32], &mut [u8])) = match ty {
+    let (values, bytes, block): (usize, usize, BlockQuantizer) = match ty {
         F32 => (1, 4, |x, b| b.copy_from_slice(&x[0].to_le_bytes())),
         F16 => (1, 2, |x, b| {
             b.copy_from_slice(&f32_to_f16(x[0]).to_le_bytes())

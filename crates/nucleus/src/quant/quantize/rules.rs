@@ -273,84 +273,15 @@ impl State<'_> {
                 }
             }
             Category::Output | Category::TokenEmbd => {}
-            Category::AttnV => {
-                let (i, n) = (self.i_attention_wv, self.n_attention_wv);
-                match mix {
-                    "Q2_K" => ty = if f.n_gqa() >= 4 { Q4_K } else { Q3_K },
-                    "Q3_K_M" => ty = if i < 2 { Q5_K } else { Q4_K },
-                    "Q3_K_L" => ty = Q5_K,
-                    "IQ4_NL" | "IQ4_XS" if f.n_gqa() >= 4 => ty = Q5_K,
-                    "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => ty = Q6_K,
-                    "Q4_K_S" if i < 4 => ty = Q5_K,
-                    _ => {}
-                }
-                if f.is_70b() && matches!(ty, Q3_K | Q4_K) {
-                    ty = Q5_K;
-                }
-                if f.n_expert == 8 {
-                    ty = Q8_0;
-                }
-                self.i_attention_wv += 1;
-            }
+            Category::AttnV => ty = self.attn_v_type(ty),
             Category::AttnK => {
                 if f.n_expert == 8 {
                     ty = Q8_0;
                 }
             }
             Category::AttnQ | Category::Other => {}
-            Category::FfnDown => {
-                let (i, n) = self.layer_info(self.i_ffn_down, t.name)?;
-                match mix {
-                    "Q2_K" => ty = Q3_K,
-                    "Q3_K_M" => {
-                        ty = if i < n / 16 {
-                            Q5_K
-                        } else if !falcon || use_more_bits(i, n) {
-                            Q4_K
-                        } else {
-                            Q3_K
-                        }
-                    }
-                    "Q3_K_L" => ty = if falcon { Q4_K } else { Q5_K },
-                    "Q4_K_M" if falcon => {
-                        ty = if i < n / 16 {
-                            Q6_K
-                        } else if use_more_bits(i, n) {
-                            Q5_K
-                        } else {
-                            Q4_K
-                        }
-                    }
-                    "Q4_K_M" if use_more_bits(i, n) => ty = Q6_K,
-                    "Q4_K_M" => {}
-                    "IQ4_NL" | "IQ4_XS" if i < n / 8 => ty = Q5_K,
-                    "Q5_K_M" if use_more_bits(i, n) => ty = Q6_K,
-                    "Q4_K_S" if !falcon && i < n / 8 => ty = Q5_K,
-                    _ => {}
-                }
-                self.i_ffn_down += 1;
-            }
-            Category::AttnOutput => {
-                if !falcon {
-                    if f.n_expert == 8 {
-                        let bumped = [
-                            "Q2_K", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M", "IQ4_XS",
-                        ];
-                        if bumped.contains(&mix) {
-                            ty = Q5_K;
-                        }
-                    } else {
-                        match mix {
-                            "Q2_K" => ty = Q3_K,
-                            "Q3_K_M" => ty = Q4_K,
-                            "Q3_K_L" => ty = Q5_K,
-                            _ => {}
-                        }
-                    }
-                } else if mix == "Q3_K_L" {
-                    ty = Q4_K;
-                }
-            }
+            Category::FfnDown => ty = self.ffn_down_type(t, ty)?,
+            Category::AttnOutput => ty = self.attn_output_type(ty),
             Category::FfnGate => {
                 self.layer_info(self.i_ffn_gate, t.name)?;
                 self.i_ffn_gate += 1;
@@ -361,6 +292,93 @@ impl State<'_> {
             }
         }
         Ok(ty)
+    }
+
+    /// `attn_v`: more bits in the first layers of some mixes and for GQA, Q8_0 with 8 experts.
+    fn attn_v_type(&mut self, mut ty: GgmlType) -> GgmlType {
+        use GgmlType::*;
+        let (f, mix) = (self.facts, self.mix.name);
+        let (i, n) = (self.i_attention_wv, self.n_attention_wv);
+        match mix {
+            "Q2_K" => ty = if f.n_gqa() >= 4 { Q4_K } else { Q3_K },
+            "Q3_K_M" => ty = if i < 2 { Q5_K } else { Q4_K },
+            "Q3_K_L" => ty = Q5_K,
+            "IQ4_NL" | "IQ4_XS" if f.n_gqa() >= 4 => ty = Q5_K,
+            "Q4_K_M" | "Q5_K_M" if use_more_bits(i, n) => ty = Q6_K,
+            "Q4_K_S" if i < 4 => ty = Q5_K,
+            _ => {}
+        }
+        if f.is_70b() && matches!(ty, Q3_K | Q4_K) {
+            ty = Q5_K;
+        }
+        if f.n_expert == 8 {
+            ty = Q8_0;
+        }
+        self.i_attention_wv += 1;
+        ty
+    }
+
+    /// `ffn_down`: more bits in the first and in every third layer of the middle, by mix.
+    fn ffn_down_type(&mut self, t: &TensorShape, mut ty: GgmlType) -> Result<GgmlType, String> {
+        use GgmlType::*;
+        let (falcon, mix) = (self.facts.is_falcon(), self.mix.name);
+        let (i, n) = self.layer_info(self.i_ffn_down, t.name)?;
+        match mix {
+            "Q2_K" => ty = Q3_K,
+            "Q3_K_M" => {
+                ty = if i < n / 16 {
+                    Q5_K
+                } else if !falcon || use_more_bits(i, n) {
+                    Q4_K
+                } else {
+                    Q3_K
+                }
+            }
+            "Q3_K_L" => ty = if falcon { Q4_K } else { Q5_K },
+            "Q4_K_M" if falcon => {
+                ty = if i < n / 16 {
+                    Q6_K
+                } else if use_more_bits(i, n) {
+                    Q5_K
+                } else {
+                    Q4_K
+                }
+            }
+            "Q4_K_M" if use_more_bits(i, n) => ty = Q6_K,
+            "Q4_K_M" => {}
+            "IQ4_NL" | "IQ4_XS" if i < n / 8 => ty = Q5_K,
+            "Q5_K_M" if use_more_bits(i, n) => ty = Q6_K,
+            "Q4_K_S" if !falcon && i < n / 8 => ty = Q5_K,
+            _ => {}
+        }
+        self.i_ffn_down += 1;
+        Ok(ty)
+    }
+
+    /// `attn_output`: more bits for the low mixes, Q5_K with 8 experts.
+    fn attn_output_type(&self, mut ty: GgmlType) -> GgmlType {
+        use GgmlType::*;
+        let (f, mix) = (self.facts, self.mix.name);
+        if !f.is_falcon() {
+            if f.n_expert == 8 {
+                let bumped = [
+                    "Q2_K", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M", "IQ4_XS",
+                ];
+                if bumped.contains(&mix) {
+                    ty = Q5_K;
+                }
+            } else {
+                match mix {
+                    "Q2_K" => ty = Q3_K,
+                    "Q3_K_M" => ty = Q4_K,
+                    "Q3_K_L" => ty = Q5_K,
+                    _ => {}
+                }
+            }
+        } else if mix == "Q3_K_L" {
+            ty = Q4_K;
+        }
+        ty
     }
 
     /// A type whose block does not divide the row length falls back to a 32-block type of
