@@ -187,65 +187,11 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
     let mut data = vec![0u8; w.rows / GROUP_ROWS * group_bytes];
     let pack_group = |g: usize, out: &mut [u8]| {
         for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
-            if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K) {
-                let rows = std::array::from_fn(|j| {
-                    let at = (g * GROUP_ROWS + j) * rb + b * bb;
-                    &w.data[at..at + bb]
-                });
-                match w.ty {
-                    GgmlType::Q4_K => q4_k::pack_group_block(rows, dst),
-                    _ => q6_k::pack_group_block(rows, dst),
-                }
-                continue;
-            }
-            if w.ty == GgmlType::Q8_0 {
-                // Four bytes at a time: this is most of the load time of a large output
-                // projection.
-                for j in 0..GROUP_ROWS {
-                    let at = (g * GROUP_ROWS + j) * rb + b * bb;
-                    let src = &w.data[at..at + bb];
-                    dst[2 * j..2 * j + 2].copy_from_slice(&src[..2]);
-                    for k in 0..QK / 4 {
-                        let to = 16 + 32 * k + 4 * j;
-                        dst[to..to + 4].copy_from_slice(&src[2 + 4 * k..6 + 4 * k]);
-                    }
-                }
-                continue;
-            }
-            if matches!(w.ty, GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4) {
-                // The file's byte i holds values i and i + 16, which the layout puts in one
-                // byte too (chunk i / 4, place 4j + i % 4): four bytes at a time.
-                for j in 0..GROUP_ROWS {
-                    let at = (g * GROUP_ROWS + j) * rb + b * bb;
-                    let src = &w.data[at..at + bb];
-                    let (d, qs) = match w.ty {
-                        GgmlType::MXFP4 => (mxfp4_scale_f16(src).unwrap_or(0), &src[1..17]),
-                        _ => (u16::from_le_bytes([src[0], src[1]]), &src[2..18]),
-                    };
-                    dst[2 * j..2 * j + 2].copy_from_slice(&d.to_le_bytes());
-                    for c in 0..4 {
-                        let to = 16 + 32 * c + 4 * j;
-                        dst[to..to + 4].copy_from_slice(&qs[4 * c..4 * c + 4]);
-                    }
-                }
-                continue;
-            }
-            // Q5_0 ORs its bits in: the block written first, so that no read of fresh memory
-            // maps the zero page (see `q6_k::pack_group_block`).
-            dst.fill(0);
-            for j in 0..GROUP_ROWS {
-                let r = g * GROUP_ROWS + j;
-                let at = r * rb + b * bb;
-                let (d, q) = q5_0_values(&w.data[at..at + bb]);
-                dst[2 * j..2 * j + 2].copy_from_slice(&d.to_le_bytes());
-                // Q5_0: the low four bits as Q4_0's nibbles, the fifth bits apart.
-                for (i, &v) in q.iter().enumerate() {
-                    let (k, m) = (i / 4, i % 4);
-                    let nib = 16 + 32 * (k % 4) + 4 * j + m;
-                    dst[nib] |= (v & 0x0F) << (4 * (k / 4));
-                    dst[16 + 128 + 4 * j + m] |= ((v >> 4) & 1) << k;
-                }
-            }
+            let row = |j: usize| {
+                let at = (g * GROUP_ROWS + j) * rb + b * bb;
+                &w.data[at..at + bb]
+            };
+            pack_block(w.ty, row, dst);
         }
     };
     // A large matrix (an output projection: 145–180 MB) is spread over the cores; the layers'
@@ -287,6 +233,61 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
         cols: w.cols,
         data: Store::Owned(data),
     })
+}
+
+/// One block of a group into `dst`, in the group layout: `row(j)` is the block's bytes in row
+/// `j` of the group. Every byte of `dst` is written before any is read (fresh memory: see
+/// [`pack_releasing`]).
+#[inline]
+fn pack_block<'a>(ty: GgmlType, row: impl Fn(usize) -> &'a [u8], dst: &mut [u8]) {
+    match ty {
+        GgmlType::Q4_K => q4_k::pack_group_block(std::array::from_fn(&row), dst),
+        GgmlType::Q6_K => q6_k::pack_group_block(std::array::from_fn(&row), dst),
+        GgmlType::Q8_0 => {
+            // Four bytes at a time: this is most of the load time of a large output
+            // projection.
+            for j in 0..GROUP_ROWS {
+                let src = row(j);
+                dst[2 * j..2 * j + 2].copy_from_slice(&src[..2]);
+                for k in 0..QK / 4 {
+                    let to = 16 + 32 * k + 4 * j;
+                    dst[to..to + 4].copy_from_slice(&src[2 + 4 * k..6 + 4 * k]);
+                }
+            }
+        }
+        GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+            // The file's byte i holds values i and i + 16, which the layout puts in one
+            // byte too (chunk i / 4, place 4j + i % 4): four bytes at a time.
+            for j in 0..GROUP_ROWS {
+                let src = row(j);
+                let (d, qs) = match ty {
+                    GgmlType::MXFP4 => (mxfp4_scale_f16(src).unwrap_or(0), &src[1..17]),
+                    _ => (u16::from_le_bytes([src[0], src[1]]), &src[2..18]),
+                };
+                dst[2 * j..2 * j + 2].copy_from_slice(&d.to_le_bytes());
+                for c in 0..4 {
+                    let to = 16 + 32 * c + 4 * j;
+                    dst[to..to + 4].copy_from_slice(&qs[4 * c..4 * c + 4]);
+                }
+            }
+        }
+        _ => {
+            // Q5_0 ORs its bits in: the block written first, so that no read of fresh memory
+            // maps the zero page (see `q6_k::pack_group_block`).
+            dst.fill(0);
+            for j in 0..GROUP_ROWS {
+                let (d, q) = q5_0_values(row(j));
+                dst[2 * j..2 * j + 2].copy_from_slice(&d.to_le_bytes());
+                // Q5_0: the low four bits as Q4_0's nibbles, the fifth bits apart.
+                for (i, &v) in q.iter().enumerate() {
+                    let (k, m) = (i / 4, i % 4);
+                    let nib = 16 + 32 * (k % 4) + 4 * j + m;
+                    dst[nib] |= (v & 0x0F) << (4 * (k / 4));
+                    dst[16 + 128 + 4 * j + m] |= ((v >> 4) & 1) << k;
+                }
+            }
+        }
+    }
 }
 
 /// Unpacks one stored group into f32 scales (`8 * blocks`) and, but for Q8_0, 256 value bytes
