@@ -71,10 +71,6 @@ pub fn inspect_memory(spec: &str, ctx: Option<usize>, kv_type: KvType) -> Result
     }
     let plan = model.memory_plan(n_ctx, kv_type, nucleus::engine::BLOCK_SIZE, 512);
     plan.kv.check().map_err(anyhow::Error::msg)?;
-    let mb = |b: usize| match b {
-        0..1_000_000 => format!("{:.1} kB", b as f64 / 1e3),
-        _ => format!("{:.1} MB", b as f64 / 1e6),
-    };
     let hp = &model.hp;
     println!(
         "{}: context {n_ctx} tokens, {} KV cache in blocks of {} tokens",
@@ -87,21 +83,7 @@ pub fn inspect_memory(spec: &str, ctx: Option<usize>, kv_type: KvType) -> Result
         mb(plan.weights_bytes)
     );
     if let Some(moe) = hp.moe {
-        let experts: usize = model
-            .file
-            .tensors
-            .iter()
-            .filter(|t| t.name.contains("_exps."))
-            .map(|t| t.size)
-            .sum();
-        let active = plan.weights_bytes - experts + experts / moe.n_expert * moe.n_expert_used;
-        println!(
-            "    experts             {:>10}  ({} per layer, {} used per token: a token reads {} of the weights)",
-            mb(experts),
-            moe.n_expert,
-            moe.n_expert_used,
-            mb(active)
-        );
+        print_experts(&model, moe, plan.weights_bytes);
     }
     println!(
         "  KV per token          {:>10}  bytes: {} layers × {} KV heads × (key {} + value {} values) in {kv_type}",
@@ -122,6 +104,39 @@ pub fn inspect_memory(spec: &str, ctx: Option<usize>, kv_type: KvType) -> Result
         ),
         None => println!("    local layers              none"),
     }
+    print_pools(&plan, n_ctx);
+    Ok(())
+}
+
+/// Bytes in kB below a megabyte, else in MB.
+fn mb(b: usize) -> String {
+    match b {
+        0..1_000_000 => format!("{:.1} kB", b as f64 / 1e3),
+        _ => format!("{:.1} MB", b as f64 / 1e6),
+    }
+}
+
+/// The experts' share of the weights, and what a token reads of them.
+fn print_experts(model: &Model, moe: nucleus::model::MoeParams, weights_bytes: usize) {
+    let experts: usize = model
+        .file
+        .tensors
+        .iter()
+        .filter(|t| t.name.contains("_exps."))
+        .map(|t| t.size)
+        .sum();
+    let active = weights_bytes - experts + experts / moe.n_expert * moe.n_expert_used;
+    println!(
+        "    experts             {:>10}  ({} per layer, {} used per token: a token reads {} of the weights)",
+        mb(experts),
+        moe.n_expert,
+        moe.n_expert_used,
+        mb(active)
+    );
+}
+
+/// The KV pools, the bookkeeping, the scratch, the total and what the machine has free.
+fn print_pools(plan: &nucleus::model::MemoryPlan, n_ctx: usize) {
     println!(
         "  KV pool               {:>10}  ({} blocks: {} tokens rounded up to whole blocks, global layers)",
         mb(plan.kv_pool_bytes - plan.window_pool_bytes),
@@ -162,5 +177,4 @@ pub fn inspect_memory(spec: &str, ctx: Option<usize>, kv_type: KvType) -> Result
             if plan.check_available().is_ok() { "fits" } else { "does NOT fit" }
         );
     }
-    Ok(())
 }
