@@ -439,10 +439,6 @@ impl Weights {
     fn index(file: &GgufFile, hp: &HParams) -> Result<Weights, ModelError> {
         let l = Loader { file };
         let (e, v) = (hp.n_embd, hp.n_vocab);
-        let q_dim = hp.n_head * hp.head_dim;
-        let k_dim = hp.n_head_kv * hp.head_dim;
-        let v_dim = hp.n_head_kv * hp.head_dim_v;
-        let o_dim = hp.n_head * hp.head_dim_v;
         let token_embd = l.matrix("token_embd.weight", e, v)?;
         let output = if file.tensor("output.weight").is_some() {
             l.matrix("output.weight", e, v)?
@@ -456,85 +452,114 @@ impl Weights {
                 )));
             }
         }
-        let has_qk_norm = hp.qk_norm != QkNorm::None;
-        let qk_norm_len = match hp.qk_norm {
-            QkNorm::AllHeads => (q_dim, k_dim),
-            _ => (hp.head_dim, hp.head_dim),
-        };
-        let mut layers = Vec::with_capacity(hp.n_layers);
-        for i in 0..hp.n_layers {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            // q, k and v as one matrix (Phi-3), or three.
-            let (wq, wk, wv) = if file.tensor(&n("attn_qkv.weight")).is_some() {
-                let qkv = l.matrix(&n("attn_qkv.weight"), e, q_dim + k_dim + v_dim)?;
-                (
-                    qkv.row_slice(0, q_dim),
-                    qkv.row_slice(q_dim, k_dim),
-                    qkv.row_slice(q_dim + k_dim, v_dim),
-                )
-            } else {
-                (
-                    l.matrix(&n("attn_q.weight"), e, q_dim)?,
-                    l.matrix(&n("attn_k.weight"), e, k_dim)?,
-                    l.matrix(&n("attn_v.weight"), e, v_dim)?,
-                )
-            };
-            let ffn = l.ffn(i, hp)?;
-            let (bq, bk, bv) = if hp.qkv_bias {
-                (
-                    Some(l.vector(&n("attn_q.bias"), q_dim)?),
-                    Some(l.vector(&n("attn_k.bias"), k_dim)?),
-                    Some(l.vector(&n("attn_v.bias"), v_dim)?),
-                )
-            } else {
-                (
-                    l.opt_vector(&n("attn_q.bias"), q_dim)?,
-                    l.opt_vector(&n("attn_k.bias"), k_dim)?,
-                    l.opt_vector(&n("attn_v.bias"), v_dim)?,
-                )
-            };
-            let gpt_oss = hp.arch == Arch::GptOss;
-            let norm =
-                |s: &str, len: usize, required: bool| -> Result<Option<Vec<f32>>, ModelError> {
-                    if required {
-                        l.vector(&n(s), len).map(Some)
-                    } else {
-                        Ok(None)
-                    }
-                };
-            layers.push(Layer {
-                attn_norm: l.vector(&n("attn_norm.weight"), e)?,
-                wq,
-                wk,
-                wv,
-                wo: l.matrix(&n("attn_output.weight"), o_dim, e)?,
-                bq,
-                bk,
-                bv,
-                bo: norm("attn_output.bias", e, gpt_oss)?,
-                attn_sinks: norm("attn_sinks.weight", hp.n_head, gpt_oss)?,
-                q_norm: norm("attn_q_norm.weight", qk_norm_len.0, has_qk_norm)?,
-                k_norm: norm("attn_k_norm.weight", qk_norm_len.1, has_qk_norm)?,
-                post_attn_norm: norm("post_attention_norm.weight", e, hp.post_norms)?,
-                // gpt-oss's norm before its FFN is named for where it sits, after attention.
-                ffn_norm: l.vector(
-                    &n(if gpt_oss {
-                        "post_attention_norm.weight"
-                    } else {
-                        "ffn_norm.weight"
-                    }),
-                    e,
-                )?,
-                ffn,
-                post_ffn_norm: norm("post_ffw_norm.weight", e, hp.post_norms)?,
-            });
-        }
+        let layers = (0..hp.n_layers)
+            .map(|i| l.layer(i, hp))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Weights {
             token_embd,
             output_norm: l.vector("output_norm.weight", e)?,
             output,
             rope_freqs: l.opt_vector("rope_freqs.weight", hp.rope_dim / 2)?,
             layers,
+        })
+    }
+}
+
+/// Widths of a layer's attention projections.
+struct AttnDims {
+    q: usize,
+    k: usize,
+    v: usize,
+    o: usize,
+}
+
+impl Loader<'_> {
+    /// Layer `i`'s tensors, each checked against the shape `hp` gives it.
+    fn layer(&self, i: usize, hp: &HParams) -> Result<Layer, ModelError> {
+        let (l, e) = (self, hp.n_embd);
+        let d = AttnDims {
+            q: hp.n_head * hp.head_dim,
+            k: hp.n_head_kv * hp.head_dim,
+            v: hp.n_head_kv * hp.head_dim_v,
+            o: hp.n_head * hp.head_dim_v,
+        };
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let (wq, wk, wv) = l.qkv(i, e, &d)?;
+        let (bq, bk, bv) = if hp.qkv_bias {
+            (
+                Some(l.vector(&n("attn_q.bias"), d.q)?),
+                Some(l.vector(&n("attn_k.bias"), d.k)?),
+                Some(l.vector(&n("attn_v.bias"), d.v)?),
+            )
+        } else {
+            (
+                l.opt_vector(&n("attn_q.bias"), d.q)?,
+                l.opt_vector(&n("attn_k.bias"), d.k)?,
+                l.opt_vector(&n("attn_v.bias"), d.v)?,
+            )
+        };
+        let has_qk_norm = hp.qk_norm != QkNorm::None;
+        let qk_norm_len = match hp.qk_norm {
+            QkNorm::AllHeads => (d.q, d.k),
+            _ => (hp.head_dim, hp.head_dim),
+        };
+        let gpt_oss = hp.arch == Arch::GptOss;
+        let norm = |s: &str, len: usize, required: bool| -> Result<Option<Vec<f32>>, ModelError> {
+            if required {
+                l.vector(&n(s), len).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(Layer {
+            attn_norm: l.vector(&n("attn_norm.weight"), e)?,
+            wq,
+            wk,
+            wv,
+            wo: l.matrix(&n("attn_output.weight"), d.o, e)?,
+            bq,
+            bk,
+            bv,
+            bo: norm("attn_output.bias", e, gpt_oss)?,
+            attn_sinks: norm("attn_sinks.weight", hp.n_head, gpt_oss)?,
+            q_norm: norm("attn_q_norm.weight", qk_norm_len.0, has_qk_norm)?,
+            k_norm: norm("attn_k_norm.weight", qk_norm_len.1, has_qk_norm)?,
+            post_attn_norm: norm("post_attention_norm.weight", e, hp.post_norms)?,
+            // gpt-oss's norm before its FFN is named for where it sits, after attention.
+            ffn_norm: l.vector(
+                &n(if gpt_oss {
+                    "post_attention_norm.weight"
+                } else {
+                    "ffn_norm.weight"
+                }),
+                e,
+            )?,
+            ffn: l.ffn(i, hp)?,
+            post_ffn_norm: norm("post_ffw_norm.weight", e, hp.post_norms)?,
+        })
+    }
+
+    /// Layer `i`'s q, k and v: one matrix (Phi-3) cut in three, or three.
+    fn qkv(
+        &self,
+        i: usize,
+        e: usize,
+        d: &AttnDims,
+    ) -> Result<(Matrix, Matrix, Matrix), ModelError> {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        Ok(if self.file.tensor(&n("attn_qkv.weight")).is_some() {
+            let qkv = self.matrix(&n("attn_qkv.weight"), e, d.q + d.k + d.v)?;
+            (
+                qkv.row_slice(0, d.q),
+                qkv.row_slice(d.q, d.k),
+                qkv.row_slice(d.q + d.k, d.v),
+            )
+        } else {
+            (
+                self.matrix(&n("attn_q.weight"), e, d.q)?,
+                self.matrix(&n("attn_k.weight"), e, d.k)?,
+                self.matrix(&n("attn_v.weight"), e, d.v)?,
+            )
         })
     }
 }
