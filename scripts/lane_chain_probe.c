@@ -1,8 +1,9 @@
 // What llama.cpp's float chain for Q8_0 would cost nucleus's interleaved prompt kernels: the
 // inner loop of a prompt's Q8_0 product on one core, weights and activations in L1/L2, in useful
 // multiply-adds per second, for
-//   own-ymm:  nucleus's default today: eight rows in a 256-bit register, the block's exact sum
-//             in one lane per row (eight vpdpbusd accumulating), one FMA per block;
+//   own-ymm:  nucleus's default chain in its layout: eight rows in a 256-bit register, the
+//             block's exact sum in one lane per row (eight vpdpbusd accumulating), one FMA per
+//             block (the default's real kernel, with more tokens per weight load, runs faster);
 //   own-zmm:  the same chain on sixteen rows (two groups) in a 512-bit register;
 //   lane-zmm: llama.cpp's chain (ggml_vec_dot_q8_0_q8_0, and --exact): per row eight f32
 //             lanes, each the FMA of its four-value sum per block, summed at the end; sixteen
