@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::path::PathBuf;
+
 use common::{fails_with, nucleus, tiny};
 
 fn json(args: &[String]) -> serde_json::Value {
@@ -13,17 +15,25 @@ fn json(args: &[String]) -> serde_json::Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
 }
 
+/// A fresh directory `name` holding `text.txt`, 400 words `word{i % modulo} {joiner}`; the
+/// directory, the text's path, a base's path in it, and the words.
+fn workspace(name: &str, joiner: &str, modulo: usize) -> (PathBuf, String, String, Vec<String>) {
+    let dir = std::env::temp_dir().join(format!("nucleus-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let words: Vec<String> = (0..400)
+        .map(|i| format!("word{} {joiner}", i % modulo))
+        .collect();
+    std::fs::write(dir.join("text.txt"), words.join(" ")).unwrap();
+    let path = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let (text, base) = (path("text.txt"), path("base.kld"));
+    (dir, text, base, words)
+}
+
 #[test]
 fn a_run_against_its_own_base_and_the_errors() {
     let Some(m) = tiny() else { return };
-    let dir = std::env::temp_dir().join(format!("nucleus-cli-ppl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let text = dir.join("text.txt");
-    let words: Vec<String> = (0..400).map(|i| format!("word{} and", i % 37)).collect();
-    std::fs::write(&text, words.join(" ")).unwrap();
-    let text = text.to_str().unwrap();
-    let base = dir.join("base.kld");
-    let base = base.to_str().unwrap();
+    let (dir, text, base, _) = workspace("ppl", "and", 37);
+    let (text, base) = (text.as_str(), base.as_str());
     let common = ["perplexity", &m, text, "--ctx", "64", "-t", "2"];
     let with = |more: &[&str]| -> Vec<String> {
         common.iter().chain(more).map(|s| s.to_string()).collect()
@@ -79,14 +89,8 @@ fn a_run_against_its_own_base_and_the_errors() {
 #[test]
 fn a_run_against_its_own_llama_cpp_base_and_the_errors() {
     let Some(m) = tiny() else { return };
-    let dir = std::env::temp_dir().join(format!("nucleus-cli-ppl-llama-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let text = dir.join("text.txt");
-    let words: Vec<String> = (0..400).map(|i| format!("word{} or", i % 41)).collect();
-    std::fs::write(&text, words.join(" ")).unwrap();
-    let text = text.to_str().unwrap();
-    let base = dir.join("base.kld");
-    let base = base.to_str().unwrap();
+    let (dir, text, base, words) = workspace("ppl-llama", "or", 41);
+    let (text, base) = (text.as_str(), base.as_str());
     let common = ["perplexity", &m, text, "--ctx", "64", "-t", "2", "--json"];
     let with = |more: &[&str]| -> Vec<String> {
         common.iter().chain(more).map(|s| s.to_string()).collect()

@@ -50,7 +50,7 @@ pub struct BasePosition {
 }
 
 /// log Σ exp(logits), in f64.
-fn log_sum_exp(logits: &[f32]) -> f64 {
+pub(crate) fn log_sum_exp(logits: &[f32]) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     max + logits
         .iter()
@@ -324,7 +324,7 @@ impl KlStats {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn position(logits: &[f32], k: usize) -> BasePosition {
@@ -336,7 +336,8 @@ mod tests {
         }
     }
 
-    fn exact_kl(p: &[f32], q: &[f32]) -> f64 {
+    /// KL(p ‖ q) over the whole vocabulary, in f64 from the logits themselves.
+    pub(crate) fn exact_kl(p: &[f32], q: &[f32]) -> f64 {
         let (lp, lq) = (log_sum_exp(p), log_sum_exp(q));
         p.iter()
             .zip(q)

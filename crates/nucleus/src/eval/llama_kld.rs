@@ -332,22 +332,6 @@ mod tests {
         (0..n).map(|_| spread * rng.f32()).collect()
     }
 
-    /// KL(p ‖ q) over the whole vocabulary, in f64 from the logits themselves.
-    fn full_kl(p: &[f32], q: &[f32]) -> f64 {
-        let lse = |l: &[f32]| {
-            let m = l.iter().copied().fold(f32::MIN, f32::max) as f64;
-            m + l.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln()
-        };
-        let (lp, lq) = (lse(p), lse(q));
-        p.iter()
-            .zip(q)
-            .map(|(&a, &b)| {
-                let (a, b) = (a as f64 - lp, b as f64 - lq);
-                a.exp() * (a - b)
-            })
-            .sum()
-    }
-
     /// A base written to a temporary file from `rows` (windows of 8: 3 scored each).
     fn base_file(name: &str, rows: &[Vec<f32>]) -> std::path::PathBuf {
         let n_chunk = rows.len() / scored_per_window(8);
@@ -402,19 +386,17 @@ mod tests {
                 .map(|(a, d)| a + d)
                 .collect();
             let got = compare_row(&other, &row, 7).kl;
-            let want = full_kl(b, &other);
+            let want = crate::eval::kl::tests::exact_kl(b, &other);
             // Within 3 %: llama.cpp's rows floor the log-probabilities at 16 below the top.
             assert!(
                 (got - want).abs() < 0.03 * want + 1e-6,
                 "row {i}: {got} vs {want}"
             );
-            let max = b.iter().copied().fold(f32::MIN, f32::max) as f64;
-            let lse = max + b.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
             let bucketed = crate::eval::kl::kl_top_k(
                 &crate::eval::kl::BasePosition {
                     target_index: 0,
                     nll: 0.0,
-                    lse,
+                    lse: crate::eval::kl::log_sum_exp(b),
                     top: crate::eval::kl::top_k(b, 32),
                 },
                 &other,

@@ -380,13 +380,20 @@ fn quantize_block_q4_0(x: &[f32], b: &mut [u8]) {
     }
 }
 
-fn quantize_block_q4_1(x: &[f32], b: &mut [u8]) {
+/// Q4_1's and Q5_1's header: the block's minimum and the step of `levels` steps up to its
+/// maximum, as two f16 at `b[0..4]`; returns the minimum and 1/step (0 for a flat block).
+fn write_min_step(x: &[f32], levels: f32, b: &mut [u8]) -> (f32, f32) {
     let min = x.iter().fold(f32::MAX, |a, &v| if v < a { v } else { a });
     let max = x.iter().fold(-f32::MAX, |a, &v| if v > a { v } else { a });
-    let d = (max - min) / 15.0;
+    let d = (max - min) / levels;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
     b[2..4].copy_from_slice(&f32_to_f16(min).to_le_bytes());
+    (min, id)
+}
+
+fn quantize_block_q4_1(x: &[f32], b: &mut [u8]) {
+    let (min, id) = write_min_step(x, 15.0, b);
     for j in 0..16 {
         let x0 = (x[j] - min) * id;
         let x1 = (x[16 + j] - min) * id;
@@ -415,12 +422,7 @@ fn quantize_block_q5_0(x: &[f32], b: &mut [u8]) {
 }
 
 fn quantize_block_q5_1(x: &[f32], b: &mut [u8]) {
-    let min = x.iter().fold(f32::MAX, |a, &v| if v < a { v } else { a });
-    let max = x.iter().fold(-f32::MAX, |a, &v| if v > a { v } else { a });
-    let d = (max - min) / 31.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    b[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-    b[2..4].copy_from_slice(&f32_to_f16(min).to_le_bytes());
+    let (min, id) = write_min_step(x, 31.0, b);
     let mut qh = 0u32;
     for j in 0..16 {
         let x0 = (x[j] - min) * id;
