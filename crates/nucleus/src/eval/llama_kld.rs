@@ -178,7 +178,7 @@ impl LlamaKldBase {
         }
         let (n_vocab, n_chunk) = (n_vocab as u64, n_chunk as u64);
         let n_tokens = n_ctx * n_chunk;
-        let rows = n_chunk * (n_ctx - 1 - n_ctx / 2);
+        let rows = n_chunk * scored_per_window(n_ctx as usize) as u64;
         let row_bytes = 2 * row_len(n_vocab as usize) as u64;
         let want = rows
             .checked_mul(row_bytes)
@@ -220,11 +220,6 @@ impl LlamaKldBase {
     /// Positions not yet read.
     pub fn rows_left(&self) -> usize {
         self.rows_left
-    }
-
-    /// The positions a run over `windows` windows of [`Self::n_ctx`] scores.
-    pub fn rows_for(&self, windows: usize) -> usize {
-        windows * scored_per_window(self.n_ctx)
     }
 }
 
@@ -362,7 +357,7 @@ mod tests {
             (8, n_vocab, 2)
         );
         assert_eq!(reader.tokens, (0..16).collect::<Vec<TokenId>>());
-        assert_eq!((reader.rows_left(), reader.rows_for(2)), (6, 6));
+        assert_eq!(reader.rows_left(), 6);
         for (i, b) in base.iter().enumerate() {
             let row = reader.next_row().unwrap().to_vec();
             let same = compare_row(b, &row, 7);
