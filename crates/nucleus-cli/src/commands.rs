@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use nucleus::engine::context::{truncate_to_window, SINK_TOKENS};
 use nucleus::engine::{ContextPolicy, GenerateRequest, SequenceStep, Session};
 use nucleus::gguf::GgufFile;
+use nucleus::kernels::interleaved::huge_pages;
 use nucleus::model::Model;
 use nucleus::sampling::{SamplingError, SamplingParams};
 use nucleus::tokenizer::{TokenId, Tokenizer};
@@ -425,6 +426,7 @@ pub fn bench(
     let window_bytes = kv_cfg
         .sliding
         .map_or(0, |s| s.window * kv_cfg.window_bytes_per_token());
+    let huge_gb = huge_pages::resident_huge_bytes().map(|b| b as f64 / 1e9);
     if json {
         println!(
             "{}",
@@ -442,6 +444,7 @@ pub fn bench(
                 "kernels": nucleus::quant::simd_level().name(),
                 "arithmetic": model.arithmetic().name(),
                 "amx": nucleus::quant::amx_status(),
+                "huge_pages_gb": huge_gb,
             })
         );
     } else {
@@ -456,6 +459,9 @@ pub fn bench(
             model.arithmetic().name(),
             nucleus::quant::amx_status()
         );
+        if let Some(gb) = huge_gb.filter(|&gb| gb > 0.0) {
+            println!("memory in huge pages: {gb:.2} GB");
+        }
         println!("prefill pp{n_prompt}: {best_pp:.1} tok/s");
         println!("decode  tg{n_gen}: {best_tg:.1} tok/s");
         match kv_cfg.sliding {

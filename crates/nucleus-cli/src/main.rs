@@ -36,6 +36,11 @@ struct Cli {
     /// of the time, for disk space about the model's size. See docs/src/pack-cache.md.
     #[arg(long, global = true, value_name = "DIR")]
     pack_cache: Option<std::path::PathBuf>,
+    /// Keep the repacked weights in 2 MiB pages (on/off; also `NUCLEUS_HUGE_PAGES=1|0`): decode
+    /// reads them faster, but fresh huge pages can make the load slower on a VM. On by default
+    /// for `serve` only. See docs/src/memory.md.
+    #[arg(long, global = true, value_name = "on|off", value_parser = clap::builder::BoolishValueParser::new())]
+    huge_pages: Option<bool>,
 }
 
 /// Which model to use: a catalog name or a GGUF path, given positionally or with --model.
@@ -306,6 +311,10 @@ fn main() {
     if let Some(dir) = &cli.pack_cache {
         // Read by `Model::load` in the same way; also set before any thread exists.
         std::env::set_var("NUCLEUS_PACK_CACHE", dir);
+    }
+    if let Some(on) = cli.huge_pages {
+        // Read when the weights are packed; set before any thread exists.
+        std::env::set_var("NUCLEUS_HUGE_PAGES", if on { "1" } else { "0" });
     }
     // Rust ignores SIGPIPE, which turns `nucleus inspect FILE | head` into a panic on the next
     // print; the printing commands end quietly instead, like other command-line tools. The

@@ -125,6 +125,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let method = check_flags(&args)?;
     let spec = args.model.as_deref().unwrap_or(DEFAULT_MODEL);
     let path = crate::commands::resolve_model(Some(spec))?;
+    // A server loads once and decodes for long: its packed weights in huge pages
+    // (`NUCLEUS_HUGE_PAGES=0` declines them).
+    nucleus::kernels::interleaved::huge_pages::set_default(true);
     let crate::commands::Loaded { model, tokenizer } =
         crate::commands::load_path(&path, args.threads)?;
     let n_ctx = crate::limits::context(args.ctx, args.allow_long_context, &model)?;

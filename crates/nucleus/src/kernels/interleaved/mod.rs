@@ -72,6 +72,7 @@ mod amx_layout;
 #[cfg(target_arch = "x86_64")]
 mod amx_tiles;
 mod choice;
+pub mod huge_pages;
 mod pack;
 mod q4_k;
 mod q6_k;

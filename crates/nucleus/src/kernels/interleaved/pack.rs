@@ -35,10 +35,33 @@ pub struct PackedMatrix {
 #[derive(Debug)]
 enum Store {
     Owned(Vec<u8>),
+    /// A large matrix's own memory, mapped apart and advised into huge pages
+    /// ([`super::huge_pages`]).
+    Anon(memmap2::MmapMut),
     Mapped {
         map: Arc<memmap2::Mmap>,
         offset: usize,
     },
+}
+
+impl Store {
+    /// `len` zeroed bytes, fresh from the kernel: in huge pages where they are wanted
+    /// ([`super::huge_pages`]).
+    fn fresh(len: usize) -> Store {
+        match super::huge_pages::fresh_map(len) {
+            Some(map) => Store::Anon(map),
+            None => Store::Owned(vec![0u8; len]),
+        }
+    }
+
+    /// The bytes of memory of its own (a mapped file's are read only).
+    fn owned_mut(&mut self) -> &mut [u8] {
+        match self {
+            Store::Owned(v) => v,
+            Store::Anon(m) => m,
+            Store::Mapped { .. } => unreachable!("a mapped file of packed weights is read only"),
+        }
+    }
 }
 
 /// Bytes of one group-block in the packed layout.
@@ -83,6 +106,7 @@ impl PackedMatrix {
     pub fn raw(&self) -> &[u8] {
         match &self.data {
             Store::Owned(v) => v,
+            Store::Anon(m) => m,
             Store::Mapped { map, offset } => &map[*offset..*offset + self.bytes()],
         }
     }
@@ -184,7 +208,8 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
     // Zeroed pages, fresh from the kernel: every packing below writes a byte before it reads
     // it (a read first would map the zero page and make the write a copy-on-write fault with
     // a TLB flush on every core: it was most of a 7B file's load time).
-    let mut data = vec![0u8; w.rows / GROUP_ROWS * group_bytes];
+    let mut store = Store::fresh(w.rows / GROUP_ROWS * group_bytes);
+    let data = store.owned_mut();
     let pack_group = |g: usize, out: &mut [u8]| {
         for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
             let row = |j: usize| {
@@ -231,7 +256,7 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
         ty: w.ty,
         rows: w.rows,
         cols: w.cols,
-        data: Store::Owned(data),
+        data: store,
     })
 }
 
