@@ -12,11 +12,14 @@ one after the other (alternating, so that a noisy neighbour hits both), each rou
 a cell shows the range over the rounds. Load: seconds from the command's start to its exit after
 one generated token (llama-simple and `nucleus run -n 1`, page cache warm), LOAD_ROUNDS
 alternating rounds (a range), and the peak RSS; "mapped": nucleus with NUCLEUS_PACK_CACHE, the
-packed weights mapped from the file an earlier load wrote (docs/src/pack-cache.md).
+packed weights mapped from the file an earlier load wrote (docs/src/pack-cache.md); "huge":
+nucleus with NUCLEUS_HUGE_PAGES=1, its packed weights in 2 MiB pages (`nucleus serve`'s default,
+docs/src/memory.md), which each round also decodes with.
 Decode bandwidth: the bytes a decode step reads (every matrix but the token embeddings, of which
 it reads one row; the output matrix, which is the embeddings when they are tied; of the expert
 tensors of a mixture of experts, the used experts' share) times decode tokens/s, beside the
-measured DRAM read bandwidth. `--moe` benchmarks the MoE files (real_shapes.py --moe).
+measured DRAM read bandwidth from 2 MiB pages (from 4 KiB pages where the kernel gave none).
+`--moe` benchmarks the MoE files (real_shapes.py --moe).
 
 Environment: THREADS (default 2), PP (512), TG (64), ROUNDS (2), LOAD_ROUNDS (3), MAPPED (1;
 0 skips the mapped load, for files whose packed copy would not fit in the page cache beside
@@ -103,10 +106,16 @@ def llama_bench(bin_dir, path):
     return pp, tg
 
 
-def nucleus_bench(nucleus, path, exact):
-    cmd = [nucleus, "bench", str(path), "-t", str(THREADS), "-p", str(PP), "-g", str(TG), "--json"]
-    j = json.loads(sh(cmd + (["--exact"] if exact else [])))
+def nucleus_bench(nucleus, path, exact, pp=PP, env=None):
+    cmd = [nucleus, "bench", str(path), "-t", str(THREADS), "-p", str(pp), "-g", str(TG), "--json"]
+    j = json.loads(sh(cmd + (["--exact"] if exact else []), env=env))
     return j["prefill_tokens_per_s"], j["decode_tokens_per_s"], j
+
+
+def with_huge_pages(on):
+    env = dict(os.environ, NUCLEUS_HUGE_PAGES="1" if on else "0")
+    env.pop("NUCLEUS_PACK_CACHE", None)
+    return env
 
 
 def timed(cmd, env=None):
@@ -131,23 +140,22 @@ def load_times(nucleus, bin_dir, path):
     for old in cache.glob(f"{path.stem}-*.nucpack"):
         old.unlink()
     run = [nucleus, "run", "-t", str(THREADS), "-n", "1", str(path), "Hello"]
-    with_cache = dict(os.environ, NUCLEUS_PACK_CACHE=str(cache))
+    with_cache = dict(with_huge_pages(False), NUCLEUS_PACK_CACHE=str(cache))
     if MAPPED:
         subprocess.run(run, env=with_cache, check=True, capture_output=True)
     packed = list(cache.glob(f"{path.stem}-*.nucpack"))
-    without = dict(os.environ)
-    without.pop("NUCLEUS_PACK_CACHE", None)
-    ll, nu, mapped = [], [], []
+    ll, nu, huge, mapped = [], [], [], []
     for _ in range(LOAD_ROUNDS):
         for f in [path] + packed:
             subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
         ll.append(timed([str(bin_dir / "llama-simple"), "-m", str(path), "-n", "1", "Hello"]))
-        nu.append(timed(run, env=without))
+        nu.append(timed(run, env=with_huge_pages(False)))
+        huge.append(timed(run, env=with_huge_pages(True)))
         if MAPPED:
             mapped.append(timed(run, env=with_cache))
     for f in packed:
         f.unlink()
-    return ll, nu, mapped
+    return ll, nu, huge, mapped
 
 
 def rng(vals, digits=1):
@@ -181,32 +189,37 @@ def main():
         log(f"== {name}: warming the page cache")
         for _ in range(2):
             subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
-        res = {"ll": [], "nu": [], "ex": []}
+        res = {"ll": [], "nu": [], "ex": [], "hu": []}
         for r in range(ROUNDS):
             log(f"   round {r + 1}: load {os.getloadavg()[0]:.2f}")
             res["ll"].append(llama_bench(bin_dir, path))
-            *nu, info = nucleus_bench(nucleus, path, False)
+            *nu, info = nucleus_bench(nucleus, path, False, env=with_huge_pages(False))
             res["nu"].append(nu)
-            res["ex"].append(nucleus_bench(nucleus, path, True)[:2])
-        ll_load, nu_load, map_load = load_times(nucleus, bin_dir, path)
-        ll_s, nu_s, map_s = ([t for t, _ in x] for x in (ll_load, nu_load, map_load))
-        ll_rss, nu_rss, map_rss = (max((m for _, m in x), default=0) for x in
-                                   (ll_load, nu_load, map_load))
+            res["ex"].append(nucleus_bench(nucleus, path, True, env=with_huge_pages(False))[:2])
+            res["hu"].append(nucleus_bench(nucleus, path, False, 0, with_huge_pages(True))[:2])
+        loads = load_times(nucleus, bin_dir, path)
+        ll_s, nu_s, hu_s, map_s = ([t for t, _ in x] for x in loads)
+        ll_rss, nu_rss, hu_rss, map_rss = (max((m for _, m in x), default=0) for x in loads)
         gb = path.stat().st_size / 1e9
         step = decode_bytes(path) / 1e9
         col = {k: ([v[0] for v in res[k]], [v[1] for v in res[k]]) for k in res}
-        nu_bw = [t * step for t in col["nu"][1]]
-        ll_bw = [t * step for t in col["ll"][1]]
+        nu_bw, hu_bw, ll_bw = ([t * step for t in col[k][1]] for k in ("nu", "hu", "ll"))
+        dram = lim["read_gb_s_huge"] or lim["read_gb_s"]
+
+        def bw(v):
+            return f"{rng(v)} ({100 * max(v) / dram:.0f} %)"
+
         rows.append(
             f"| {name} | {gb:.2f} | {rng(col['ll'][0])} / {rng(col['ll'][1], 2)} "
             f"| {rng(col['nu'][0])} / {rng(col['nu'][1], 2)} "
             f"| {ratio(col['nu'][0], col['ll'][0])} / {ratio(col['nu'][1], col['ll'][1])} "
             f"| {rng(col['ex'][0])} / {rng(col['ex'][1], 2)} "
             f"| {ratio(col['ex'][0], col['ll'][0])} / {ratio(col['ex'][1], col['ll'][1])} "
-            f"| {rng(nu_bw)} ({100 * max(nu_bw) / lim['read_gb_s']:.0f} %) / {rng(ll_bw)} "
-            f"({100 * max(ll_bw) / lim['read_gb_s']:.0f} %) "
-            f"| {rng(nu_s)} / {rng(map_s, 2) if map_s else '–'} / {rng(ll_s)} "
-            f"| {nu_rss:.2f} / {f'{map_rss:.2f}' if map_s else '–'} / {ll_rss:.2f} |")
+            f"| {rng(col['hu'][1], 2)} "
+            f"| {bw(nu_bw)} / {bw(hu_bw)} / {bw(ll_bw)} "
+            f"| {rng(nu_s)} / {rng(hu_s)} / {rng(map_s, 2) if map_s else '–'} / {rng(ll_s)} "
+            f"| {nu_rss:.2f} / {hu_rss:.2f} / {f'{map_rss:.2f}' if map_s else '–'} "
+            f"/ {ll_rss:.2f} |")
     cpu = "unknown"
     for line in open("/proc/cpuinfo"):
         if line.startswith("model name"):
@@ -222,16 +235,18 @@ def main():
           f"from the vendored source")
     print()
     print(f"Machine ceilings (scripts/machine_limits.c, {THREADS} threads): DRAM read "
-          f"{lim['read_gb_s']:.1f} GB/s ({lim['read_gb_s_1']:.1f} on one thread); int8 multiply-adds "
+          f"{lim['read_gb_s_huge']:.1f} GB/s from 2 MiB pages ({lim['read_gb_s_huge_1']:.1f} on one "
+          f"thread), {lim['read_gb_s']:.1f} from 4 KiB pages ({lim['read_gb_s_1']:.1f}); int8 multiply-adds "
           f"vpdpbusd zmm {lim['vnni512_gmac_s']:.0f} G/s, ymm {lim['vnni256_gmac_s']:.0f} G/s, "
           f"vpmaddubsw {lim['avx2_gmac_s']:.0f} G/s; AMX: {lim['amx']}"
           + (f" ({lim['amx_gmac_s']:.0f} G/s)" if lim['amx_gmac_s'] else ""))
     print()
     print("| file | GB | llama.cpp pp / tg (tok/s) | nucleus pp / tg | ratio pp / tg "
-          "| `--exact` pp / tg | ratio pp / tg | decode GB/s (% of DRAM): nucleus / llama.cpp "
-          "| load to 1st token s: nucleus / mapped / llama.cpp "
-          "| peak RSS GB: nucleus / mapped / llama.cpp |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| `--exact` pp / tg | ratio pp / tg | nucleus tg, huge pages "
+          "| decode GB/s (% of DRAM): nucleus / huge pages / llama.cpp "
+          "| load to 1st token s: nucleus / huge pages / mapped / llama.cpp "
+          "| peak RSS GB: nucleus / huge pages / mapped / llama.cpp |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(r)
 
