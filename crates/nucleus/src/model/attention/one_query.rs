@@ -54,20 +54,8 @@ pub fn attend_heads(
         .map(|q| q[..dk].iter().map(|&x| f16::from_f32(x).to_f32()).collect())
         .collect();
     let mut accs = vec![f16::ZERO; nh * dv];
-    let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nh], vec![0f32; nh]);
     let mut key = vec![0f32; dk];
-    const GROUP: usize = f16k::MANY_ROWS;
-    // Per key of a group and head (key-major): the score, whether it raises the head's
-    // maximum, and the exponent (in lanes of four: the padding computes e^0).
-    let mut scores = vec![0f32; GROUP * nh];
-    let mut grows = vec![false; GROUP * nh];
-    let mut exps = vec![0f32; (GROUP * nh).div_ceil(4) * 4];
-    let mut run_max = vec![0f32; nh];
-    let none = f16k::AccStep {
-        rescale: None,
-        weight: 0.0,
-    };
-    let mut steps = vec![[none; GROUP]; nh];
+    let mut soft = OnlineSoftmax::new(nh);
     let mut pos = start;
     while pos < end {
         let g = GROUP.min(end - pos);
@@ -76,44 +64,13 @@ pub fn attend_heads(
             let (block, slot) = (blocks[(pos + i) / bs], (pos + i) % bs);
             let k = &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk];
             tile::widen_f16(&mut key, k);
-            for h in 0..nh {
-                scores[i * nh + h] = scale.score(f16k::dot_f16_widened(&qw[h], &key));
+            for (h, q) in qw.iter().enumerate() {
+                soft.scores[i * nh + h] = scale.score(f16k::dot_f16_widened(q, &key));
             }
             values[i] = &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv];
         }
-        // Key by key for each head: the exponent is of the old maximum
-        // less the score where the score is the new maximum, else of the score less the
-        // maximum (which depends on the scores alone); then every exponent of the group through
-        // the library's expf at once, and the updates in order.
-        run_max.copy_from_slice(&max);
-        for i in 0..g {
-            for h in 0..nh {
-                let (s, m) = (scores[i * nh + h], &mut run_max[h]);
-                grows[i * nh + h] = s > *m;
-                exps[i * nh + h] = if s > *m { *m - s } else { s - *m };
-                if s > *m {
-                    *m = s;
-                }
-            }
-        }
-        exps[g * nh..].fill(0.0);
-        expf_libm_in_place(&mut exps);
-        for i in 0..g {
-            for h in 0..nh {
-                let e = exps[i * nh + h];
-                let (ms, vs) = if grows[i * nh + h] {
-                    max[h] = scores[i * nh + h];
-                    steps[h][i].rescale = Some(e);
-                    (e, 1.0)
-                } else {
-                    steps[h][i].rescale = None;
-                    (1.0, e)
-                };
-                steps[h][i].weight = vs;
-                sum[h] = sum[h].mul_add(ms, vs);
-            }
-        }
-        f16k::acc_steps_f16_many(&mut accs, dv, &values[..g], &steps);
+        soft.weigh(g);
+        f16k::acc_steps_f16_many(&mut accs, dv, &values[..g], &soft.steps);
         pos += g;
     }
     for h in 0..nh {
@@ -121,11 +78,88 @@ pub fn attend_heads(
         for (o, a) in out.iter_mut().zip(&accs[h * dv..(h + 1) * dv]) {
             *o = a.to_f32();
         }
+        let mut sum = soft.sum[h];
         if let Some(s) = sinks {
-            sum[h] = apply_sink(s[h], max[h], sum[h], out);
+            sum = apply_sink(s[h], soft.max[h], sum, out);
         }
-        let inv = 1.0 / sum[h];
+        let inv = 1.0 / sum;
         out.iter_mut().for_each(|o| *o *= inv);
+    }
+}
+
+/// Keys scored a group at a time in [`attend_heads`].
+const GROUP: usize = f16k::MANY_ROWS;
+
+/// The online softmax of [`attend_heads`]' heads, a group of keys at a time: each head's
+/// maximum and sum so far, and for the group being folded in the scores (key-major: key `i` of
+/// head `h` at `i·nh + h`) and the steps they make of each head's accumulator.
+struct OnlineSoftmax {
+    nh: usize,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    scores: Vec<f32>,
+    /// Whether a key raises its head's maximum, and its exponent (in lanes of four: the
+    /// padding computes e^0).
+    grows: Vec<bool>,
+    exps: Vec<f32>,
+    run_max: Vec<f32>,
+    steps: Vec<[f16k::AccStep; GROUP]>,
+}
+
+impl OnlineSoftmax {
+    fn new(nh: usize) -> OnlineSoftmax {
+        let none = f16k::AccStep {
+            rescale: None,
+            weight: 0.0,
+        };
+        OnlineSoftmax {
+            nh,
+            max: vec![f32::NEG_INFINITY; nh],
+            sum: vec![0f32; nh],
+            scores: vec![0f32; GROUP * nh],
+            grows: vec![false; GROUP * nh],
+            exps: vec![0f32; (GROUP * nh).div_ceil(4) * 4],
+            run_max: vec![0f32; nh],
+            steps: vec![[none; GROUP]; nh],
+        }
+    }
+
+    /// Folds the first `g` keys' scores into the maxima and sums, and writes their steps.
+    /// Key by key for each head: the exponent is of the old maximum less the score where the
+    /// score is the new maximum, else of the score less the maximum (which depends on the
+    /// scores alone); then every exponent of the group through the library's expf at once,
+    /// and the updates in order.
+    fn weigh(&mut self, g: usize) {
+        let nh = self.nh;
+        self.run_max.copy_from_slice(&self.max);
+        for i in 0..g {
+            for h in 0..nh {
+                let (s, m) = (self.scores[i * nh + h], &mut self.run_max[h]);
+                self.grows[i * nh + h] = s > *m;
+                self.exps[i * nh + h] = if s > *m { *m - s } else { s - *m };
+                if s > *m {
+                    *m = s;
+                }
+            }
+        }
+        self.exps[g * nh..].fill(0.0);
+        expf_libm_in_place(&mut self.exps);
+        for i in 0..g {
+            for h in 0..nh {
+                let e = self.exps[i * nh + h];
+                let step = &mut self.steps[h][i];
+                let (ms, vs) = if self.grows[i * nh + h] {
+                    self.max[h] = self.scores[i * nh + h];
+                    step.rescale = Some(e);
+                    (e, 1.0)
+                } else {
+                    step.rescale = None;
+                    (1.0, e)
+                };
+                step.weight = vs;
+                self.sum[h] = self.sum[h].mul_add(ms, vs);
+            }
+        }
     }
 }
 

@@ -60,7 +60,6 @@ pub fn attend_tiled(
     let (mut max, mut sum) = (vec![f32::NEG_INFINITY; nq], vec![0f32; nq]);
     let mut acc = vec![0f32; nq * dv];
     let mut keys = vec![0f32; KEY_TILE * dk];
-    let mut query_scores = [0f32; KEY_TILE];
     let mut values = vec![0f32; KEY_TILE * dv];
     let mut scores = vec![[0f32; LANES]; KEY_TILE * chunks];
     // Each query's weights for the tile, and the queries that see some key of it.
@@ -96,28 +95,8 @@ pub fn attend_tiled(
                 tile::widen_f16_transposed(&mut keys, KEY_TILE, r0, &rows, dk);
             }
         }
-        if transposed {
-            // Each query alone, its scores in its lane of the first chunk.
-            for (l, q) in queries.iter().enumerate() {
-                tile::dot_keys_transposed(&q[..dk], &keys, KEY_TILE, &mut query_scores[..nk]);
-                for (r, &s) in query_scores[..nk].iter().enumerate() {
-                    scores[r][l] = s;
-                }
-            }
-        } else {
-            // Chunks of queries two at a time (each key element broadcast once for both).
-            let chunk_q = |c: usize| &qt[c * dk * LANES..(c + 1) * dk * LANES];
-            for (pair, out) in scores.chunks_mut(2 * KEY_TILE).enumerate() {
-                let c = 2 * pair;
-                if out.len() == 2 * KEY_TILE {
-                    let (out0, out1) = out.split_at_mut(KEY_TILE);
-                    let (k, o0, o1) = (&keys[..nk * dk], &mut out0[..nk], &mut out1[..nk]);
-                    tile::dot_keys_pair(chunk_q(c), chunk_q(c + 1), k, dk, o0, o1);
-                } else {
-                    tile::dot_keys(chunk_q(c), &keys[..nk * dk], dk, &mut out[..nk]);
-                }
-            }
-        }
+        let by_lanes = (!transposed).then_some(&qt[..]);
+        score_tile(queries, by_lanes, &keys, (nk, dk), &mut scores);
         seeing.clear();
         for l in 0..nq {
             let lane = (&scores[l / LANES * KEY_TILE..], l % LANES);
@@ -133,6 +112,41 @@ pub fn attend_tiled(
         tile_start += KEY_TILE;
     }
     finish(out, &mut acc, &max, &mut sum, sinks, dv);
+}
+
+/// The scores of a tile's first `nk` keys for every query, into `scores` (`KEY_TILE` rows per
+/// chunk of [`tile::QUERY_LANES`] queries, a query's in its lane): from `keys` transposed
+/// (`qt` is `None`: each query alone), or from `keys` row by row and the queries transposed in
+/// `qt`, chunks two at a time (each key element broadcast once for both).
+fn score_tile(
+    queries: &[&[f32]],
+    qt: Option<&[f32]>,
+    keys: &[f32],
+    (nk, dk): (usize, usize),
+    scores: &mut [[f32; tile::QUERY_LANES]],
+) {
+    const LANES: usize = tile::QUERY_LANES;
+    let Some(qt) = qt else {
+        let mut query_scores = [0f32; KEY_TILE];
+        for (l, q) in queries.iter().enumerate() {
+            tile::dot_keys_transposed(&q[..dk], keys, KEY_TILE, &mut query_scores[..nk]);
+            for (r, &s) in query_scores[..nk].iter().enumerate() {
+                scores[r][l] = s;
+            }
+        }
+        return;
+    };
+    let chunk_q = |c: usize| &qt[c * dk * LANES..(c + 1) * dk * LANES];
+    for (pair, out) in scores.chunks_mut(2 * KEY_TILE).enumerate() {
+        let c = 2 * pair;
+        if out.len() == 2 * KEY_TILE {
+            let (out0, out1) = out.split_at_mut(KEY_TILE);
+            let (k, o0, o1) = (&keys[..nk * dk], &mut out0[..nk], &mut out1[..nk]);
+            tile::dot_keys_pair(chunk_q(c), chunk_q(c + 1), k, dk, o0, o1);
+        } else {
+            tile::dot_keys(chunk_q(c), &keys[..nk * dk], dk, &mut out[..nk]);
+        }
+    }
 }
 
 /// The tile's values, weighted by `weights[l][w0..w1]`, folded into the accumulators of the
