@@ -9,7 +9,6 @@ use anyhow::{bail, Context, Result};
 use nucleus::engine::context::{truncate_to_window, SINK_TOKENS};
 use nucleus::engine::{ContextPolicy, GenerateRequest, SequenceStep, Session};
 use nucleus::gguf::GgufFile;
-use nucleus::kernels::interleaved::huge_pages;
 use nucleus::model::Model;
 use nucleus::sampling::{SamplingError, SamplingParams};
 use nucleus::tokenizer::{TokenId, Tokenizer};
@@ -426,7 +425,7 @@ pub fn bench(
     let window_bytes = kv_cfg
         .sliding
         .map_or(0, |s| s.window * kv_cfg.window_bytes_per_token());
-    let huge_gb = huge_pages::resident_huge_bytes().map(|b| b as f64 / 1e9);
+    let huge_gb = nucleus::model::resident_huge_bytes().map(|b| b as f64 / 1e9);
     if json {
         println!(
             "{}",

@@ -34,14 +34,14 @@ fn huge_pages_give_the_same_bits() {
     }
     std::env::remove_var("NUCLEUS_HUGE_PAGES");
     huge_pages::set_default(false);
-    let before = huge_pages::resident_huge_bytes().unwrap_or(0);
+    let before = nucleus::model::resident_huge_bytes().unwrap_or(0);
     let want = logits_bits(&Model::load(&gemma, 2).unwrap());
 
     huge_pages::set_default(true);
     assert!(huge_pages::wanted());
     let fell_back = fallbacks();
     let model = Model::load(&gemma, 2).unwrap();
-    let held = huge_pages::resident_huge_bytes().unwrap_or(0);
+    let held = nucleus::model::resident_huge_bytes().unwrap_or(0);
     assert_eq!(logits_bits(&model), want, "huge pages changed the logits");
 
     let mode =

@@ -98,7 +98,9 @@ pub fn human_bytes(b: u64) -> String {
 /// or less when the cgroup's `memory.max` leaves less. `None` where neither can be read.
 pub fn available_memory() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
-    let mem = meminfo.as_deref().and_then(parse_meminfo_available);
+    let mem = meminfo
+        .as_deref()
+        .and_then(|t| kb_field(t, "MemAvailable:"));
     let read = |p: &str| std::fs::read_to_string(p).ok();
     let cgroup = match (
         read("/sys/fs/cgroup/memory.max"),
@@ -116,9 +118,16 @@ pub fn available_memory() -> Option<u64> {
     }
 }
 
-/// `MemAvailable:  123456 kB` → bytes.
-fn parse_meminfo_available(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+/// Bytes of this process's anonymous memory in transparent huge pages (`AnonHugePages` of
+/// /proc/self/smaps_rollup), where Linux says.
+pub fn resident_huge_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
+    kb_field(&text, "AnonHugePages:")
+}
+
+/// The line `KEY  123456 kB` of a /proc file → bytes.
+fn kb_field(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kb.checked_mul(1024)
 }
@@ -209,8 +218,8 @@ mod tests {
     #[test]
     fn meminfo_and_sizes() {
         let text = "MemTotal:       24000000 kB\nMemFree:  1 kB\nMemAvailable:   23000000 kB\n";
-        assert_eq!(parse_meminfo_available(text), Some(23_000_000 * 1024));
-        assert_eq!(parse_meminfo_available("MemTotal: 1 kB\n"), None);
+        assert_eq!(kb_field(text, "MemAvailable:"), Some(23_000_000 * 1024));
+        assert_eq!(kb_field("MemTotal: 1 kB\n", "MemAvailable:"), None);
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(3 << 29), "1.5 GiB");
         assert!(available_memory().is_some_and(|b| b > 0));

@@ -17,7 +17,7 @@ pub use attention::{arithmetic_class, TILED_MIN_BATCH};
 pub use embed::EMBED_CHUNK;
 pub use forward::{Batch, ForwardState};
 pub use hparams::{Activation, Arch, ExpertAct, Gating, HParams, MoeParams, QkNorm, RopeStyle};
-pub use memory::{available_memory, human_bytes, MemoryPlan, MAX_CONTEXT};
+pub use memory::{available_memory, human_bytes, resident_huge_bytes, MemoryPlan, MAX_CONTEXT};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -28,8 +28,10 @@ pub fn set_default(on: bool) {
 /// Whether matrices packed now get huge pages: `NUCLEUS_HUGE_PAGES` (`1`/`on`/`true`,
 /// `0`/`off`/`false`) if set, else the default.
 pub fn wanted() -> bool {
+    // Empty counts as unset, as for NUCLEUS_PACK_CACHE.
     match std::env::var("NUCLEUS_HUGE_PAGES")
         .ok()
+        .filter(|v| !v.is_empty())
         .as_deref()
         .map(parse)
     {
@@ -45,7 +47,7 @@ pub fn wanted() -> bool {
 fn parse(v: &str) -> Result<bool, String> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "on" | "true" | "yes" => Ok(true),
-        "0" | "off" | "false" | "no" | "" => Ok(false),
+        "0" | "off" | "false" | "no" => Ok(false),
         _ => Err(v.to_string()),
     }
 }
@@ -69,15 +71,6 @@ pub(super) fn fresh_map(len: usize) -> Option<memmap2::MmapMut> {
     Some(map)
 }
 
-/// Bytes of this process's anonymous memory in transparent huge pages (`AnonHugePages` of
-/// `/proc/self/smaps_rollup`), where Linux says.
-pub fn resident_huge_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
-    let line = text.lines().find(|l| l.starts_with("AnonHugePages:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,7 +80,7 @@ mod tests {
         for v in ["1", "on", "TRUE", " yes "] {
             assert_eq!(parse(v), Ok(true), "{v}");
         }
-        for v in ["0", "off", "False", "no", ""] {
+        for v in ["0", "off", "False", "no"] {
             assert_eq!(parse(v), Ok(false), "{v}");
         }
         assert_eq!(parse("maybe"), Err("maybe".to_string()));
