@@ -5,14 +5,16 @@
 //!
 //! `cargo run --release -p nucleus --example decode_stream [threads] [Q4_K,Q6_K,Q8_0]`;
 //! `DECODE_SHAPE=rows,cols` (default 18944,3584: a Qwen2.5-7B `ffn_up`), `DECODE_MB` the
-//! total size of the copies (default 1024), `NUCLEUS_HUGE_PAGES=1` packs into 2 MiB pages.
+//! total size of the copies (default 1024), `NUCLEUS_HUGE_PAGES=1` packs into 2 MiB pages,
+//! `DECODE_CHAIN=default` takes Q4_K in one FMA per super-block instead of the model's chain
+//! (one per pair of sub-blocks).
 //!
 //! A decode step reads each weight once: `product GB/s ÷ read GB/s` is the share of the
 //! bandwidth the kernel itself leaves unused, before any of the forward pass's other costs.
 
 use std::time::Instant;
 
-use nucleus::kernels::interleaved::{matmul_packed, pack, PackedActs, PackedMatrix};
+use nucleus::kernels::interleaved::{matmul_packed_chain, pack, Chain, PackedActs, PackedMatrix};
 use nucleus::kernels::{QMatrix, QuantizedActs, ThreadPool};
 use nucleus::quant::quantize::quantize_rows;
 use nucleus::quant::{simd_level, vec_dot_type, GgmlType};
@@ -35,8 +37,14 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
+    // The chain the model's own arithmetic takes for Q4_K (`model::project`'s FAST_CHAIN);
+    // DECODE_CHAIN=default: one FMA per super-block.
+    let chain = match std::env::var("DECODE_CHAIN").as_deref() {
+        Ok("default") => Chain::Default,
+        _ => Chain::Q4kPairs,
+    };
     println!(
-        "simd level {:?}, {threads} threads, W {rows}x{cols}, copies totalling {total_mb} MB, huge pages {}",
+        "simd level {:?}, {threads} threads, W {rows}x{cols}, copies totalling {total_mb} MB, huge pages {}, chain {chain:?}",
         simd_level(),
         nucleus::kernels::interleaved::huge_pages::wanted()
     );
@@ -73,7 +81,7 @@ fn main() {
         let mut y = vec![0f32; rows];
         let product = best_of(5, || {
             for m in &mats {
-                matmul_packed(&pool, m, &acts, &pa, &mut y);
+                matmul_packed_chain(&pool, m, &acts, &pa, &mut y, chain);
             }
         });
         let (rg, pg) = (bytes as f64 / read / 1e9, bytes as f64 / product / 1e9);
