@@ -287,7 +287,8 @@ mod x86 {
                         _mm256_castsi256_si128(bs),
                         _mm256_extracti128_si256::<1>(bs),
                     );
-                    // Pair p's two sums in every 32-bit lane: one `vpermd` each.
+                    // Pair p's two sums in every 32-bit lane: a shuffle each, no trip through
+                    // a general register.
                     let q8s = _mm256_castsi128_si256(q8s);
                     let mut imin = _mm256_setzero_si256();
                     for p in 0..4 {
