@@ -142,7 +142,7 @@ pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{chunk_values, tile_stored, tile_unpacked, unpack_group};
+pub(crate) use x86::{for_each_chunk, tile_stored, tile_unpacked, unpack_group};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -150,17 +150,40 @@ mod x86 {
 
     use super::*;
 
-    /// Sub-block `j`'s chunk `c` (of the eight of its pair) of a stored group-block at `g`,
-    /// unpacked in a register ([`chunk_fixed`] for a `j` known only at run time).
+    /// Every chunk of the stored group-blocks `gs` (the same super-block of `N` groups)
+    /// unpacked in registers, in order: `f(j, i, values)` for chunk `i` of sub-block `j`, one
+    /// register per group. The places in a pair are written out, so that each chunk's shifts
+    /// are constants (a loop over `j` makes them branches).
+    ///
+    /// # Safety
+    /// Each of `gs` holds GROUP_BLOCK bytes; the CPU has AVX2.
     #[inline(always)]
-    pub(crate) unsafe fn chunk_values(g: *const u8, j: usize, c: usize) -> __m256i {
+    pub(crate) unsafe fn for_each_chunk<const N: usize>(
+        gs: [*const u8; N],
+        mut f: impl FnMut(usize, usize, [__m256i; N]),
+    ) {
+        #[inline(always)]
+        unsafe fn place<const UPPER: bool, const HALF: bool, const N: usize>(
+            gs: [*const u8; N],
+            p: usize,
+            f: &mut impl FnMut(usize, usize, [__m256i; N]),
+        ) {
+            let j = 4 * p + 2 * UPPER as usize + HALF as usize;
+            for i in 0..4 {
+                // SAFETY: the caller's group-blocks.
+                let v = gs.map(|g| unsafe {
+                    chunk_fixed::<false, UPPER, HALF>(g, p, 4 * HALF as usize + i)
+                });
+                f(j, i, v);
+            }
+        }
         // SAFETY: forwarded.
         unsafe {
-            match (j % 4 >= 2, j % 2 == 1) {
-                (false, false) => chunk_fixed::<false, false, false>(g, j / 4, c),
-                (false, true) => chunk_fixed::<false, false, true>(g, j / 4, c),
-                (true, false) => chunk_fixed::<false, true, false>(g, j / 4, c),
-                (true, true) => chunk_fixed::<false, true, true>(g, j / 4, c),
+            for p in 0..4 {
+                place::<false, false, N>(gs, p, &mut f);
+                place::<false, true, N>(gs, p, &mut f);
+                place::<true, false, N>(gs, p, &mut f);
+                place::<true, true, N>(gs, p, &mut f);
             }
         }
     }
@@ -218,13 +241,10 @@ mod x86 {
                 let g = src.as_ptr().add(GROUP_BLOCK * b);
                 let v = values.as_mut_ptr().add(UNPACKED_BLOCK * b);
                 std::ptr::copy_nonoverlapping(g, v, NIBBLES);
-                for j in 0..16 {
-                    for i in 0..4 {
-                        let c = 4 * (j % 2) + i;
-                        let dst = v.add(NIBBLES + 128 * j + 32 * i) as *mut __m256i;
-                        _mm256_storeu_si256(dst, chunk_values(g, j, c));
-                    }
-                }
+                for_each_chunk([g], |j, i, [values]| {
+                    let dst = v.add(NIBBLES + 128 * j + 32 * i) as *mut __m256i;
+                    _mm256_storeu_si256(dst, values);
+                });
             }
         }
     }

@@ -114,7 +114,7 @@ unsafe fn unpack_q4_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) 
 }
 
 /// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored Q6_K groups `pair`; the CPU
-/// has AVX-512 F/BW (each group's values joined in registers by `q6_k::chunk_values`).
+/// has AVX-512 F/BW (each group's values joined in registers by `q6_k::for_each_chunk`).
 pub(crate) fn unpack_q6_k(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
     assert!(dst.len() >= blocks * WIDE_BLOCK);
     assert!(pair.iter().all(|g| g.len() >= blocks * q6_k::GROUP_BLOCK));
@@ -135,16 +135,11 @@ unsafe fn unpack_q6_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) 
         }
         // SAFETY: offsets inside the two group-blocks and the unpacked block.
         unsafe {
-            for j in 0..16 {
-                for i in 0..4 {
-                    let c = 4 * (j % 2) + i;
-                    let lo = q6_k::chunk_values(ga.as_ptr(), j, c);
-                    let hi = q6_k::chunk_values(gb.as_ptr(), j, c);
-                    let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-                    let at = w.as_mut_ptr().add(VALUES + 256 * j + 64 * i);
-                    _mm512_storeu_si512(at as *mut _, v);
-                }
-            }
+            q6_k::for_each_chunk([ga.as_ptr(), gb.as_ptr()], |j, i, [lo, hi]| {
+                let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                let at = w.as_mut_ptr().add(VALUES + 256 * j + 64 * i);
+                _mm512_storeu_si512(at as *mut _, v);
+            });
         }
     }
 }
