@@ -1,47 +1,98 @@
 #!/usr/bin/env bash
-# AMX prompt products on a machine that has them (Intel Xeon from Sapphire Rapids on): the tile
-# kernels' bits (the kernel unit tests, which compare tiles with the vector and scalar kernels),
-# their speed by token count beside the 512-bit vector kernels (`matmul_bench`, NUCLEUS_AMX=all:
-# every type with a tile kernel on tiles, and NUCLEUS_AMX=0), on both shapes of a 7B's FFN,
-# and prefill of the 7B Q4_K_M and 1.5B Q8_0 shapes beside llama.cpp, 2 threads pinned to cores
-# 0-1, two alternating rounds. Not run in CI (no AMX there). The figures in BENCHMARKS.md came
-# from these steps on the lent device machine, with the binaries built here and carried there.
+# AMX prompt products on a machine that has them (Intel Xeon from Sapphire Rapids on), 2 threads
+# pinned to CPUS (default 0,1):
+#   1. the tile kernels' bits: the kernel unit tests, which compare the hardware tiles with the
+#      vector and scalar kernels and the one-token (decode) kernels;
+#   2. the products' speed by token count, tiles (NUCLEUS_AMX=all: every type with a tile kernel
+#      on tiles) beside the 512-bit vector kernels (NUCLEUS_AMX=0), on both shapes of a 7B's FFN,
+#      Q4_K in the chain nucleus's prompts take (MATMUL_CHAIN=pairs); OLD_MATMUL, a matmul_bench
+#      of another build, runs the tiles too (a before and after);
+#   3. the machine's ceilings (scripts/machine_limits.c);
+#   4. prefill and decode of the 7B and 8B Q4_K_M shapes (scripts/real_shapes.py), nucleus with
+#      the thresholds of choice.rs, with every product on tiles and with none, beside llama.cpp's
+#      llama-bench (LLAMA_BENCH_DIR: a build without AMX; its AMX build died with SIGILL on the
+#      lent machine); ROUNDS rounds, the second and later of nucleus (thresholds) and llama.cpp
+#      alone, in the other order, round by round over the files.
+# Not run in CI (no AMX there). The figures in BENCHMARKS.md came from these steps on the lent
+# device machine, which has no Rust: BIN names a folder of binaries built elsewhere (nucleus,
+# matmul_bench, and the library's unit tests as nucleus-lib-tests); without it cargo builds them.
 #
-#   LLAMA_CPP_AMX=DIR LLAMA_CPP_AVX512=DIR scripts/bench_amx.sh   # DIRs holding llama-bench
+#   LLAMA_BENCH_DIR=DIR [BIN=DIR] [OLD_MATMUL=FILE] [ROUNDS=1] [FILES="NAME ..."] scripts/bench_amx.sh
 #
-# Needs .bench/venv (numpy) and the vendored llama.cpp source for scripts/real_shapes.py.
+# Writing the files needs numpy and the vendored llama.cpp source (scripts/real_shapes.py;
+# LLAMA_CPP_SRC and QWEN_VOCAB where the catalog model and .bench/ are not at hand).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p nucleus-cli -p nucleus --examples
-unit=$(cargo test --release -q -p nucleus --lib --no-run --message-format=json 2>/dev/null \
-  | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+if [ -n "${BIN:-}" ]; then
+  nucleus=$BIN/nucleus matmul=$BIN/matmul_bench unit=$BIN/nucleus-lib-tests
+else
+  cargo build --release -q -p nucleus-cli -p nucleus --examples
+  nucleus=target/release/nucleus matmul=target/release/examples/matmul_bench
+  unit=$(cargo test --release -q -p nucleus --lib --no-run --message-format=json 2>/dev/null \
+    | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+fi
 py=${PYTHON:-.bench/venv/bin/python}
 out=${OUT_DIR:-.bench/real-shapes}
-$py scripts/real_shapes.py --out "$out" qwen2.5-7b-q4_k_m qwen2.5-1.5b-q8_0 >/dev/null && sync
-echo "== tile kernels against the vector and scalar kernels (bits)"
-"$unit" --test-threads 2 kernels:: quant:: 2>&1 | grep -E "FAILED|panicked|test result"
+cpus=${CPUS:-0,1}
+pin() { taskset -c "$cpus" "$@"; }
+
+echo "== machine ($(date -u +%H:%M) UTC)"
+lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^Core|^Socket|^L1d|^L2|^L3|^NUMA node0"
+grep -o -w -E "avx512[a-z_0-9]*|amx[a-z_0-9]*|avx_vnni" /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+lscpu -e=CPU,CORE,SOCKET,L2 2>/dev/null | head -5
+
+echo "== tile kernels against the vector, scalar and one-token kernels (bits)"
+"$unit" --test-threads 4 kernels:: quant:: 2>&1 | grep -E "FAILED|panicked|test result"
 "$unit" --nocapture amx_is_used 2>&1 | grep -E "AMX:"
-for shape in 3584,18944 18944,3584; do
-  for amx in all 0; do
-    echo "== matmul_bench $shape, NUCLEUS_AMX=$amx"
-    NUCLEUS_AMX=$amx MATMUL_FAST_ONLY=1 MATMUL_SHAPE=$shape MATMUL_ROWS=32,128,512 \
-      taskset -c 0,1 target/release/examples/matmul_bench 2 Q4_K,Q6_K,Q8_0,Q4_0,IQ4_NL | grep -v peak
+
+mm() { # NUCLEUS_AMX value, shape, types, binary
+  echo "-- NUCLEUS_AMX=$1 $2 $3 ($4)"
+  NUCLEUS_AMX=$1 MATMUL_CHAIN=pairs MATMUL_FAST_ONLY=1 MATMUL_SHAPE=$2 \
+    MATMUL_ROWS=${MATMUL_ROWS:-32,128,512} pin timeout 120 "$4" 2 "$3" | grep -E "rows="
+}
+echo "== products: G MAC/s, tiles (all) and vectors (0)"
+for amx in all 0; do mm $amx 3584,18944 Q4_K,Q6_K,Q8_0,MXFP4 "$matmul"; done
+[ -n "${OLD_MATMUL:-}" ] && mm all 3584,18944 Q4_K,Q6_K,Q8_0 "$OLD_MATMUL"
+for amx in all 0; do mm $amx 18944,3584 Q4_K,Q6_K "$matmul"; done
+echo "-- one thread, tiles: NUCLEUS_AMX=all 3584,18944 Q6_K,Q4_K, 512 tokens"
+NUCLEUS_AMX=all MATMUL_CHAIN=pairs MATMUL_FAST_ONLY=1 MATMUL_SHAPE=3584,18944 MATMUL_ROWS=512 \
+  taskset -c "${cpus%%,*}" timeout 60 "$matmul" 1 Q6_K,Q4_K | grep -E "rows="
+
+echo "== ceilings"
+if cc -O3 -march=native -pthread scripts/machine_limits.c -o /tmp/machine_limits; then
+  pin timeout 60 /tmp/machine_limits 2 | tail -4
+fi
+
+echo "== files ($(date -u +%H:%M) UTC)"
+files=${FILES:-qwen2.5-7b-q4_k_m llama-3.1-8b-q4_k_m}
+for f in $files; do
+  [ -f "$out/$f-random.gguf" ] || $py scripts/real_shapes.py --out "$out" "$f" &
+done
+wait
+sync
+
+nb() { # NUCLEUS_AMX value (empty: unset), file
+  echo -n "nucleus AMX=${1:-default}: "
+  NUCLEUS_AMX=$1 pin timeout 200 "$nucleus" bench "$2" -t 2 -p 512 -g 32 2>&1 \
+    | grep -E "loaded|AMX|prefill|decode" | tr '\n' ' '; echo
+}
+lb() { # file
+  [ -n "${LLAMA_BENCH_DIR:-}" ] || return 0
+  echo -n "llama.cpp: "
+  LD_LIBRARY_PATH=$LLAMA_BENCH_DIR pin timeout 240 "$LLAMA_BENCH_DIR/llama-bench" -m "$1" -t 2 \
+    -p 512 -n 32 -r 1 2>&1 | grep -E "pp512|tg32" | awk -F'|' '{print $(NF-2), $(NF-1)}' | tr '\n' ' '
+  echo
+}
+for f in $files; do cat "$out/$f-random.gguf" >/dev/null; done
+for round in $(seq "${ROUNDS:-1}"); do
+  for f in $files; do
+    path=$out/$f-random.gguf
+    echo "== $f, round $round ($(date -u +%H:%M:%S) UTC)"
+    if [ $((round % 2)) = 1 ]; then
+      nb "" "$path"; lb "$path"; nb all "$path"; nb 0 "$path"
+    else
+      lb "$path"; nb "" "$path"
+    fi
   done
 done
-lb() { # llama-bench from dir $1 on file $2
-  [ -n "$1" ] || return 0
-  LD_LIBRARY_PATH=$1 timeout 200 taskset -c 0,1 "$1/llama-bench" -m "$2" -t 2 -p 512 -n 0 -r 1 \
-    >/tmp/lb.log 2>&1; echo "llama.cpp $1: exit $?"; grep -E "pp512" /tmp/lb.log
-}
-nb() { # nucleus with NUCLEUS_AMX=$1 on file $2
-  NUCLEUS_AMX=$1 taskset -c 0,1 target/release/nucleus bench "$2" -t 2 -p 512 -g 16 \
-    | grep -E "AMX|prefill|decode|loaded" | tr '\n' ' '; echo
-}
-for f in "$out/qwen2.5-7b-q4_k_m-random.gguf" "$out/qwen2.5-1.5b-q8_0-random.gguf"; do
-  cat "$f" >/dev/null
-  for round in 1 2; do
-    echo "== $f, round $round"
-    nb 1 "$f"; nb 0 "$f"
-    lb "${LLAMA_CPP_AMX:-}" "$f"; lb "${LLAMA_CPP_AVX512:-}" "$f"
-  done
-done
+echo "== done ($(date -u +%H:%M:%S) UTC)"

@@ -51,7 +51,10 @@ sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
 import gguf  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 
-CATALOG_QWEN = Path.home() / ".cache/nucleus/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+# QWEN_VOCAB: another file with the same tokenizer fields (a vocabulary-only copy, where the
+# catalog model is not at hand: the device machine of scripts/bench_amx.sh).
+CATALOG_QWEN = Path(os.environ.get(
+    "QWEN_VOCAB", Path.home() / ".cache/nucleus/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
 
 # config.json of Qwen/Qwen2.5-1.5B-Instruct, Qwen/Qwen2.5-7B-Instruct, meta-llama/Llama-3.1-8B.
 SHAPES = {

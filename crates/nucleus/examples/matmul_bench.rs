@@ -1,8 +1,7 @@
 //! Micro benchmark of the quantized matmul: a 896-row × 4864-col weight matrix (the shape of a
 //! Qwen2-0.5B `ffn_down`) times 1, 4, 16, 64 and 512 activation rows, in llama.cpp's arithmetic
 //! (its one-row kernels, and its batched ones that `--exact` uses for a prompt's rows) and, for
-//! the types nucleus repacks (Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_K,
-//! Q6_K), in nucleus's interleaved one
+//! the types nucleus repacks (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4, Q4_K, Q6_K), in nucleus's interleaved one
 //! (`fast`), beside the machine's peak rate of 8-bit multiply-adds (`vpmaddubsw` on every core,
 //! measured; and `vpdpbusd` where the CPU has AVX-512 VNNI).
 //!
@@ -72,6 +71,7 @@ fn main() {
         GgmlType::Q8_0,
         GgmlType::Q4_0,
         GgmlType::IQ4_NL,
+        GgmlType::MXFP4,
         GgmlType::F16,
     ] {
         if only
@@ -93,6 +93,14 @@ fn main() {
                 blk[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
                 if ty == GgmlType::Q4_K {
                     blk[2..4].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                }
+            }
+        } else if ty == GgmlType::MXFP4 {
+            // No MXFP4 quantizer: random nibbles under E8M0 scales of 2^-7 to 2^0.
+            for blk in data.chunks_exact_mut(17) {
+                blk[0] = 120 + (rnd().to_bits() >> 7) as u8 % 8;
+                for b in &mut blk[1..] {
+                    *b = (rnd().to_bits() >> 7) as u8;
                 }
             }
         } else {

@@ -109,10 +109,12 @@ pub(super) const AMX_MIN_TOKENS: usize = TILE_TOKENS + 1;
 ///   slower than the vectors at every count, so Q4_K stays on them.
 /// - Q5_0 (an earlier run): 163/166 at 512, 143/169 at 128: no faster, so on vectors.
 ///
-/// MXFP4's tiles (Q8_0's kernel) compute its bits on that machine but were not timed there.
+/// - MXFP4 (2026-11-27, the same machine, `scripts/bench_amx.sh`), 3584×18944: 143/71,
+///   228/79, 264/62: on tiles from 32 tokens, as Q8_0, whose kernel it shares (Q8_0 in that
+///   run: 161/103, 277/105, 260/116).
 fn amx_min_tokens(ty: GgmlType) -> Option<usize> {
     match ty {
-        GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(32),
+        GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => Some(32),
         GgmlType::Q4_0 | GgmlType::Q6_K => Some(128),
         _ => None,
     }
