@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use nucleus::kernels::interleaved::{matmul_packed_chain, pack, Chain, PackedActs};
+use nucleus::kernels::interleaved::{matmul_packed_chain, pack, Chain, PackedActs, PackedMatrix};
 use nucleus::kernels::matmul::matmul_rows;
 use nucleus::kernels::{matmul, PromptSlot, QMatrix, QuantizedActs, ThreadPool};
 use nucleus::quant::quantize::quantize_rows;
@@ -50,13 +50,7 @@ fn main() {
             peak / 1e9
         );
     }
-    let mut seed = 0x2545F4914F6CDD1Du64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    };
+    let mut rnd = xorshift();
     let wf: Vec<f32> = (0..rows * cols).map(|_| rnd() * 0.1).collect();
     // MATMUL_ROWS=1,8,12 overrides the activation row counts.
     let row_counts: Vec<usize> = std::env::var("MATMUL_ROWS")
@@ -80,32 +74,7 @@ fn main() {
         {
             continue;
         }
-        let rb = ty.row_bytes(cols).unwrap();
-        let mut data = vec![0u8; rb * rows];
-        if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
-            // No K-quant quantizer yet: random bits with sane scales.
-            for b in data.iter_mut() {
-                *b = (rnd().to_bits() >> 7) as u8;
-            }
-            let bs = ty.block_layout().1;
-            let at = if ty == GgmlType::Q6_K { 208 } else { 0 };
-            for blk in data.chunks_exact_mut(bs) {
-                blk[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-                if ty == GgmlType::Q4_K {
-                    blk[2..4].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-                }
-            }
-        } else if ty == GgmlType::MXFP4 {
-            // No MXFP4 quantizer: random nibbles under E8M0 scales of 2^-7 to 2^0.
-            for blk in data.chunks_exact_mut(17) {
-                blk[0] = 120 + (rnd().to_bits() >> 7) as u8 % 8;
-                for b in &mut blk[1..] {
-                    *b = (rnd().to_bits() >> 7) as u8;
-                }
-            }
-        } else {
-            quantize_rows(ty, &wf, cols, &mut data).expect("a type nucleus quantizes");
-        }
+        let data = weights(ty, &wf, rows, cols, &mut rnd);
         let w = QMatrix {
             ty,
             data: &data,
@@ -115,55 +84,121 @@ fn main() {
         let packed = pack(&w);
         for &nt in &row_counts {
             let x: Vec<f32> = (0..nt * cols).map(|_| rnd()).collect();
-            let mut acts = QuantizedActs::new();
-            acts.quantize(&x, nt, cols, vec_dot_type(ty));
-            let mut y = vec![0f32; nt * rows];
-            let macs = (rows * cols * nt) as f64;
-            let s = if fast_only {
-                f64::NAN
-            } else {
-                fastest(|| matmul(&pool, &w, &acts, &mut y))
-            };
-            let mut line = format!(
-                "{:>5} rows={nt:>3}: one-row kernels {:8.1} us {:6.1} G MAC/s",
-                ty.name(),
-                s * 1e6,
-                macs / s / 1e9
+            println!(
+                "{}",
+                time_products(&pool, &w, packed.as_ref(), &x, nt, fast_only)
             );
-            if !fast_only && (packed.is_none() || nt > 1) {
-                // llama.cpp's batched kernels for every row (a prompt's arithmetic).
-                let slots = vec![PromptSlot::BATCHED; nt];
-                let b = fastest(|| matmul_rows(&pool, &w, &acts, &mut y, &slots));
-                line += &format!(
-                    " | batched kernels {:8.1} us {:6.1} G MAC/s ({:.2}x)",
-                    b * 1e6,
-                    macs / b / 1e9,
-                    s / b
-                );
-            }
-            if let Some(p) = &packed {
-                let mut pa = PackedActs::new();
-                if acts.ty() == GgmlType::Q8_0 {
-                    pa.prepare(&acts);
-                }
-                // The chain nucleus's own arithmetic takes (`MATMUL_CHAIN=pairs`: Q4_K in
-                // llama.cpp's gemm chain, `--exact`'s for a prompt's rows).
-                let chain = if std::env::var("MATMUL_CHAIN").is_ok_and(|v| v == "pairs") {
-                    Chain::Q4kPairs
-                } else {
-                    Chain::Default
-                };
-                let f = fastest(|| matmul_packed_chain(&pool, p, &acts, &pa, &mut y, chain));
-                line += &format!(
-                    " | fast {:8.1} us {:6.1} G MAC/s ({:.2}x)",
-                    f * 1e6,
-                    macs / f / 1e9,
-                    s / f
-                );
-            }
-            println!("{line}");
         }
     }
+}
+
+/// A xorshift generator of floats in [-1, 1).
+fn xorshift() -> impl FnMut() -> f32 {
+    let mut seed = 0x2545F4914F6CDD1Du64;
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// A `rows`×`cols` matrix of `ty`: `wf` quantized, or random bits with sane scales for the
+/// types nucleus has no quantizer for.
+fn weights(
+    ty: GgmlType,
+    wf: &[f32],
+    rows: usize,
+    cols: usize,
+    rnd: &mut impl FnMut() -> f32,
+) -> Vec<u8> {
+    let rb = ty.row_bytes(cols).unwrap();
+    let mut data = vec![0u8; rb * rows];
+    if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
+        // No K-quant quantizer yet: random bits with sane scales.
+        for b in data.iter_mut() {
+            *b = (rnd().to_bits() >> 7) as u8;
+        }
+        let bs = ty.block_layout().1;
+        let at = if ty == GgmlType::Q6_K { 208 } else { 0 };
+        for blk in data.chunks_exact_mut(bs) {
+            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            if ty == GgmlType::Q4_K {
+                blk[2..4].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            }
+        }
+    } else if ty == GgmlType::MXFP4 {
+        // No MXFP4 quantizer: random nibbles under E8M0 scales of 2^-7 to 2^0.
+        for blk in data.chunks_exact_mut(17) {
+            blk[0] = 120 + (rnd().to_bits() >> 7) as u8 % 8;
+            for b in &mut blk[1..] {
+                *b = (rnd().to_bits() >> 7) as u8;
+            }
+        }
+    } else {
+        quantize_rows(ty, wf, cols, &mut data).expect("a type nucleus quantizes");
+    }
+    data
+}
+
+/// One line of timings for `nt` activation rows `x`: llama.cpp's one-row and batched kernels
+/// (unless `fast_only`) and nucleus's interleaved ones where the type packs.
+fn time_products(
+    pool: &ThreadPool,
+    w: &QMatrix,
+    packed: Option<&PackedMatrix>,
+    x: &[f32],
+    nt: usize,
+    fast_only: bool,
+) -> String {
+    let (ty, rows, cols) = (w.ty, w.rows, w.cols);
+    let mut acts = QuantizedActs::new();
+    acts.quantize(x, nt, cols, vec_dot_type(ty));
+    let mut y = vec![0f32; nt * rows];
+    let macs = (rows * cols * nt) as f64;
+    let s = if fast_only {
+        f64::NAN
+    } else {
+        fastest(|| matmul(pool, w, &acts, &mut y))
+    };
+    let mut line = format!(
+        "{:>5} rows={nt:>3}: one-row kernels {:8.1} us {:6.1} G MAC/s",
+        ty.name(),
+        s * 1e6,
+        macs / s / 1e9
+    );
+    if !fast_only && (packed.is_none() || nt > 1) {
+        // llama.cpp's batched kernels for every row (a prompt's arithmetic).
+        let slots = vec![PromptSlot::BATCHED; nt];
+        let b = fastest(|| matmul_rows(pool, w, &acts, &mut y, &slots));
+        line += &format!(
+            " | batched kernels {:8.1} us {:6.1} G MAC/s ({:.2}x)",
+            b * 1e6,
+            macs / b / 1e9,
+            s / b
+        );
+    }
+    if let Some(p) = packed {
+        let mut pa = PackedActs::new();
+        if acts.ty() == GgmlType::Q8_0 {
+            pa.prepare(&acts);
+        }
+        // The chain nucleus's own arithmetic takes (`MATMUL_CHAIN=pairs`: Q4_K in llama.cpp's
+        // gemm chain, `--exact`'s for a prompt's rows).
+        let chain = if std::env::var("MATMUL_CHAIN").is_ok_and(|v| v == "pairs") {
+            Chain::Q4kPairs
+        } else {
+            Chain::Default
+        };
+        let f = fastest(|| matmul_packed_chain(pool, p, &acts, &pa, &mut y, chain));
+        line += &format!(
+            " | fast {:8.1} us {:6.1} G MAC/s ({:.2}x)",
+            f * 1e6,
+            macs / f / 1e9,
+            s / f
+        );
+    }
+    line
 }
 
 /// The fastest of many calls (robust against other processes on a busy machine), in seconds.
