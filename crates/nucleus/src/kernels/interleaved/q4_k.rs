@@ -184,7 +184,6 @@ mod x86 {
         group: &GroupView,
         t: &Tile,
     ) {
-        let m4 = _mm256_set1_epi8(0x0F);
         let mut acc = [_mm256_setzero_ps(); NX];
         let mut acc_min = [_mm256_setzero_ps(); NX];
         // SAFETY (all reads below): super-block b < blocks of the group (GROUP_BLOCK bytes at
@@ -203,7 +202,6 @@ mod x86 {
                     );
                 }
                 let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
-                let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(g as *const _));
                 let dmin = _mm256_cvtph_ps(_mm_loadu_si128(g.add(16) as *const _));
                 let dy = |n: usize| _mm256_set1_ps((xb(n) as *const f32).read_unaligned());
@@ -212,71 +210,13 @@ mod x86 {
                 // A pair's scaled sum: into the block's integer sum, or (PAIRS) into the float
                 // accumulator at once.
                 let mut isum = [_mm256_setzero_si256(); NX];
-                let mut fold = |n: usize, s: __m256i| {
-                    if PAIRS {
-                        acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d_dy[n], acc[n]);
-                    } else {
-                        isum[n] = _mm256_add_epi32(isum[n], s);
-                    }
-                };
                 for p in 0..4 {
-                    let mut s_lo = [_mm256_setzero_si256(); NX];
-                    let mut s_hi = [_mm256_setzero_si256(); NX];
-                    for c in 0..8 {
-                        let w = _mm256_loadu_si256(g.add(NIBBLES + 256 * p + 32 * c) as *const _);
-                        let lo = _mm256_and_si256(w, m4);
-                        // VNNI: the high nibbles left in place (16 times their value: a
-                        // product of four is at most 4·240·128, eight chunks' sum within 2^20),
-                        // the sum divided by 16 after the chunks, exactly: a shift fewer per
-                        // chunk.
-                        let hi = if VNNI {
-                            _mm256_andnot_si256(m4, w)
+                    let s = pair_sums::<VNNI, NX>(g, &xb, p);
+                    for n in 0..NX {
+                        if PAIRS {
+                            acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[n]), d_dy[n], acc[n]);
                         } else {
-                            _mm256_and_si256(_mm256_srli_epi16(w, 4), m4)
-                        };
-                        for n in 0..NX {
-                            let x = xb(n).add(4 + 64 * p + 4 * c);
-                            if VNNI {
-                                s_lo[n] = _mm256_dpbusd_epi32(s_lo[n], lo, bcast(x));
-                                s_hi[n] = _mm256_dpbusd_epi32(s_hi[n], hi, bcast(x.add(32)));
-                            } else {
-                                s_lo[n] =
-                                    _mm256_add_epi16(s_lo[n], _mm256_maddubs_epi16(lo, bcast(x)));
-                                s_hi[n] = _mm256_add_epi16(
-                                    s_hi[n],
-                                    _mm256_maddubs_epi16(hi, bcast(x.add(32))),
-                                );
-                            }
-                        }
-                    }
-                    let scales = |j: usize| _mm_loadl_epi64(g.add(SCALES + 8 * j) as *const _);
-                    if VNNI {
-                        // Row r's scale in 32-bit lane r.
-                        let (sc_lo, sc_hi) = (
-                            _mm256_cvtepu8_epi32(scales(2 * p)),
-                            _mm256_cvtepu8_epi32(scales(2 * p + 1)),
-                        );
-                        for n in 0..NX {
-                            let s_hi = _mm256_srai_epi32::<4>(s_hi[n]);
-                            let s = _mm256_add_epi32(
-                                _mm256_mullo_epi32(s_lo[n], sc_lo),
-                                _mm256_mullo_epi32(s_hi, sc_hi),
-                            );
-                            fold(n, s);
-                        }
-                    } else {
-                        // Row r's scale in 16-bit lanes 2r and 2r + 1.
-                        let scale = |j: usize| {
-                            let s = scales(j);
-                            _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s, s))
-                        };
-                        let (sc_lo, sc_hi) = (scale(2 * p), scale(2 * p + 1));
-                        for n in 0..NX {
-                            let s = _mm256_add_epi32(
-                                _mm256_madd_epi16(s_lo[n], sc_lo),
-                                _mm256_madd_epi16(s_hi[n], sc_hi),
-                            );
-                            fold(n, s);
+                            isum[n] = _mm256_add_epi32(isum[n], s[n]);
                         }
                     }
                 }
@@ -317,5 +257,79 @@ mod x86 {
                 );
             }
         }
+    }
+
+    /// Pair `p` (sub-blocks 2p, 2p + 1) of the super-block at `g`, for each token `n` (its Q8_K
+    /// block at `xb(n)`): row r's `sc·Σ q·x` over both sub-blocks, in 32-bit lane r.
+    #[inline(always)]
+    unsafe fn pair_sums<const VNNI: bool, const NX: usize>(
+        g: *const u8,
+        xb: &impl Fn(usize) -> *const u8,
+        p: usize,
+    ) -> [__m256i; NX] {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let bcast = |p: *const u8| {
+            // SAFETY: 4 bytes of a token's block (the caller's contract).
+            unsafe { _mm256_set1_epi32((p as *const i32).read_unaligned()) }
+        };
+        let mut s_lo = [_mm256_setzero_si256(); NX];
+        let mut s_hi = [_mm256_setzero_si256(); NX];
+        let mut out = [_mm256_setzero_si256(); NX];
+        // SAFETY: the super-block's GROUP_BLOCK bytes at g and each token's block at xb(n)
+        // (the caller's contract, as in tile_nx).
+        unsafe {
+            for c in 0..8 {
+                let w = _mm256_loadu_si256(g.add(NIBBLES + 256 * p + 32 * c) as *const _);
+                let lo = _mm256_and_si256(w, m4);
+                // VNNI: the high nibbles left in place (16 times their value: a product of
+                // four is at most 4·240·128, eight chunks' sum within 2^20), the sum divided
+                // by 16 after the chunks, exactly: a shift fewer per chunk.
+                let hi = if VNNI {
+                    _mm256_andnot_si256(m4, w)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16(w, 4), m4)
+                };
+                for n in 0..NX {
+                    let x = xb(n).add(4 + 64 * p + 4 * c);
+                    if VNNI {
+                        s_lo[n] = _mm256_dpbusd_epi32(s_lo[n], lo, bcast(x));
+                        s_hi[n] = _mm256_dpbusd_epi32(s_hi[n], hi, bcast(x.add(32)));
+                    } else {
+                        s_lo[n] = _mm256_add_epi16(s_lo[n], _mm256_maddubs_epi16(lo, bcast(x)));
+                        s_hi[n] =
+                            _mm256_add_epi16(s_hi[n], _mm256_maddubs_epi16(hi, bcast(x.add(32))));
+                    }
+                }
+            }
+            let scales = |j: usize| _mm_loadl_epi64(g.add(SCALES + 8 * j) as *const _);
+            if VNNI {
+                // Row r's scale in 32-bit lane r.
+                let (sc_lo, sc_hi) = (
+                    _mm256_cvtepu8_epi32(scales(2 * p)),
+                    _mm256_cvtepu8_epi32(scales(2 * p + 1)),
+                );
+                for n in 0..NX {
+                    let s_hi = _mm256_srai_epi32::<4>(s_hi[n]);
+                    out[n] = _mm256_add_epi32(
+                        _mm256_mullo_epi32(s_lo[n], sc_lo),
+                        _mm256_mullo_epi32(s_hi, sc_hi),
+                    );
+                }
+            } else {
+                // Row r's scale in 16-bit lanes 2r and 2r + 1.
+                let scale = |j: usize| {
+                    let s = scales(j);
+                    _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s, s))
+                };
+                let (sc_lo, sc_hi) = (scale(2 * p), scale(2 * p + 1));
+                for n in 0..NX {
+                    out[n] = _mm256_add_epi32(
+                        _mm256_madd_epi16(s_lo[n], sc_lo),
+                        _mm256_madd_epi16(s_hi[n], sc_hi),
+                    );
+                }
+            }
+        }
+        out
     }
 }
