@@ -128,7 +128,8 @@ fn weights(
             }
         }
     } else if ty == GgmlType::MXFP4 {
-        // No MXFP4 quantizer: random nibbles under E8M0 scales of 2^-7 to 2^0.
+        // No MXFP4 quantizer: random nibbles under scale bytes 120 to 127 (2^(e − 128) on
+        // the doubled values: weights below 6 in size).
         for blk in data.chunks_exact_mut(17) {
             blk[0] = 120 + (rnd().to_bits() >> 7) as u8 % 8;
             for b in &mut blk[1..] {
