@@ -20,7 +20,8 @@
 #   LLAMA_BENCH_DIR=DIR [BIN=DIR] [OLD_MATMUL=FILE] [ROUNDS=1] [FILES="NAME ..."] scripts/bench_amx.sh
 #
 # Writing the files needs numpy and the vendored llama.cpp source (scripts/real_shapes.py;
-# LLAMA_CPP_SRC and QWEN_VOCAB where the catalog model and .bench/ are not at hand).
+# LLAMA_CPP_SRC and QWEN_VOCAB where the catalog model and .bench/ are not at hand: the latter
+# written beforehand by `real_shapes.py --qwen-vocab FILE`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${BIN:-}" ]; then

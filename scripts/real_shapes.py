@@ -239,6 +239,32 @@ def vocabulary(shape_name, n_vocab):
     return v
 
 
+def add_vocab(w, v):
+    """The tokenizer fields of `v` (read_vocab's) into the writer `w`."""
+    one = lambda x: x[0] if isinstance(x, list) else x  # noqa: E731
+    w.add_string("tokenizer.ggml.model", one(v["model"]))
+    if v["pre"]:
+        w.add_string("tokenizer.ggml.pre", one(v["pre"]))
+    w.add_array("tokenizer.ggml.tokens", v["tokens"])
+    w.add_array("tokenizer.ggml.token_type", v["token_type"])
+    w.add_array("tokenizer.ggml.merges", v["merges"])
+    for k in ("eos_token_id", "bos_token_id"):
+        if v[k] is not None:
+            w.add_uint32(f"tokenizer.ggml.{k}", one(v[k]))
+
+
+def write_qwen_vocab(path):
+    """A vocabulary-only GGUF of the catalog Qwen's tokenizer (QWEN_VOCAB where the catalog
+    file does not travel: scripts/bench_amx.sh's device machine)."""
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    add_vocab(w, read_vocab(CATALOG_QWEN))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    return path
+
+
 def write(name, out_dir, seed):
     shape_name, mix = name.rsplit("-", 1)
     if shape_name not in SHAPES or mix not in MIXES:
@@ -272,16 +298,7 @@ def write(name, out_dir, seed):
         w.add_uint32(f"{a}.expert_count", s["n_expert"])
         w.add_uint32(f"{a}.expert_used_count", s["n_expert_used"])
         w.add_uint32(f"{a}.expert_feed_forward_length", s["n_ff_exp"])
-    v = vocabulary(shape_name, s["n_vocab"])
-    w.add_string("tokenizer.ggml.model", v["model"][0] if isinstance(v["model"], list) else v["model"])
-    if v["pre"]:
-        w.add_string("tokenizer.ggml.pre", v["pre"][0] if isinstance(v["pre"], list) else v["pre"])
-    w.add_array("tokenizer.ggml.tokens", v["tokens"])
-    w.add_array("tokenizer.ggml.token_type", v["token_type"])
-    w.add_array("tokenizer.ggml.merges", v["merges"])
-    for k in ("eos_token_id", "bos_token_id"):
-        if v[k] is not None:
-            w.add_uint32(f"tokenizer.ggml.{k}", v[k][0] if isinstance(v[k], list) else v[k])
+    add_vocab(w, vocabulary(shape_name, s["n_vocab"]))
     plan = tensors(s, mix)
     for tname, rows, cols, ty, ne in plan:
         if ty == Q.F32:
@@ -331,7 +348,12 @@ def main():
     ap.add_argument("--list", action="store_true", help="print the default names and exit")
     ap.add_argument("--moe", action="store_true", help="the MoE files: %s" % " ".join(MOE))
     ap.add_argument("--force", action="store_true", help="rewrite files that exist")
+    ap.add_argument("--qwen-vocab", type=Path, metavar="OUT",
+                    help="write the catalog Qwen's vocabulary alone to OUT (for QWEN_VOCAB) and exit")
     args = ap.parse_args()
+    if args.qwen_vocab:
+        print(write_qwen_vocab(args.qwen_vocab))
+        return
     if args.list:
         print("\n".join(DEFAULT))
         return
