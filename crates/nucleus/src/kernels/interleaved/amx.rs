@@ -6,12 +6,12 @@
 //! the paths.
 //!
 //! Per unit of work:
-//! - A tiles (`tmm0`, `tmm1`): sixteen tokens' activations each, loaded where
-//!   [`super::matmul::QuantizedActs`] stores them (Q8_0: the 32 values of block `b`; Q8_K: 64
-//!   consecutive values of a super-block);
+//! - A tiles (`tmm0`, `tmm1`): sixteen tokens' activations each (Q8_0: the 32 values of block
+//!   `b`; Q8_K: 64 consecutive values of a super-block), packed once per product as the tiles
+//!   load them fastest, rows of `k` bytes one after the other ([`pack_acts`]);
 //! - B tiles (`tmm2`, `tmm3`): sixteen rows each, two groups' 32-byte chunks side by side (four
 //!   consecutive values of each row per chunk, as `tdpbssd` wants them), copied into this
-//!   layout once per work item ([`super::amx_layout`]);
+//!   layout once per work item, on cache lines ([`super::amx_layout`]);
 //! - C tiles (`tmm4..=tmm7`): 16 tokens × 16 rows of exact 32-bit sums each, stored and folded
 //!   with AVX-512 into the float chain.
 //!
@@ -20,9 +20,9 @@
 //! coming off as in the vector kernels. The K-quants' scales change every 32 (Q4_K) or 16
 //! (Q6_K) values, too often to fold a tile each time; so their weights carry them: Q4_K's
 //! `sc·q` (at most 945) and Q6_K's `sc·(q − 32)` (−4064 to 4096) are split into two planes of
-//! signed bytes, `2^s·hi + lo`, and the tiles sum each plane over a pair of sub-blocks (Q4_K:
-//! the pair chain's unit) or a whole super-block (Q6_K), exactly the integers the vector
-//! kernels add in 32 bits.
+//! signed bytes, `2^s·hi + lo`, and the tiles sum each plane over a pair of sub-blocks (Q4_K in
+//! the pair chain) or a whole super-block (Q6_K, and Q4_K in the one-row kernel's chain),
+//! exactly the integers the vector kernels add in 32 bits.
 //!
 //! The tile registers are reached through [`Tiles`]: [`Hardware`] issues the instructions,
 //! [`Emulated`] computes the same sums in plain code, so that the folds, the addressing and
@@ -105,15 +105,18 @@ fn request_tile_data() -> i64 {
     ret
 }
 
-pub(crate) use super::amx_layout::{ItemWeights, ITEM_ROWS, ITEM_TOKENS};
+pub(crate) use super::amx_layout::{a_step, pack_acts, ItemWeights, ITEM_ROWS, ITEM_TOKENS};
 pub(crate) use super::amx_tiles::{release, Emulated, Hardware, Tiles};
 
-/// What a kernel call reads and writes: `m` (1 to 32) tokens from `x` (rows `x_stride` bytes
-/// apart), their per-block scales and offsets (stride `blocks`; Q8_0 activations only), and
-/// eight outputs per group of the item per token at `out` (rows `out_stride` floats apart).
+/// What a kernel call reads and writes: `m` (1 to 32) tokens, packed for the A tiles at `a`
+/// ([`pack_acts`]) and as quantized in `x` (rows `x_stride` bytes apart: the per-block numbers
+/// the folds read), their per-block scales and offsets (stride `blocks`; Q8_0 activations
+/// only), and eight outputs per group of the item per token at `out` (rows `out_stride` floats
+/// apart).
 pub(crate) struct Job {
     pub blocks: usize,
     pub m: usize,
+    pub a: *const u8,
     pub x: *const u8,
     pub x_stride: usize,
     pub scales: *const f32,
@@ -123,11 +126,12 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    fn a(&self, at: usize) -> [*const u8; 2] {
-        let x = self.x.wrapping_add(at);
-        [x, x.wrapping_add(TILE_M * self.x_stride)]
+    /// The two A tiles of step `j`, rows of `k` bytes.
+    pub(crate) fn a_tiles(&self, j: usize, k: usize) -> [*const u8; 2] {
+        let a = self.a.wrapping_add(a_step(k) * j);
+        [a, a.wrapping_add(TILE_M * k)]
     }
-    fn rows(&self) -> [usize; 2] {
+    pub(crate) fn rows(&self) -> [usize; 2] {
         [self.m.min(TILE_M), self.m.saturating_sub(TILE_M)]
     }
     /// Token `t`'s activation row.
@@ -184,12 +188,8 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
     unsafe {
         tiles.configure(job.rows(), 32);
         for b in 0..blocks {
-            tiles.products(
-                job.a(34 * b + 2),
-                job.x_stride,
-                w.b.as_ptr().add(1024 * b),
-                c.as_mut_ptr(),
-            );
+            let b_at = w.b.as_ptr().add(1024 * b);
+            tiles.products(job.a_tiles(b, 32), 32, b_at, c.as_mut_ptr());
             let dw = [
                 _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b)),
                 _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b + 16)),
@@ -228,94 +228,51 @@ unsafe fn plane_sum<const SHIFT: u32>(c: &Sums, t: usize, h: usize) -> __m512i {
 }
 
 /// Q4_K: the chain of [`q4_k::tile_scalar`] (`PAIRS`: of `tile_scalar_pairs`). The weights
-/// carry their sub-blocks' scales (two planes, [`ItemWeights::q4_k`]), so one product of 64
-/// values per plane gives a pair of sub-blocks' `sc·Σ q·x`, exact, as the vector kernels add
-/// it in 32 bits; the mins come from the activations' sums.
+/// carry their sub-blocks' scales (two planes, [`ItemWeights::q4_k`]), so the tiles give a
+/// super-block's `Σ sc·Σ q·x` (`PAIRS`: each pair of sub-blocks' part of it, one product of 64
+/// values per plane), exact, as the vector kernels add it in 32 bits; the mins come from the
+/// activations' sums.
 ///
 /// # Safety
 /// As [`block32`], the activations being Q8_K rows.
-// The token loops index several per-token arrays (sums, accumulators) in step.
-#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWeights, job: &Job) {
-    const ACT: usize = q4_k::ACT_BLOCK;
-    let (zero, zero_ps) = (_mm512_setzero_si512(), _mm512_setzero_ps());
+    let zero_ps = _mm512_setzero_ps();
     let (mut acc, mut acc_min) = ([[zero_ps; 2]; ITEM_TOKENS], [[zero_ps; 2]; ITEM_TOKENS]);
-    // The one-FMA chain's super-block sums, folded after its fourth pair.
-    let (mut isum, mut imin) = ([[zero; 2]; ITEM_TOKENS], [[zero; 2]; ITEM_TOKENS]);
-    // The block's d·dy and dmin·dy, per token and half of the rows.
-    let (mut dv, mut dminv) = ([[zero_ps; 2]; ITEM_TOKENS], [[zero_ps; 2]; ITEM_TOKENS]);
     let mut c: Sums = [0; 2048];
-    let row = |v: &Vec<i32>, at: usize| {
-        // SAFETY: the caller's contract: `mins` holds 32 rows per pair of the item.
-        unsafe { _mm512_loadu_si512(v.as_ptr().add(at) as *const _) }
+    let mut sb = SuperBlock {
+        dv: [[zero_ps; 2]; ITEM_TOKENS],
+        dminv: [[zero_ps; 2]; ITEM_TOKENS],
+        pair_sums: [[0; 4]; ITEM_TOKENS],
+        mins: [[_mm512_setzero_si512(); 2]; 4],
     };
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
         tiles.configure(job.rows(), 64);
         for b in 0..job.blocks {
-            let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
-            let dw = [_mm512_loadu_ps(dd), _mm512_loadu_ps(dd.add(16))];
-            let dmw = [
-                _mm512_loadu_ps(dd.add(ITEM_ROWS)),
-                _mm512_loadu_ps(dd.add(ITEM_ROWS + 16)),
-            ];
-            for t in 0..job.m {
-                let dy = _mm512_set1_ps((job.x_row(t).add(ACT * b) as *const f32).read_unaligned());
-                for h in 0..2 {
-                    dv[t][h] = _mm512_mul_ps(dw[h], dy);
-                    dminv[t][h] = _mm512_mul_ps(dmw[h], dy);
-                }
-            }
-            for p in 0..4 {
-                let u = 4 * b + p;
-                tiles.planes(
-                    job.a(ACT * b + 4 + 64 * p),
-                    job.x_stride,
-                    w.b.as_ptr().add(4096 * u),
-                    1,
-                    c.as_mut_ptr(),
-                );
-                // The pair's min sums: mins (two i16 per row) by the sums of the token's 32
-                // activations of sub-blocks 2p and 2p + 1 (each two Q8_K sums of 16).
-                let mn = [
-                    row(&w.mins, ITEM_ROWS * u),
-                    row(&w.mins, ITEM_ROWS * u + 16),
-                ];
-                for t in 0..job.m {
-                    let s = job.x_row(t).add(ACT * b + 260 + 8 * p) as *const i16;
-                    let b0 = s.read_unaligned() as i32 + s.add(1).read_unaligned() as i32;
-                    let b1 = s.add(2).read_unaligned() as i32 + s.add(3).read_unaligned() as i32;
-                    let bs = _mm512_set1_epi32((b0 & 0xFFFF) | b1 << 16);
-                    for h in 0..2 {
-                        let sum = plane_sum::<5>(&c, t, h);
-                        let min = _mm512_madd_epi16(mn[h], bs);
-                        if PAIRS {
-                            acc[t][h] =
-                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), dv[t][h], acc[t][h]);
-                            acc_min[t][h] = _mm512_fmadd_ps(
-                                _mm512_cvtepi32_ps(min),
-                                dminv[t][h],
-                                acc_min[t][h],
-                            );
-                        } else {
-                            isum[t][h] = _mm512_add_epi32(isum[t][h], sum);
-                            imin[t][h] = _mm512_add_epi32(imin[t][h], min);
+            sb.load(w, job, b);
+            if PAIRS {
+                for p in 0..4 {
+                    let b_at = w.b.as_ptr().add(16384 * b + 2048 * p);
+                    tiles.planes(job.a_tiles(4 * b + p, 64), 64, b_at, 1, c.as_mut_ptr());
+                    for t in 0..job.m {
+                        for h in 0..2 {
+                            let (sum, min) = (plane_sum::<5>(&c, t, h), sb.min_sum(t, h, p));
+                            sb.fold(&mut acc[t][h], &mut acc_min[t][h], (t, h), sum, min);
                         }
                     }
                 }
-            }
-            if !PAIRS {
+            } else {
+                let b_at = w.b.as_ptr().add(16384 * b);
+                tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
                 for t in 0..job.m {
                     for h in 0..2 {
-                        acc[t][h] =
-                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][h]), dv[t][h], acc[t][h]);
-                        acc_min[t][h] = _mm512_fmadd_ps(
-                            _mm512_cvtepi32_ps(imin[t][h]),
-                            dminv[t][h],
-                            acc_min[t][h],
+                        let min = _mm512_add_epi32(
+                            _mm512_add_epi32(sb.min_sum(t, h, 0), sb.min_sum(t, h, 1)),
+                            _mm512_add_epi32(sb.min_sum(t, h, 2), sb.min_sum(t, h, 3)),
                         );
-                        (isum[t][h], imin[t][h]) = (zero, zero);
+                        let sum = plane_sum::<5>(&c, t, h);
+                        sb.fold(&mut acc[t][h], &mut acc_min[t][h], (t, h), sum, min);
                     }
                 }
             }
@@ -327,6 +284,75 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
             ]
         });
         write_out(&out, job, w.groups);
+    }
+}
+
+/// One Q4_K super-block's numbers for [`q4_k`]'s folds, per token and half of the item's rows.
+struct SuperBlock {
+    /// `d·dy` and `dmin·dy`, rounded as the vector kernels round them.
+    dv: [[__m512; 2]; ITEM_TOKENS],
+    dminv: [[__m512; 2]; ITEM_TOKENS],
+    /// Per pair of sub-blocks, the token's sums of their 32 activations each, as two i16.
+    pair_sums: [[i32; 4]; ITEM_TOKENS],
+    /// Per pair, the rows' two mins as two i16.
+    mins: [[__m512i; 2]; 4],
+}
+
+impl SuperBlock {
+    /// Super-block `b`'s numbers.
+    #[inline(always)]
+    unsafe fn load(&mut self, w: &ItemWeights, job: &Job, b: usize) {
+        // SAFETY: the caller's contract: `w` holds d, dmin and the mins of `b`; tokens below
+        // job.m have Q8_K rows of `blocks` super-blocks (f32 d at 0, 16 i16 sums at 260).
+        unsafe {
+            let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
+            let dw = [_mm512_loadu_ps(dd), _mm512_loadu_ps(dd.add(16))];
+            let dmw = [
+                _mm512_loadu_ps(dd.add(ITEM_ROWS)),
+                _mm512_loadu_ps(dd.add(ITEM_ROWS + 16)),
+            ];
+            for (p, mins) in self.mins.iter_mut().enumerate() {
+                for (h, m) in mins.iter_mut().enumerate() {
+                    *m = _mm512_loadu_si512(
+                        w.mins.as_ptr().add(ITEM_ROWS * (4 * b + p) + 16 * h) as *const _
+                    );
+                }
+            }
+            for t in 0..job.m {
+                let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
+                let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
+                for h in 0..2 {
+                    self.dv[t][h] = _mm512_mul_ps(dw[h], dy);
+                    self.dminv[t][h] = _mm512_mul_ps(dmw[h], dy);
+                }
+                // Sub-block j's sum: Q8_K's sums of 16, 2j and 2j + 1; as i16, two a pair.
+                let sums16 = _mm256_loadu_si256(row.add(260) as *const __m256i);
+                let sums32 = _mm256_madd_epi16(sums16, _mm256_set1_epi16(1));
+                let pairs = _mm256_cvtepi32_epi16(sums32);
+                _mm_storeu_si128(self.pair_sums[t].as_mut_ptr() as *mut __m128i, pairs);
+            }
+        }
+    }
+
+    /// Token `t`'s `Σ min·sum` of pair `p`, rows `16h..`.
+    #[inline(always)]
+    unsafe fn min_sum(&self, t: usize, h: usize, p: usize) -> __m512i {
+        _mm512_madd_epi16(self.mins[p][h], _mm512_set1_epi32(self.pair_sums[t][p]))
+    }
+
+    /// `acc += sum·(d·dy)`, `acc_min += min·(dmin·dy)` for token `t`, rows `16h..`: the one
+    /// FMA per super-block (or per pair) of the vector kernels' chain.
+    #[inline(always)]
+    unsafe fn fold(
+        &self,
+        acc: &mut __m512,
+        acc_min: &mut __m512,
+        (t, h): (usize, usize),
+        sum: __m512i,
+        min: __m512i,
+    ) {
+        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), self.dv[t][h], *acc);
+        *acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(min), self.dminv[t][h], *acc_min);
     }
 }
 
@@ -346,8 +372,8 @@ pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
         tiles.configure(job.rows(), 64);
         for b in 0..job.blocks {
             tiles.planes(
-                job.a(ACT * b + 4),
-                job.x_stride,
+                job.a_tiles(4 * b, 64),
+                64,
                 w.b.as_ptr().add(16384 * b),
                 4,
                 c.as_mut_ptr(),

@@ -5,6 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::amx::TILE_M;
+use super::lines::Lines;
 use super::{q4_k, GroupView, GROUP_ROWS};
 
 /// Rows of a work item: four groups, the two B tiles' sixteen rows each.
@@ -14,13 +15,12 @@ pub(crate) const ITEM_TOKENS: usize = 2 * TILE_M;
 
 /// A work item's weights in the tiles' layout, with their per-row numbers, for one type.
 /// Units are what one set of products covers: a block of 32 (Q8_0 and its siblings, 1024
-/// bytes), a pair of Q4_K sub-blocks (64 values, two planes: 4096 bytes), a Q6_K super-block
-/// (256 values, two planes: 16384 bytes). Groups past the matrix's last are zeros, their
-/// outputs never written.
+/// bytes), a K-quant super-block (256 values, two planes of four steps: 16384 bytes). Groups
+/// past the matrix's last are zeros, their outputs never written.
 #[derive(Default)]
 pub(crate) struct ItemWeights {
     /// Per unit its B tiles, rows of 64 bytes (a unit of `k` values: `k / 4` rows a tile).
-    pub b: Vec<u8>,
+    pub b: Lines,
     /// Per block, per row: the f32 scale (d; for Q4_K also dmin, after the 32 d).
     pub d: Vec<f32>,
     /// Q4_K: per pair of sub-blocks, per row, the two mins.
@@ -42,7 +42,7 @@ impl ItemWeights {
         if groups < ITEM_ROWS / GROUP_ROWS {
             self.b.clear();
         }
-        self.b.resize(bytes, 0);
+        self.b.resize(bytes);
         self.d.clear();
         self.d.resize(blocks * d_per_row * ITEM_ROWS, 0.0);
         self.mins.clear();
@@ -57,7 +57,7 @@ impl ItemWeights {
                 let src = &g.values[g.stride * b..g.stride * b + 256];
                 for kk in 0..8 {
                     let at = 1024 * b + b_at(32, gi, kk);
-                    self.b[at..at + 32].copy_from_slice(&src[32 * kk..32 * kk + 32]);
+                    self.b.bytes_mut()[at..at + 32].copy_from_slice(&src[32 * kk..32 * kk + 32]);
                 }
                 let d = &mut self.d[ITEM_ROWS * b + GROUP_ROWS * gi..][..GROUP_ROWS];
                 d.copy_from_slice(&g.scales[GROUP_ROWS * b..GROUP_ROWS * (b + 1)]);
@@ -65,28 +65,30 @@ impl ItemWeights {
         }
     }
 
-    /// Q4_K, from the stored groups ([`q4_k`]'s layout): per pair of sub-blocks `p` (a unit
-    /// of 64 values, 4096 bytes) the values times their 6-bit scales, `sc·q = 32·hi + lo`, as
-    /// two planes (hi, then lo) of two B tiles each; d and dmin; and the mins of each pair as
-    /// two i16 in one i32 (`mins[(4b + p)·32 + row]`, for `vpmaddwd`).
+    /// Q4_K, from the stored groups ([`q4_k`]'s layout): per super-block (16384 bytes) the
+    /// values times their 6-bit scales, `sc·q = 32·hi + lo`, as two planes (hi, then lo) of
+    /// four steps, one per pair of sub-blocks `p` (64 values, two B tiles): the layout of
+    /// [`ItemWeights::q6_k`]; d and dmin; and the mins of each pair as two i16 in one i32
+    /// (`mins[(4b + p)·32 + row]`, for `vpmaddwd`).
     pub(crate) fn q4_k(&mut self, groups: &[&[u8]], blocks: usize) {
         let f16 = |g: &[u8], at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).to_f32();
         assert!(crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512);
-        self.reset(4 * blocks * 4096, blocks, 2, groups.len());
+        self.reset(16384 * blocks, blocks, 2, groups.len());
         self.mins.resize(4 * blocks * ITEM_ROWS, 0);
         self.groups = groups.len();
         for (gi, g) in groups.iter().enumerate() {
             for b in 0..blocks {
                 let g = &g[q4_k::GROUP_BLOCK * b..q4_k::GROUP_BLOCK * (b + 1)];
                 for p in 0..4 {
-                    let unit = 4096 * (4 * b + p);
+                    let step = 16384 * b + 2048 * p;
                     for half in 0..2 {
                         let sc = 32 + 8 * (2 * p + half);
                         let scales = std::array::from_fn(|i| g[sc + i / 4] as i16);
                         for c in 0..8 {
                             let src = &g[160 + 256 * p + 32 * c..];
-                            let at = unit + b_at(64, gi, 8 * half + c);
-                            scale_split::<5>(src, half as u32, &scales, &mut self.b, at, at + 2048);
+                            let at = step + b_at(64, gi, 8 * half + c);
+                            let b = self.b.bytes_mut();
+                            scale_split::<5>(src, half as u32, &scales, b, at, at + 8192);
                         }
                     }
                     for r in 0..GROUP_ROWS {
@@ -121,7 +123,7 @@ impl ItemWeights {
                     for i in 0..4 {
                         let src = &v[144 + 128 * j + 32 * i..];
                         let at = 16384 * b + 2048 * (j / 4) + b_at(64, gi, 4 * (j % 4) + i);
-                        scale_split::<6>(src, 0, &scales, &mut self.b, at, at + 8192);
+                        scale_split::<6>(src, 0, &scales, self.b.bytes_mut(), at, at + 8192);
                     }
                 }
                 for r in 0..GROUP_ROWS {
@@ -194,5 +196,35 @@ unsafe fn scale_split_avx512<const SHIFT: u32>(
             lo as *mut __m256i,
             _mm512_cvtepi16_epi8(_mm512_and_si512(w, mask)),
         );
+    }
+}
+
+/// Bytes of one step of the packed activations ([`pack_acts`]): two A tiles (32 tokens) of 16
+/// rows of `k` bytes.
+pub(crate) const fn a_step(k: usize) -> usize {
+    2 * TILE_M * k
+}
+
+/// Tokens `t0..t0 + m` (`m` ≤ 32) of `x` as the A tiles read them, rows of `k` bytes one after
+/// the other (aligned, in one line each, where the rows of `x` would cross lines and sit a
+/// page apart): step `j` (Q8_K rows, `k` = 64: values `64j..` of each token; Q8_0, `k` = 32:
+/// block `j`'s) at `dst[a_step(k)·j..]`, token `t`'s row at `k·(t − t0)` in it; rows past `m`
+/// left as they were (the tiles are configured not to read them).
+pub(crate) fn pack_acts(x: &super::QuantizedActs, t0: usize, m: usize, k: usize, dst: &mut Lines) {
+    let (steps, src_at): (usize, fn(usize) -> usize) = match k {
+        64 => (x.cols() / 64, |j| {
+            q4_k::ACT_BLOCK * (j / 4) + 4 + 64 * (j % 4)
+        }),
+        _ => (x.cols() / 32, |j| 34 * j + 2),
+    };
+    assert!(m <= ITEM_TOKENS && t0 + m <= x.n_tokens() && [32, 64].contains(&k));
+    dst.resize(steps * a_step(k));
+    let dst = dst.bytes_mut();
+    for t in 0..m {
+        let row = x.row(t0 + t);
+        for j in 0..steps {
+            let at = a_step(k) * j + k * t;
+            dst[at..at + k].copy_from_slice(&row[src_at(j)..src_at(j) + k]);
+        }
     }
 }

@@ -6,6 +6,11 @@ use std::arch::asm;
 
 use super::amx::{uses_amx, TILE_M};
 
+/// The bytes from a K-quant unit's high plane to its low plane: four steps of two B tiles.
+pub(crate) const PLANE_BYTES: usize = 8192;
+/// The bytes from a step's A tiles to the next's in the packed activations (rows of 64).
+const A_STEP: usize = super::amx_layout::a_step(64);
+
 /// The tile registers: A (activations) `tmm0`, `tmm1`; B (weights) `tmm2`, `tmm3`; C (sums)
 /// `tmm4 + 2a + h` for A tile `a` and B tile `h`.
 ///
@@ -20,8 +25,10 @@ pub(crate) trait Tiles {
     /// `b + 16·k·h` (contiguous), C tile (a, h) stored to `c + 256·(2a + h)` (rows of 64 bytes).
     unsafe fn products(&mut self, a: [*const u8; 2], a_stride: usize, b: *const u8, c: *mut i32);
     /// Two planes of weights ([`super::amx_layout`]), `k` = 64: for plane `p`, every C =
-    /// Σ over `steps` of A·B, A tile `a` from `a[a] + 64·s`, B tile `h` from
-    /// `b + 2048·(steps·p + s) + 1024·h`, C tile (a, h) stored to `c + 1024·p + 256·(2a + h)`.
+    /// Σ over `steps` (at most four) of A·B, A tile `a` from `a[a] + A_STEP·s` (the packed
+    /// activations' steps), B tile `h` from
+    /// `b + PLANE_BYTES·p + 2048·s + 1024·h`, C tile (a, h) stored to
+    /// `c + 1024·p + 256·(2a + h)`.
     unsafe fn planes(
         &mut self,
         a: [*const u8; 2],
@@ -127,11 +134,11 @@ impl Tiles for Hardware {
         steps: usize,
         c: *mut i32,
     ) {
-        debug_assert_eq!(self.k, 64);
+        debug_assert!(self.k == 64 && steps <= 4);
         // SAFETY: the caller's contract, plane by plane.
         unsafe {
             self.plane(a, sa, b, steps, c);
-            self.plane(a, sa, b.add(2048 * steps), steps, c.add(1024));
+            self.plane(a, sa, b.add(PLANE_BYTES), steps, c.add(1024));
         }
     }
 }
@@ -149,7 +156,7 @@ impl Hardware {
                 asm!("tilezero tmm6", "tilezero tmm7", options(nostack, nomem));
             }
             for s in 0..steps {
-                let (b0, a0) = (b.add(2048 * s), a[0].wrapping_add(64 * s));
+                let (b0, a0) = (b.add(2048 * s), a[0].wrapping_add(A_STEP * s));
                 if self.two {
                     asm!(
                         "tileloadd tmm2, [{b0} + {s64} * 1]",
@@ -160,7 +167,7 @@ impl Hardware {
                         "tdpbssd tmm5, tmm0, tmm3",
                         "tdpbssd tmm6, tmm1, tmm2",
                         "tdpbssd tmm7, tmm1, tmm3",
-                        a0 = in(reg) a0, a1 = in(reg) a[1].wrapping_add(64 * s), sa = in(reg) sa,
+                        a0 = in(reg) a0, a1 = in(reg) a[1].wrapping_add(A_STEP * s), sa = in(reg) sa,
                         b0 = in(reg) b0, b1 = in(reg) b0.add(1024), s64 = in(reg) 64usize,
                         options(nostack)
                     );
@@ -224,15 +231,17 @@ impl Tiles for Emulated {
         steps: usize,
         c: *mut i32,
     ) {
-        assert_eq!(self.k, 64);
+        assert!(self.k == 64 && steps <= 4);
         let mut sums = [0i32; 1024];
         for p in 0..2 {
             sums.fill(0);
             for s in 0..steps {
                 let mut one = [0i32; 1024];
-                let a = a.map(|a| a.wrapping_add(64 * s));
+                let a = a.map(|a| a.wrapping_add(A_STEP * s));
                 // SAFETY: the caller's contract, step by step.
-                unsafe { self.products(a, sa, b.add(2048 * (steps * p + s)), one.as_mut_ptr()) };
+                unsafe {
+                    self.products(a, sa, b.add(PLANE_BYTES * p + 2048 * s), one.as_mut_ptr())
+                };
                 for (sum, v) in sums.iter_mut().zip(one) {
                     *sum += v;
                 }

@@ -73,6 +73,7 @@ mod amx_layout;
 mod amx_tiles;
 mod choice;
 pub mod huge_pages;
+mod lines;
 mod pack;
 mod q4_k;
 mod q6_k;
@@ -521,8 +522,41 @@ fn matmul_packed_tiles(
     if nt == 0 || n_chunks == 0 {
         return;
     }
+    thread_local! {
+        static TILE_ACTS: std::cell::RefCell<Vec<lines::Lines>> = Default::default();
+    }
+    TILE_ACTS.with_borrow_mut(|tile_acts| {
+        pack_tile_acts(&list, x, tile_acts);
+        run_products(pool, &list, n_chunks, (x, acts, tile_acts));
+    });
+}
+
+/// The activations packed for the AMX tiles, 32 tokens a buffer ([`amx::pack_acts`]), where
+/// some product of `list` runs on them (else left as they are). The buffers are kept from
+/// call to call: allocating megabytes afresh costs their pages' first touch each time.
+fn pack_tile_acts(list: &[Product], x: &QuantizedActs, tile_acts: &mut Vec<lines::Lines>) {
+    #[cfg(target_arch = "x86_64")]
+    if list.iter().any(|p| p.tiles != TileUse::No) {
+        let k = if x.ty() == GgmlType::Q8_K { 64 } else { 32 };
+        let nt = x.n_tokens();
+        tile_acts.resize_with(nt.div_ceil(amx::ITEM_TOKENS), Default::default);
+        for (i, chunk) in tile_acts.iter_mut().enumerate() {
+            let t0 = i * amx::ITEM_TOKENS;
+            amx::pack_acts(x, t0, (nt - t0).min(amx::ITEM_TOKENS), k, chunk);
+        }
+    }
+    let _ = (list, x, tile_acts);
+}
+
+/// The work items of `list` on the pool's threads, each taking the next.
+fn run_products(
+    pool: &ThreadPool,
+    list: &[Product],
+    n_chunks: usize,
+    (x, acts, tile_acts): (&QuantizedActs, &PackedActs, &[lines::Lines]),
+) {
+    let nt = x.n_tokens();
     let next = AtomicUsize::new(0);
-    let list = &list;
     let work = |_: usize, _: usize| {
         // Scratch for the groups of one work item, as much as its largest product needs.
         let (most_s, most_u) = list
@@ -540,7 +574,11 @@ fn matmul_packed_tiles(
                 break;
             }
             let p = &list[list.partition_point(|p| p.first_chunk <= c) - 1];
-            p.run_chunk(c - p.first_chunk, x, acts, (&mut scales, &mut unpacked));
+            p.run_chunk(
+                c - p.first_chunk,
+                (x, acts, tile_acts),
+                (&mut scales, &mut unpacked),
+            );
         }
     };
     let macs: usize = list.iter().map(|p| nt * p.w.rows() * p.w.cols()).sum();

@@ -1,6 +1,7 @@
 //! One work item of a packed product: a run of a matrix's row groups against every token,
 //! one tile of tokens (decode) or many, with the group's kernel.
 
+use super::lines::Lines;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 #[cfg(target_arch = "x86_64")]
@@ -43,13 +44,13 @@ impl Product<'_> {
         }
     }
 
-    /// Work item `c` (groups `c·chunk_groups..`) for every token, `scratch` (scales, values)
-    /// holding room for the groups it unpacks.
+    /// Work item `c` (groups `c·chunk_groups..`) for every token of `x` (`acts`: their Q8_0
+    /// numbers; `tile_acts`: them packed for the AMX tiles, where this product runs on them),
+    /// `scratch` (scales, values) holding room for the groups it unpacks.
     pub(super) fn run_chunk(
         &self,
         c: usize,
-        x: &QuantizedActs,
-        acts: &PackedActs,
+        (x, acts, tile_acts): (&QuantizedActs, &PackedActs, &[Lines]),
         scratch: (&mut [f32], &mut [u8]),
     ) {
         let groups = self.w.rows() / GROUP_ROWS;
@@ -63,11 +64,12 @@ impl Product<'_> {
         #[cfg(target_arch = "x86_64")]
         match self.tiles {
             TileUse::Hardware => {
-                return self.tiles_on(g0..g1, x, acts, scratch, &mut amx::Hardware::new())
+                let mut tiles = amx::Hardware::new();
+                return self.tiles_on(g0..g1, (x, acts, tile_acts), scratch, &mut tiles);
             }
             TileUse::Emulated => {
                 let mut tiles = amx::Emulated::default();
-                return self.tiles_on(g0..g1, x, acts, scratch, &mut tiles);
+                return self.tiles_on(g0..g1, (x, acts, tile_acts), scratch, &mut tiles);
             }
             TileUse::No => {}
         }
@@ -262,8 +264,7 @@ impl Product<'_> {
     fn tiles_on<T: amx::Tiles>(
         &self,
         gs: std::ops::Range<usize>,
-        x: &QuantizedActs,
-        acts: &PackedActs,
+        (x, acts, tile_acts): (&QuantizedActs, &PackedActs, &[Lines]),
         (scales, unpacked): (&mut [f32], &mut [u8]),
         tiles: &mut T,
     ) {
@@ -301,6 +302,7 @@ impl Product<'_> {
                 let job = amx::Job {
                     blocks,
                     m,
+                    a: tile_acts[tb / amx::ITEM_TOKENS].as_ptr(),
                     x: x.row(tb).as_ptr(),
                     x_stride: x.row_bytes(),
                     scales,
