@@ -7,17 +7,22 @@
 #      on tiles) beside the 512-bit vector kernels (NUCLEUS_AMX=0), on both shapes of a 7B's FFN,
 #      Q4_K in the chain nucleus's prompts take (MATMUL_CHAIN=pairs); OLD_MATMUL, a matmul_bench
 #      of another build, runs the tiles too (a before and after);
-#   3. the machine's ceilings (scripts/machine_limits.c);
+#   3. the machine's ceilings (scripts/machine_limits.c); where one thread's tile kernels spend
+#      their time (the unit test tile_costs: whole, folds alone, tiles alone) and what the tile
+#      instruction mixes cost with operands in L1 (scripts/amx_loops.c);
 #   4. prefill and decode of the 7B and 8B Q4_K_M shapes (scripts/real_shapes.py), nucleus with
-#      the thresholds of choice.rs, with every product on tiles and with none, beside llama.cpp's
-#      llama-bench (LLAMA_BENCH_DIR: a build without AMX; its AMX build died with SIGILL on the
-#      lent machine); ROUNDS rounds, the second and later of nucleus (thresholds) and llama.cpp
-#      alone, in the other order, round by round over the files.
+#      the thresholds of choice.rs, and in the first round with each NUCLEUS_AMX value of MODES
+#      (default "all 0": every product on tiles, and none), beside llama.cpp's llama-bench
+#      (LLAMA_BENCH_DIR: a build without AMX; its AMX build died with SIGILL on the lent
+#      machine) and OLD_NUCLEUS (a build before, where given); ROUNDS rounds, the second and
+#      later of nucleus (thresholds), llama.cpp and the build before alone, in the other order,
+#      round by round over the files. ONLY_MODELS=1 runs step 4 alone.
 # Not run in CI (no AMX there). The figures in BENCHMARKS.md came from these steps on the lent
 # device machine, which has no Rust: BIN names a folder of binaries built elsewhere (nucleus,
 # matmul_bench, and the library's unit tests as nucleus-lib-tests); without it cargo builds them.
 #
-#   LLAMA_BENCH_DIR=DIR [BIN=DIR] [OLD_MATMUL=FILE] [ROUNDS=1] [FILES="NAME ..."] scripts/bench_amx.sh
+#   LLAMA_BENCH_DIR=DIR [BIN=DIR] [OLD_MATMUL=FILE] [OLD_NUCLEUS=FILE] [ROUNDS=1] [MODES="all 0"]
+#     [FILES="NAME ..."] [ONLY_MODELS=1] scripts/bench_amx.sh
 #
 # Writing the files needs numpy and the vendored llama.cpp source (scripts/real_shapes.py;
 # LLAMA_CPP_SRC and QWEN_VOCAB where the catalog model and .bench/ are not at hand: the latter
@@ -42,6 +47,7 @@ lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^Core|^Socket|^L1d|^L2|^L3|^NUMA 
 grep -o -w -E "avx512[a-z_0-9]*|amx[a-z_0-9]*|avx_vnni" /proc/cpuinfo | sort -u | tr '\n' ' '; echo
 lscpu -e=CPU,CORE,SOCKET,L2 2>/dev/null | head -5
 
+if [ -z "${ONLY_MODELS:-}" ]; then
 echo "== tile kernels against the vector, scalar and one-token kernels (bits)"
 "$unit" --test-threads 4 kernels:: quant:: 2>&1 | grep -E "FAILED|panicked|test result"
 "$unit" --nocapture amx_is_used 2>&1 | grep -E "AMX:"
@@ -63,6 +69,12 @@ echo "== ceilings"
 if cc -O3 -march=native -pthread scripts/machine_limits.c -o /tmp/machine_limits; then
   pin timeout 60 /tmp/machine_limits 2 | tail -4
 fi
+echo "== one thread: the tile kernels' parts (G MAC/s), and the tile instruction mixes"
+taskset -c "${cpus%%,*}" timeout 120 "$unit" --ignored --nocapture tile_costs 2>&1 | grep -E "Q4_K|Q6_K"
+if cc -O2 -march=native scripts/amx_loops.c -o /tmp/amx_loops; then
+  taskset -c "${cpus%%,*}" timeout 60 /tmp/amx_loops
+fi
+fi
 
 echo "== files ($(date -u +%H:%M) UTC)"
 files=${FILES:-qwen2.5-7b-q4_k_m llama-3.1-8b-q4_k_m}
@@ -72,10 +84,13 @@ done
 wait
 sync
 
-nb() { # NUCLEUS_AMX value (empty: unset), file
-  echo -n "nucleus AMX=${1:-default}: "
-  NUCLEUS_AMX=$1 pin timeout 200 "$nucleus" bench "$2" -t 2 -p 512 -g 32 2>&1 \
+nb() { # NUCLEUS_AMX value (empty: unset), file[, binary]
+  echo -n "nucleus${3:+ ($3)} AMX=${1:-default}: "
+  NUCLEUS_AMX=$1 pin timeout 200 "${3:-$nucleus}" bench "$2" -t 2 -p 512 -g 32 2>&1 \
     | grep -E "loaded|AMX|prefill|decode" | tr '\n' ' '; echo
+}
+old() { # file: the build before, where given
+  [ -z "${OLD_NUCLEUS:-}" ] || nb "" "$1" "$OLD_NUCLEUS"
 }
 lb() { # file
   [ -n "${LLAMA_BENCH_DIR:-}" ] || return 0
@@ -90,9 +105,10 @@ for round in $(seq "${ROUNDS:-1}"); do
     path=$out/$f-random.gguf
     echo "== $f, round $round ($(date -u +%H:%M:%S) UTC)"
     if [ $((round % 2)) = 1 ]; then
-      nb "" "$path"; lb "$path"; nb all "$path"; nb 0 "$path"
+      nb "" "$path"; lb "$path"; old "$path"
+      for mode in ${MODES-all 0}; do nb "$mode" "$path"; done
     else
-      lb "$path"; nb "" "$path"
+      lb "$path"; nb "" "$path"; old "$path"
     fi
   done
 done

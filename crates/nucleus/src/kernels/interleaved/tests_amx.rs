@@ -3,6 +3,7 @@
 //! AMX, with the instructions; and a token's outputs do not depend on the others in its
 //! prompt, nor on whether they came alone (decode, vector kernels) or among many (tiles).
 
+use super::lines::Lines;
 use super::tests::{acts, matrix, packed, random_q4_k, random_q6_k, wide_q8_k_acts};
 use super::*;
 use crate::kernels::test_rng::Rng;
@@ -317,4 +318,130 @@ fn prep_speed() {
     }
     let ns = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols) as f64;
     eprintln!("Q6_K (unpack and layout): {ns:.3} ns per weight");
+}
+
+/// Tiles that do nothing: the folds' cost alone ([`tile_costs`]).
+struct Skip;
+
+impl amx::Tiles for Skip {
+    unsafe fn configure(&mut self, _: [usize; 2], _: usize) {}
+    unsafe fn products(&mut self, _: [*const u8; 2], _: usize, _: *const u8, _: *mut i32) {}
+    unsafe fn planes(&mut self, _: [*const u8; 2], _: usize, _: *const u8, _: usize, _: *mut i32) {}
+}
+
+/// Where the K-quant tile kernels' time goes, on the hardware tiles (`cargo test --release -p
+/// nucleus --lib tile_costs -- --ignored --nocapture`, a machine with AMX; elsewhere one pass
+/// on emulated tiles, untimed): G MAC/s of one thread for 32 tokens by a work item's 32 rows,
+/// the whole kernel, its folds alone (tiles skipped) and its tile products alone (folds
+/// skipped), with the operands hot (one item, one block of tokens, repeated), the activations
+/// streaming (16 blocks of tokens: 512 tokens, as a prompt's product reads them) and the
+/// weights streaming (16 items).
+#[test]
+#[ignore = "a timing, not a check"]
+fn tile_costs() {
+    if amx::uses_amx() {
+        tile_costs_on(&mut amx::Hardware::new(), 5);
+    } else {
+        eprintln!("untimed, emulated: {:?}", amx::amx_refusal());
+        tile_costs_on(&mut amx::Emulated::default(), 0);
+    }
+}
+
+fn tile_costs_on<T: amx::Tiles>(tiles: &mut T, rounds: usize) {
+    let mut rng = Rng(11);
+    for cols in [256, 1024, 3584, 18944] {
+        let blocks = cols / 256;
+        let q4 = packed(GgmlType::Q4_K, &random_q4_k(&mut rng, 512, cols), 512, cols);
+        let q6 = packed(GgmlType::Q6_K, &random_q6_k(&mut rng, 512, cols), 512, cols);
+        let x = wide_q8_k_acts(&mut rng, 512, cols);
+        let (sl, ul) = scratch_per_group(GgmlType::Q6_K, blocks);
+        let (mut scales, mut values) = (vec![0f32; sl], vec![0u8; ul]);
+        let (_, unpack) = kernels(GgmlType::Q6_K, true, Chain::Default);
+        // Per item, Q4_K's four groups and Q6_K's first (the others zeros: the same work).
+        let items: Vec<[amx::ItemWeights; 2]> = (0..16)
+            .map(|i| {
+                let mut it: [amx::ItemWeights; 2] = Default::default();
+                let groups: Vec<&[u8]> = (4 * i..4 * i + 4).map(|g| q4.group(g)).collect();
+                it[0].q4_k(&groups, blocks);
+                let (s, u) = (&mut scales[..], &mut values[..]);
+                let v = GroupView::new(GgmlType::Q6_K, blocks, q6.group(4 * i), s, u, unpack);
+                it[1].q6_k(&[&v], blocks);
+                it
+            })
+            .collect();
+        let mut out = vec![0f32; 32 * 32];
+        let packed_x: Vec<Lines> = (0..16)
+            .map(|chunk| {
+                let mut lines = Lines::default();
+                amx::pack_acts(&x, 32 * chunk, 32, 64, &mut lines);
+                lines
+            })
+            .collect();
+        let jobs: Vec<amx::Job> = (0..16)
+            .map(|chunk| amx::Job {
+                blocks,
+                m: 32,
+                a: packed_x[chunk].as_ptr(),
+                x: x.row(32 * chunk).as_ptr(),
+                x_stride: x.row_bytes(),
+                scales: std::ptr::null(),
+                offsets: std::ptr::null(),
+                out: out.as_mut_ptr(),
+                out_stride: 32,
+            })
+            .collect();
+        let macs = (32 * 32 * cols) as f64;
+        let mut c = vec![0i32; 2048];
+        for (ty, k) in [("Q4_K", 0), ("Q6_K", 1)] {
+            let mut line = format!("{ty} {cols:5}:");
+            for (what, kind) in [("whole", 0), ("folds", 1), ("tiles", 2)] {
+                for (name, stream_x, stream_w) in [
+                    ("hot", false, false),
+                    ("x", true, false),
+                    ("w", false, true),
+                ] {
+                    let mut call = |i: usize| {
+                        let job = &jobs[if stream_x { i % 16 } else { 0 }];
+                        let item = &items[if stream_w { i % 16 } else { 0 }][k];
+                        // SAFETY: the item holds `blocks` super-blocks of four groups; the job's
+                        // 32 tokens are rows of x; out holds 32 × 32 floats; the tiles are the
+                        // hardware only where AMX is granted.
+                        unsafe {
+                            match (kind, k) {
+                                (0, 0) => amx::q4_k::<_, false>(tiles, item, job),
+                                (0, _) => amx::q6_k(tiles, item, job),
+                                (1, 0) => amx::q4_k::<_, false>(&mut Skip, item, job),
+                                (1, _) => amx::q6_k(&mut Skip, item, job),
+                                _ => {
+                                    tiles.configure(job.rows(), 64);
+                                    for b in 0..blocks {
+                                        let a = job.a_tiles(4 * b, 64);
+                                        let w = item.b.as_ptr().add(16384 * b);
+                                        tiles.planes(a, 64, w, 4, c.as_mut_ptr());
+                                    }
+                                }
+                            }
+                        }
+                    };
+                    if rounds == 0 {
+                        call(0);
+                        call(17);
+                        continue;
+                    }
+                    let reps = 64;
+                    let mut best = f64::INFINITY;
+                    for _ in 0..rounds {
+                        let t = std::time::Instant::now();
+                        for i in 0..reps {
+                            call(i);
+                        }
+                        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+                    }
+                    line += &format!(" {what}/{name} {:.0}", macs / best / 1e9);
+                }
+            }
+            eprintln!("{line}");
+        }
+        amx::release();
+    }
 }
