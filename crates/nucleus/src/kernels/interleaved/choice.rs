@@ -100,22 +100,26 @@ pub(super) const AMX_MIN_TOKENS: usize = TILE_TOKENS + 1;
 /// (`None`: never). Below, the vector kernels are faster: copying a work item's weights into
 /// the tiles' layout costs a pass over them per product. Measured with `matmul_bench`
 /// (`NUCLEUS_AMX=all` against `NUCLEUS_AMX=0`, 2 threads pinned, the lent device machine's
-/// Xeon with AMX, 2026-11-26 evening, against the 512-bit vector kernels; G MAC/s on tiles /
-/// on vectors, at 32, 128 and 512 tokens, `scripts/bench_amx.sh`):
-/// - 3584×18944: Q8_0 193/130, 309/143, 283/131; Q4_0 174/158, 280/177, 337/160 (an earlier
-///   run: 146/188 at 32, 164/202 at 64); IQ4_NL 175/93, 292/101, 280/86.
-/// - Q6_K, 3584×18944: 129/193, 281/231, 296/243; 18944×3584: 128/187, 275/211, 309/246.
-/// - Q4_K, 3584×18944: 130/185, 190/265, 263/287; 18944×3584: 124/195, 221/232, 214/279:
-///   slower than the vectors at every count, so Q4_K stays on them.
-/// - Q5_0 (an earlier run): 163/166 at 512, 143/169 at 128: no faster, so on vectors.
-///
-/// - MXFP4 (2026-11-27, the same machine, `scripts/bench_amx.sh`), 3584×18944: 143/71,
-///   228/79, 264/62: on tiles from 32 tokens, as Q8_0, whose kernel it shares (Q8_0 in that
-///   run: 161/103, 277/105, 260/116).
+/// Xeon with AMX, against the 512-bit vector kernels; G MAC/s on tiles / on vectors, at 32,
+/// 128 and 512 tokens, `scripts/bench_amx.sh`), since the tiles read aligned weights and
+/// activations packed for them (2026-11-27, 08:40–08:49; the machine's figures moved by up to
+/// a third between identical runs):
+/// - Q4_K in the gemm chain (nucleus's), two rounds: 3584×18944 118/144, 161/204, 203/193 and
+///   135/171, 232/250, 253/221; 18944×3584 120/147, 196/191, 248/208 and 173/172, 243/220,
+///   263/234: faster from 512, mixed at 128. In the one-FMA chain (`--exact`'s for some rows)
+///   3584×18944 148/148, 183/236, 275/274 and 181/170, 304/243, 365/262.
+/// - Q6_K, 3584×18944, at 32, 64, 128: 117/140, 181/165, 240/168; at 512 332/267.
+/// - Q8_0 at 32, 64, 128: 232/116, 295/113, 251/119; at 512 209/126.
+/// - Before (2026-11-26 evening): IQ4_NL 175/93, 292/101, 280/86; Q4_0 174/158, 280/177,
+///   337/160 (an earlier run: 146/188 at 32, 164/202 at 64); Q5_0 (an earlier run) no faster
+///   than the vectors, 163/166 at 512, 143/169 at 128, so on them; MXFP4 (2026-11-27 morning)
+///   143/71, 228/79, 264/62.
 fn amx_min_tokens(ty: GgmlType) -> Option<usize> {
     match ty {
         GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => Some(32),
-        GgmlType::Q4_0 | GgmlType::Q6_K => Some(128),
+        GgmlType::Q6_K => Some(64),
+        GgmlType::Q4_0 => Some(128),
+        GgmlType::Q4_K => Some(512),
         _ => None,
     }
 }
