@@ -370,31 +370,28 @@ pub fn tokenize(model: &str, text: &str, add_special: bool, parse_special: bool)
     Ok(())
 }
 
-pub fn bench(
-    args: ModelArgs,
-    name: Option<String>,
-    n_prompt: usize,
-    n_gen: usize,
-    reps: usize,
-    json: bool,
-) -> Result<()> {
-    let load_start = Instant::now();
-    let Loaded { model, .. } = load(&args, name.as_deref())?;
-    let load_s = load_start.elapsed().as_secs_f64();
-    let n_ctx = (n_prompt.max(n_gen + 1)).max(16);
-    let vocab = model.hp.n_vocab as u64;
-    // Deterministic pseudo-random prompt, as llama-bench uses random tokens (at least one: the
-    // decode measurement starts from it).
+/// A deterministic pseudo-random prompt of `n` tokens (at least one: the decode measurement
+/// starts from it), as llama-bench uses random tokens.
+fn bench_prompt(n: usize, vocab: u64) -> Vec<TokenId> {
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let prompt: Vec<TokenId> = (0..n_prompt.max(1))
+    (0..n.max(1))
         .map(|_| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             (state % vocab) as TokenId
         })
-        .collect();
-    let mut session = Session::with_kv_type(&model, n_ctx, n_ctx, args.kv_type)?;
+        .collect()
+}
+
+/// The best prefill and decode speeds (tok/s) of `reps` repetitions: `n_prompt` tokens fed at
+/// once, then `n_gen` greedy tokens one at a time after a one-token prompt.
+fn best_speeds(
+    session: &mut Session,
+    (n_prompt, n_gen): (usize, usize),
+    reps: usize,
+) -> Result<(f64, f64)> {
+    let prompt = bench_prompt(n_prompt, session.model.hp.n_vocab as u64);
     // Every repetition computes its prompt.
     session.set_prefix_caching(false);
     // Warm-up: touch every weight once.
@@ -418,6 +415,23 @@ pub fn bench(
             best_tg = best_tg.max(n_gen as f64 / t.elapsed().as_secs_f64());
         }
     }
+    Ok((best_pp, best_tg))
+}
+
+pub fn bench(
+    args: ModelArgs,
+    name: Option<String>,
+    n_prompt: usize,
+    n_gen: usize,
+    reps: usize,
+    json: bool,
+) -> Result<()> {
+    let load_start = Instant::now();
+    let Loaded { model, .. } = load(&args, name.as_deref())?;
+    let load_s = load_start.elapsed().as_secs_f64();
+    let n_ctx = (n_prompt.max(n_gen + 1)).max(16);
+    let mut session = Session::with_kv_type(&model, n_ctx, n_ctx, args.kv_type)?;
+    let (best_pp, best_tg) = best_speeds(&mut session, (n_prompt, n_gen), reps)?;
     // A token of context costs its K and V in the layers that keep the whole context; the
     // sliding-window layers hold only their window, whatever the length.
     let kv_cfg = *session.kv.config();
