@@ -284,8 +284,10 @@ enum Command {
     Quantize(quantize::QuantizeArgs),
 }
 
-fn main() {
-    let cli = match Cli::try_parse() {
+/// The command line, or exit: help and version as clap prints them, an error in one line
+/// (status 2).
+fn parse_or_exit() -> Cli {
+    match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -302,18 +304,23 @@ fn main() {
             eprintln!("{}", msg.lines().next().unwrap_or("error: bad arguments"));
             std::process::exit(2);
         }
-    };
+    }
+}
+
+/// The global flags that `Model::load` and the packing read from the environment, and
+/// SIGPIPE's default for the printing commands. Called before any thread exists.
+fn apply_process_settings(cli: &Cli) {
     if cli.exact {
         // Read by `Model::load` (`Arithmetic::from_env`), so every model this process loads,
-        // draft models included, computes llama.cpp's way. Set before any thread exists.
+        // draft models included, computes llama.cpp's way.
         std::env::set_var("NUCLEUS_EXACT", "1");
     }
     if let Some(dir) = &cli.pack_cache {
-        // Read by `Model::load` in the same way; also set before any thread exists.
+        // Read by `Model::load` in the same way.
         std::env::set_var("NUCLEUS_PACK_CACHE", dir);
     }
     if let Some(on) = cli.huge_pages {
-        // Read when the weights are packed; set before any thread exists.
+        // Read when the weights are packed.
         std::env::set_var("NUCLEUS_HUGE_PAGES", if on { "1" } else { "0" });
     }
     // Rust ignores SIGPIPE, which turns `nucleus inspect FILE | head` into a panic on the next
@@ -327,6 +334,11 @@ fn main() {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+}
+
+fn main() {
+    let cli = parse_or_exit();
+    apply_process_settings(&cli);
     let result = match cli.command {
         Command::Run(args) => commands::run(args),
         Command::Chat {
