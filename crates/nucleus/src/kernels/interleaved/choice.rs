@@ -46,8 +46,14 @@ impl<'a> Product<'a> {
             && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni
             && tiles == TileUse::No
             && wide_min_tokens(w.ty()).is_some_and(|least| nt >= least);
+        let wide_decode = avx2
+            && cfg!(target_arch = "x86_64")
+            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni
+            && w.ty() == GgmlType::Q4_K
+            && nt <= TILE_TOKENS;
         Product {
             w,
+            wide_decode,
             out: OutPtr(y.as_mut_ptr()),
             tile_fn,
             unpack,

@@ -80,6 +80,8 @@ mod q6_k;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod wide;
+#[cfg(target_arch = "x86_64")]
+mod wide_stored;
 mod work;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -429,6 +431,9 @@ struct Product<'a> {
     /// Q4_K or Q6_K, many tokens, AVX-512 VNNI, off the tiles: pairs of groups in 512-bit
     /// registers ([`wide`]).
     wide: bool,
+    /// Q4_K, at most one tile of tokens (decode), AVX-512 VNNI: pairs of groups read as
+    /// stored in 512-bit registers ([`wide_stored`]).
+    wide_decode: bool,
     /// The first work item of this matrix among all of the call's.
     first_chunk: usize,
     /// Groups per work item.

@@ -5,7 +5,7 @@ use super::lines::Lines;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 #[cfg(target_arch = "x86_64")]
-use super::{amx, wide, TileUse};
+use super::{amx, wide, wide_stored, TileUse};
 use super::{
     q6_k, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
     TILE_TOKENS, TOKEN_BLOCK,
@@ -103,6 +103,17 @@ impl Product<'_> {
     ) {
         let (w, blocks) = (self.w, self.blocks);
         let (sl, ul) = scratch_per_group(w.ty(), blocks);
+        let mut gs = gs;
+        #[cfg(target_arch = "x86_64")]
+        while self.wide_decode && gs.len() >= 2 {
+            let g = gs.start;
+            let tile = self.tile(x, acts, g, 0, x.n_tokens());
+            // SAFETY: tokens 0..nt (nt <= 4) are rows of `x`; outputs 8g..8g+16 of each token
+            // lie in this product's `y` (g + 1 < gs.end), written by this thread only;
+            // `wide_decode` implies AVX-512 VNNI (and FMA, F16C).
+            unsafe { wide_stored::q4_k_pair(w.group(g), w.group(g + 1), &tile, self.q4k_pairs) };
+            gs.start += 2;
+        }
         for g in gs {
             let tile = self.tile(x, acts, g, 0, x.n_tokens());
             // Unpacked in registers, never stored.

@@ -1,0 +1,156 @@
+//! Decode's Q4_K products with AVX-512 VNNI: two groups read as stored (the layout of
+//! [`super::q4_k`]) side by side in the lanes of 512-bit registers, rows `0..8` from the first
+//! and `8..16` from the second, so that one `vpdpbusd` serves sixteen rows where
+//! `q4_k::tile_avx2` serves eight. Each lane follows that kernel's chain for its row, operation
+//! for operation (the same integer sums, the same float steps in the same order): a row's
+//! outputs have the same bits here, there and in the scalar kernels (`tests.rs`).
+
+use std::arch::x86_64::*;
+
+use super::q4_k::{ACT_BLOCK, GROUP_BLOCK};
+use super::{Tile, TILE_TOKENS};
+
+const DMIN: usize = 16;
+const SCALES: usize = 32;
+const MINS: usize = 96;
+const NIBBLES: usize = 160;
+
+/// Groups `a` and `b` (stored, `t.blocks` super-blocks each) against `t.nx` tokens, sixteen
+/// outputs per token at `t.out` (the first group's eight, then the second's), in the chain of
+/// `q4_k::tile_avx2` (`pairs`: of `tile_avx2_pairs`).
+///
+/// # Safety
+/// The tile's pointers are valid for what [`Tile`] says, with sixteen outputs per token; the
+/// CPU has AVX-512 F/BW/VL/VNNI, FMA and F16C.
+pub(crate) unsafe fn q4_k_pair(a: &[u8], b: &[u8], t: &Tile, pairs: bool) {
+    let bytes = t.blocks * GROUP_BLOCK;
+    assert!(a.len() >= bytes && b.len() >= bytes && (1..=TILE_TOKENS).contains(&t.nx));
+    let (a, b) = (a.as_ptr(), b.as_ptr());
+    // SAFETY: the caller's contract; the groups' bytes checked above.
+    unsafe {
+        match (t.nx, pairs) {
+            (1, true) => pair_nx::<1, true>(a, b, t),
+            (2, true) => pair_nx::<2, true>(a, b, t),
+            (3, true) => pair_nx::<3, true>(a, b, t),
+            (_, true) => pair_nx::<4, true>(a, b, t),
+            (1, false) => pair_nx::<1, false>(a, b, t),
+            (2, false) => pair_nx::<2, false>(a, b, t),
+            (3, false) => pair_nx::<3, false>(a, b, t),
+            (_, false) => pair_nx::<4, false>(a, b, t),
+        }
+    }
+}
+
+/// The 16-byte pieces at `a` and `b` side by side.
+#[inline(always)]
+unsafe fn join16(a: *const u8, b: *const u8) -> __m256i {
+    // SAFETY: the caller's 16 bytes at each.
+    unsafe {
+        _mm256_set_m128i(
+            _mm_loadu_si128(b as *const _),
+            _mm_loadu_si128(a as *const _),
+        )
+    }
+}
+
+/// [`q4_k_pair`]'s work; `PAIRS`: one FMA per pair of sub-blocks, else one per super-block.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8, t: &Tile) {
+    let mut acc = [_mm512_setzero_ps(); NX];
+    let mut acc_min = [_mm512_setzero_ps(); NX];
+    let m4 = _mm512_set1_epi8(0x0F);
+    // SAFETY (all reads below): super-block k < blocks of both groups (GROUP_BLOCK bytes
+    // each, checked by the caller); token n < nx's Q8_K block k in its row.
+    unsafe {
+        for k in 0..t.blocks {
+            let (ga, gb) = (a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k));
+            // Weights stream from memory in decode: both groups' lines a few super-blocks on.
+            for g in [ga, gb] {
+                for l in (0..GROUP_BLOCK).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(g.add(super::PREFETCH_L1 + l) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(g.add(super::PREFETCH_L2 + l) as *const i8);
+                }
+            }
+            let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * k);
+            let d = _mm512_cvtph_ps(join16(ga, gb));
+            let dmin = _mm512_cvtph_ps(join16(ga.add(DMIN), gb.add(DMIN)));
+            let dy = |n: usize| _mm512_set1_ps((xb(n) as *const f32).read_unaligned());
+            let d_dy: [__m512; NX] = std::array::from_fn(|n| _mm512_mul_ps(d, dy(n)));
+            let dmin_dy: [__m512; NX] = std::array::from_fn(|n| _mm512_mul_ps(dmin, dy(n)));
+            let mut isum = [_mm512_setzero_si512(); NX];
+            for p in 0..4 {
+                let (mut s_lo, mut s_hi) =
+                    ([_mm512_setzero_si512(); NX], [_mm512_setzero_si512(); NX]);
+                for c in 0..8 {
+                    let at = NIBBLES + 256 * p + 32 * c;
+                    let w = _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(_mm256_loadu_si256(ga.add(at) as *const _)),
+                        _mm256_loadu_si256(gb.add(at) as *const _),
+                    );
+                    // The high nibbles left in place (16 times their value), the sum divided
+                    // by 16 after the chunks, exactly, as tile_avx2's VNNI body does.
+                    let (lo, hi) = (_mm512_and_si512(w, m4), _mm512_andnot_si512(m4, w));
+                    for n in 0..NX {
+                        let x = xb(n).add(4 + 64 * p + 4 * c);
+                        let bx =
+                            |x: *const u8| _mm512_set1_epi32((x as *const i32).read_unaligned());
+                        s_lo[n] = _mm512_dpbusd_epi32(s_lo[n], lo, bx(x));
+                        s_hi[n] = _mm512_dpbusd_epi32(s_hi[n], hi, bx(x.add(32)));
+                    }
+                }
+                // Row r's scale in 32-bit lane r.
+                let scale = |j: usize| {
+                    let (sa, sb) = (ga.add(SCALES + 8 * j), gb.add(SCALES + 8 * j));
+                    let s = _mm_unpacklo_epi64(
+                        _mm_loadl_epi64(sa as *const _),
+                        _mm_loadl_epi64(sb as *const _),
+                    );
+                    _mm512_cvtepu8_epi32(s)
+                };
+                let (sc_lo, sc_hi) = (scale(2 * p), scale(2 * p + 1));
+                for n in 0..NX {
+                    let s = _mm512_add_epi32(
+                        _mm512_mullo_epi32(s_lo[n], sc_lo),
+                        _mm512_mullo_epi32(_mm512_srai_epi32::<4>(s_hi[n]), sc_hi),
+                    );
+                    if PAIRS {
+                        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d_dy[n], acc[n]);
+                    } else {
+                        isum[n] = _mm512_add_epi32(isum[n], s);
+                    }
+                }
+            }
+            for n in 0..NX {
+                // The sub-blocks' activation sums: pairs of the 16-value sums (i16).
+                let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
+                let q8s = _mm_hadd_epi16(
+                    _mm256_castsi256_si128(bs),
+                    _mm256_extracti128_si256::<1>(bs),
+                );
+                let q8s = _mm512_castsi128_si512(q8s);
+                let mut imin = _mm512_setzero_si512();
+                for p in 0..4 {
+                    let pair = _mm512_permutexvar_epi32(_mm512_set1_epi32(p as i32), q8s);
+                    let mins =
+                        _mm512_cvtepu8_epi16(join16(ga.add(MINS + 16 * p), gb.add(MINS + 16 * p)));
+                    let m = _mm512_madd_epi16(mins, pair);
+                    if PAIRS {
+                        acc_min[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dmin_dy[n], acc_min[n]);
+                    } else {
+                        imin = _mm512_add_epi32(imin, m);
+                    }
+                }
+                if !PAIRS {
+                    acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[n]), d_dy[n], acc[n]);
+                    acc_min[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dmin_dy[n], acc_min[n]);
+                }
+            }
+        }
+        for n in 0..NX {
+            _mm512_storeu_ps(
+                t.out.add(n * t.out_stride),
+                _mm512_sub_ps(acc[n], acc_min[n]),
+            );
+        }
+    }
+}
