@@ -31,9 +31,9 @@ const FILE_BLOCK: usize = 144;
 pub(crate) const GROUP_BLOCK: usize = 1184;
 /// Bytes of a Q8_K activation block: f32 d, 256 values, 16 i16 sums of 16.
 pub(crate) const ACT_BLOCK: usize = 292;
-const SCALES: usize = 32;
-const MINS: usize = 96;
-const NIBBLES: usize = 160;
+pub(crate) const SCALES: usize = 32;
+pub(crate) const MINS: usize = 96;
+pub(crate) const NIBBLES: usize = 160;
 
 /// Writes group-block `dst` (GROUP_BLOCK bytes) from the eight file blocks `rows[r]`.
 pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {

@@ -7,13 +7,11 @@
 
 use std::arch::x86_64::*;
 
-use super::q4_k::{ACT_BLOCK, GROUP_BLOCK};
+use super::q4_k::{ACT_BLOCK, GROUP_BLOCK, MINS, NIBBLES, SCALES};
 use super::{Tile, TILE_TOKENS};
 
+/// Where a stored super-block's dmin (f16, after the rows' d) starts.
 const DMIN: usize = 16;
-const SCALES: usize = 32;
-const MINS: usize = 96;
-const NIBBLES: usize = 160;
 
 /// Groups `a` and `b` (stored, `t.blocks` super-blocks each) against `t.nx` tokens, sixteen
 /// outputs per token at `t.out` (the first group's eight, then the second's), in the chain of
