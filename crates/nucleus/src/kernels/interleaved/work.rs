@@ -103,6 +103,8 @@ impl Product<'_> {
     ) {
         let (w, blocks) = (self.w, self.blocks);
         let (sl, ul) = scratch_per_group(w.ty(), blocks);
+        // Pairs of groups first where the 512-bit decode kernel runs (x86 only).
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut gs = gs;
         #[cfg(target_arch = "x86_64")]
         while self.wide_decode && gs.len() >= 2 {
