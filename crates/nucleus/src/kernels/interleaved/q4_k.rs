@@ -134,7 +134,7 @@ unsafe fn tile_scalar_chain<const PAIRS: bool>(group: &GroupView, t: &Tile) {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{tile_avx2, tile_avx2_pairs};
+pub(crate) use x86::{sub_block_sums, tile_avx2, tile_avx2_pairs};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -175,6 +175,23 @@ mod x86 {
     unsafe fn tile_pairs<const VNNI: bool, const NX: usize>(group: &GroupView, t: &Tile) {
         // SAFETY: forwarded.
         unsafe { tile_nx::<VNNI, NX, true>(group, t) }
+    }
+
+    /// The eight sub-blocks' activation sums of the Q8_K block at `block` (each the pair of its
+    /// 16-value sums, i16), in order: sub-blocks `2p` and `2p + 1` in 32-bit lane `p`.
+    ///
+    /// # Safety
+    /// `block` is a Q8_K block ([`ACT_BLOCK`] bytes); the caller has AVX2.
+    #[inline(always)]
+    pub(crate) unsafe fn sub_block_sums(block: *const u8) -> __m128i {
+        // SAFETY: the block's 16 sums at 260 (the caller's contract).
+        unsafe {
+            let bs = _mm256_loadu_si256(block.add(260) as *const __m256i);
+            _mm_hadd_epi16(
+                _mm256_castsi256_si128(bs),
+                _mm256_extracti128_si256::<1>(bs),
+            )
+        }
     }
 
     /// `PAIRS`: one FMA per pair of sub-blocks (llama.cpp's gemm) instead of one per
@@ -221,12 +238,7 @@ mod x86 {
                     }
                 }
                 for n in 0..NX {
-                    // The sub-blocks' activation sums: pairs of the 16-value sums (i16).
-                    let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
-                    let q8s = _mm_hadd_epi16(
-                        _mm256_castsi256_si128(bs),
-                        _mm256_extracti128_si256::<1>(bs),
-                    );
+                    let q8s = sub_block_sums(xb(n));
                     // Pair p's two sums in every 32-bit lane: a shuffle each, no trip through
                     // a general register.
                     let q8s = _mm256_castsi128_si256(q8s);

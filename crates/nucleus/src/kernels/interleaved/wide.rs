@@ -248,12 +248,7 @@ unsafe fn q4_k_nx<const NX: usize, const PAIRS: bool>(w: *const u8, t: &Tile) {
                     }
                 }
                 let dmin_dy = _mm512_mul_ps(dmin, dy(n));
-                // The sub-blocks' activation sums: pairs of the 16-value sums (i16).
-                let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
-                let q8s = _mm_hadd_epi16(
-                    _mm256_castsi256_si128(bs),
-                    _mm256_extracti128_si256::<1>(bs),
-                );
+                let q8s = q4_k::sub_block_sums(xb(n));
                 let sums = [
                     _mm_extract_epi32::<0>(q8s),
                     _mm_extract_epi32::<1>(q8s),

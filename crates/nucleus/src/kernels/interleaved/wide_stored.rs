@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::q4_k::{ACT_BLOCK, GROUP_BLOCK, MINS, NIBBLES, SCALES};
+use super::q4_k::{sub_block_sums, ACT_BLOCK, GROUP_BLOCK, MINS, NIBBLES, SCALES};
 use super::{Tile, TILE_TOKENS};
 
 /// Where a stored super-block's dmin (f16, after the rows' d) starts.
@@ -119,12 +119,7 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
                 }
             }
             for n in 0..NX {
-                // The sub-blocks' activation sums: pairs of the 16-value sums (i16).
-                let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
-                let q8s = _mm_hadd_epi16(
-                    _mm256_castsi256_si128(bs),
-                    _mm256_extracti128_si256::<1>(bs),
-                );
+                let q8s = sub_block_sums(xb(n));
                 let q8s = _mm512_castsi128_si512(q8s);
                 let mut imin = _mm512_setzero_si512();
                 for p in 0..4 {
