@@ -64,7 +64,7 @@ impl<'a> Product<'a> {
             q8_stored_tiles: avx2 && w.ty() == GgmlType::Q8_0,
             q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0 && nt <= q5_stored_most(),
             first_chunk,
-            chunk_groups: chunk_groups(w, nt, threads),
+            chunk_groups: chunk_groups(w, nt, threads, wide_decode),
             blocks: w.cols() / pack::block_len(w.ty()),
         }
     }
@@ -75,7 +75,7 @@ impl<'a> Product<'a> {
 /// projection) is not all overhead, and at least [`DECODE_CHUNK_BYTES`] of weights: a thread
 /// streams a long stretch of memory, where small items of a small matrix (an expert's) would
 /// interleave the threads' reads and send each one's prefetches into the other's stretch.
-fn chunk_groups(w: &PackedMatrix, nt: usize, threads: usize) -> usize {
+fn chunk_groups(w: &PackedMatrix, nt: usize, threads: usize, pairs: bool) -> usize {
     if nt > TILE_TOKENS {
         return GROUPS_PER_CHUNK;
     }
@@ -83,10 +83,13 @@ fn chunk_groups(w: &PackedMatrix, nt: usize, threads: usize) -> usize {
     let group_bytes = w.group(0).len().max(1);
     let by_bytes = DECODE_CHUNK_BYTES.div_ceil(group_bytes);
     let most = groups.div_ceil(threads).max(GROUPS_PER_CHUNK);
-    (groups / (32 * threads))
+    let chunk = (groups / (32 * threads))
         .max(by_bytes)
         .clamp(GROUPS_PER_CHUNK, 256)
-        .min(most)
+        .min(most);
+    // With `pairs` (decode's 512-bit kernels read groups two at a time) an even count: an odd
+    // one leaves a group of every item to the 256-bit kernel.
+    chunk + (pairs && chunk % 2 == 1) as usize
 }
 
 /// Whether a product runs on AMX tiles ([`amx`]).
@@ -186,4 +189,22 @@ pub(super) fn tile_use(ty: GgmlType, nt: usize, simd: bool, ask: TileAsk) -> Til
     }
     let _ = ask;
     TileUse::No
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{packed, random_q4_k};
+    use super::*;
+    use crate::kernels::test_rng::Rng;
+
+    /// Decode's work items hold an even number of groups where the 512-bit kernels read them
+    /// in pairs (an odd one would leave a group of every item to the 256-bit kernel).
+    #[test]
+    fn decode_items_pair_their_groups() {
+        let (rows, cols) = (112, 256); // 14 groups: 7 a thread of two
+        let w = packed(GgmlType::Q4_K, &random_q4_k(&mut Rng(3), rows, cols), rows, cols);
+        assert_eq!(chunk_groups(&w, 1, 2, false), 7);
+        assert_eq!(chunk_groups(&w, 1, 2, true), 8);
+        assert_eq!(chunk_groups(&w, 40, 2, true), GROUPS_PER_CHUNK);
+    }
 }
