@@ -249,7 +249,8 @@ fn amx_is_used_only_where_the_cpu_has_it() {
         for (ty, nt, want) in [
             (GgmlType::Q6_K, 512, on),
             (GgmlType::Q8_0, 32, on),
-            (GgmlType::Q4_K, 512, TileUse::No),
+            (GgmlType::Q4_K, 512, on),
+            (GgmlType::Q4_K, 256, TileUse::No),
             (GgmlType::Q8_0, 4, TileUse::No),
             (GgmlType::F16, 32, TileUse::No),
         ] {
