@@ -202,7 +202,12 @@ mod tests {
     #[test]
     fn decode_items_pair_their_groups() {
         let (rows, cols) = (112, 256); // 14 groups: 7 a thread of two
-        let w = packed(GgmlType::Q4_K, &random_q4_k(&mut Rng(3), rows, cols), rows, cols);
+        let w = packed(
+            GgmlType::Q4_K,
+            &random_q4_k(&mut Rng(3), rows, cols),
+            rows,
+            cols,
+        );
         assert_eq!(chunk_groups(&w, 1, 2, false), 7);
         assert_eq!(chunk_groups(&w, 1, 2, true), 8);
         assert_eq!(chunk_groups(&w, 40, 2, true), GROUPS_PER_CHUNK);
