@@ -41,16 +41,14 @@ impl<'a> Product<'a> {
             );
         let tiles = tile_use(w.ty(), nt, avx2, ask);
         let (tile_fn, unpack) = kernels(w.ty(), avx2, chain);
-        let wide = avx2
+        // The 512-bit kernels' level.
+        let vnni = avx2
             && cfg!(target_arch = "x86_64")
-            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni
+            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni;
+        let wide = vnni
             && tiles == TileUse::No
             && wide_min_tokens(w.ty()).is_some_and(|least| nt >= least);
-        let wide_decode = avx2
-            && cfg!(target_arch = "x86_64")
-            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni
-            && w.ty() == GgmlType::Q4_K
-            && nt <= TILE_TOKENS;
+        let wide_decode = vnni && w.ty() == GgmlType::Q4_K && nt <= TILE_TOKENS;
         Product {
             w,
             wide_decode,
