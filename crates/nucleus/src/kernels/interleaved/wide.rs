@@ -60,7 +60,7 @@ fn write_header(w: &mut [u8], h: usize, d: &[u8], dmin: Option<&[u8]>, scales: &
 
 /// The 32-byte pieces at `a` and `b` side by side.
 #[inline(always)]
-unsafe fn join(a: *const u8, b: *const u8) -> __m512i {
+pub(super) unsafe fn join(a: *const u8, b: *const u8) -> __m512i {
     // SAFETY: the caller's 32 bytes at each.
     unsafe {
         let lo = _mm512_castsi256_si512(_mm256_loadu_si256(a as *const _));

@@ -8,6 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::q4_k::{sub_block_sums, ACT_BLOCK, GROUP_BLOCK, MINS, NIBBLES, SCALES};
+use super::wide::join;
 use super::{Tile, TILE_TOKENS};
 
 /// Where a stored super-block's dmin (f16, after the rows' d) starts.
@@ -81,10 +82,7 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
                     ([_mm512_setzero_si512(); NX], [_mm512_setzero_si512(); NX]);
                 for c in 0..8 {
                     let at = NIBBLES + 256 * p + 32 * c;
-                    let w = _mm512_inserti64x4::<1>(
-                        _mm512_castsi256_si512(_mm256_loadu_si256(ga.add(at) as *const _)),
-                        _mm256_loadu_si256(gb.add(at) as *const _),
-                    );
+                    let w = join(ga.add(at), gb.add(at));
                     // The high nibbles left in place (16 times their value), the sum divided
                     // by 16 after the chunks, exactly, as tile_avx2's VNNI body does.
                     let (lo, hi) = (_mm512_and_si512(w, m4), _mm512_andnot_si512(m4, w));
