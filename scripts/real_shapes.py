@@ -91,7 +91,7 @@ SHAPES = {
                         n_expert=32, n_expert_used=4, n_ff_exp=2880, rope_theta=150000.0,
                         eps=1e-5, ctx=131072, sliding_window=128, yarn=(32.0, 4096)),
 }
-MIXES = {"q4_k_m": 15, "q6_k": 18, "q8_0": 7, "mxfp4": 38, "f16": 1}  # llama_ftype of each mix
+MIXES = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q8_0": 7, "mxfp4": 38, "f16": 1}  # llama_ftype of each mix
 DEFAULT = ["qwen2.5-1.5b-q4_k_m", "qwen2.5-7b-q4_k_m", "llama-3.1-8b-q4_k_m",
            "qwen2.5-1.5b-q8_0", "qwen2.5-1.5b-q6_k"]
 MOE = ["qwen3-30b-a3b-24l-q4_k_m", "olmoe-1b-7b-q4_k_m", "gpt-oss-20b-mxfp4"]
@@ -116,7 +116,7 @@ def matrix_type(mix, name, layer, n_layer, tied):
     if name.endswith(("attn_v.weight", "ffn_down.weight", "ffn_down_exps.weight")) and \
             use_more_bits(layer, n_layer):
         return Q.Q6_K
-    return Q.Q4_K
+    return Q.Q5_K if mix == "q5_k_m" else Q.Q4_K
 
 
 def random_blocks(rng, ty, n_blocks):
@@ -130,7 +130,7 @@ def random_blocks(rng, ty, n_blocks):
 
     if ty == Q.Q8_0:
         scales(0)
-    elif ty == Q.Q4_K:
+    elif ty in (Q.Q4_K, Q.Q5_K):
         scales(0)
         scales(2)
     elif ty == Q.Q6_K:

@@ -1,8 +1,8 @@
 //! Micro benchmark of the quantized matmul: a 896-row × 4864-col weight matrix (the shape of a
 //! Qwen2-0.5B `ffn_down`) times 1, 4, 16, 64 and 512 activation rows, in llama.cpp's arithmetic
 //! (its one-row kernels, and its batched ones that `--exact` uses for a prompt's rows) and, for
-//! the types nucleus repacks (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4, Q4_K, Q6_K), in nucleus's interleaved one
-//! (`fast`), beside the machine's peak rate of 8-bit multiply-adds (`vpmaddubsw` on every core,
+//! the types nucleus repacks (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K), in nucleus's
+//! interleaved one (`fast`), beside the machine's peak rate of 8-bit multiply-adds (`vpmaddubsw` on every core,
 //! measured; and `vpdpbusd` where the CPU has AVX-512 VNNI).
 //!
 //! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`;
@@ -60,6 +60,7 @@ fn main() {
     let only: Option<String> = std::env::args().nth(2);
     for ty in [
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
         GgmlType::Q5_0,
         GgmlType::Q6_K,
         GgmlType::Q8_0,
@@ -114,7 +115,7 @@ fn weights(
 ) -> Vec<u8> {
     let rb = ty.row_bytes(cols).unwrap();
     let mut data = vec![0u8; rb * rows];
-    if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
+    if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
         // No K-quant quantizer yet: random bits with sane scales.
         for b in data.iter_mut() {
             *b = (rnd().to_bits() >> 7) as u8;
@@ -123,7 +124,7 @@ fn weights(
         let at = if ty == GgmlType::Q6_K { 208 } else { 0 };
         for blk in data.chunks_exact_mut(bs) {
             blk[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-            if ty == GgmlType::Q4_K {
+            if ty != GgmlType::Q6_K {
                 blk[2..4].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
             }
         }

@@ -1,8 +1,8 @@
 //! Models with Q2_K, Q3_K, IQ4_NL and IQ4_XS tensors load and run, embedding lookups included:
 //! the golden tiny llama with every matrix (token embeddings too) replaced by random blocks of
 //! one of these types gives the logits of the same model with those blocks dequantized to F32,
-//! up to the rounding of the 8-bit activations; with Q4_0 and IQ4_NL blocks nucleus's own
-//! arithmetic gives `--exact`'s bits. A type nucleus cannot compute still gives the clear error
+//! up to the rounding of the 8-bit activations; with Q4_0, IQ4_NL and Q5_K blocks nucleus's own
+//! arithmetic gives a prompt `--exact`'s bits. A type nucleus cannot compute still gives the clear error
 //! naming the tensor and its type.
 
 mod common;
@@ -34,14 +34,20 @@ fn random_blocks(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
         GgmlType::Q3_K => (&[108], 5),    // 2^-10 · (scale − 32) · q (−4..3)
         GgmlType::IQ4_NL => (&[0], 4),    // 2^-11 · value (−127..113)
         GgmlType::Q4_0 => (&[0], 7),      // 2^-8 · (nibble − 8)
-        _ => (&[0], 1),                   // 2^-14 · (scale − 32) · value
+        // 2^-14 · scale (0..63) · q (0..31) − 2^-10 · min (0..63): the mins about cancel the
+        // values' mean.
+        GgmlType::Q5_K => (&[0], 1),
+        _ => (&[0], 1), // 2^-14 · (scale − 32) · value
     };
     let mut data: Vec<u8> = (0..ty.row_bytes(n).unwrap()).map(|_| rng.byte()).collect();
+    // f16: biased exponent e + 15, random high mantissa bits.
+    let mut f16 = |e: u16| (e << 10 | (rng.byte() as u16) << 2).to_le_bytes();
     for block in data.chunks_exact_mut(ty.block_layout().1) {
         for &at in scale_at {
-            // f16: biased exponent e + 15, random high mantissa bits.
-            let bits = exponent << 10 | (rng.byte() as u16) << 2;
-            block[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+            block[at..at + 2].copy_from_slice(&f16(exponent));
+        }
+        if ty == GgmlType::Q5_K {
+            block[2..4].copy_from_slice(&f16(5));
         }
     }
     data
@@ -181,13 +187,15 @@ fn prompt_logits_in(path: &std::path::Path, arithmetic: Arithmetic) -> Vec<f32> 
 /// nucleus's own arithmetic on the 4-bit types it repacks (every layer matrix of the tiny model
 /// has a multiple of 8 rows) gives `--exact`'s products, bit for bit: llama.cpp repacks Q4_0 and IQ4_NL matrices
 /// of whole groups of 8 rows too, and its kernels for them (which `--exact` follows) make the
-/// same chain of one `fma(isum, dw·dx, acc)` per block. And both stay as close to the
-/// dequantized model as the other low-bit types: a wrong value, scale, sign or offset in a
-/// kernel moves that distance to the order of 1.
+/// same chain of one `fma(isum, dw·dx, acc)` per block. Q5_K, which llama.cpp does not
+/// repack, is computed for a prompt's rows by its tiled kernel, whose chain the repacked Q5_K
+/// kernels take for every row. And all stay as close to the dequantized model as the other
+/// low-bit types: a wrong value, scale, sign or offset in a kernel moves that distance to the
+/// order of 1.
 #[test]
-fn fast_arithmetic_on_q4_0_and_iq4_nl_has_exacts_bits() {
+fn fast_arithmetic_on_q4_0_iq4_nl_and_q5_k_has_exacts_bits() {
     let Some(file) = tiny_model() else { return };
-    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL] {
+    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::Q5_K] {
         let (quantized, dequantized) = quantized_and_dequantized(&file, ty);
         let fast = prompt_logits_in(&quantized, Arithmetic::Fast);
         let exact = prompt_logits_in(&quantized, Arithmetic::Exact);

@@ -76,6 +76,7 @@ pub mod huge_pages;
 mod lines;
 mod pack;
 mod q4_k;
+mod q5_k;
 mod q6_k;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -251,6 +252,11 @@ impl<'a> GroupView<'a> {
                 values: src,
                 stride: q4_k::GROUP_BLOCK,
             },
+            GgmlType::Q5_K => GroupView {
+                scales,
+                values: src,
+                stride: q5_k::GROUP_BLOCK,
+            },
             GgmlType::Q6_K => GroupView {
                 scales,
                 values: unpacked,
@@ -301,6 +307,7 @@ fn kernels(ty: GgmlType, avx2: bool, chain: Chain) -> (TileFn, UnpackFn) {
         return match ty {
             GgmlType::Q4_K if pairs => (q4_k::tile_avx2_pairs, pack::unpack_group_scalar),
             GgmlType::Q4_K => (q4_k::tile_avx2, pack::unpack_group_scalar),
+            GgmlType::Q5_K => (q5_k::tile_avx2, pack::unpack_group_scalar),
             GgmlType::Q6_K => (q6_k::tile_unpacked, |_, blocks, src, _, values| {
                 q6_k::unpack_group(blocks, src, values)
             }),
@@ -318,6 +325,7 @@ fn kernels(ty: GgmlType, avx2: bool, chain: Chain) -> (TileFn, UnpackFn) {
     let tile: TileFn = match ty {
         GgmlType::Q4_K if pairs => q4_k::tile_scalar_pairs,
         GgmlType::Q4_K => q4_k::tile_scalar,
+        GgmlType::Q5_K => q5_k::tile_scalar,
         GgmlType::Q5_0 => scalar::tile_u5,
         GgmlType::Q4_0 => scalar::tile_u4,
         _ => scalar::tile_i8,
@@ -326,11 +334,11 @@ fn kernels(ty: GgmlType, avx2: bool, chain: Chain) -> (TileFn, UnpackFn) {
 }
 
 /// The scratch one group of `ty` needs in [`GroupView::new`] (f32 scales, unpacked value
-/// bytes): Q4_K is read as stored, Q8_0 needs its scales widened, the others (Q6_K too) their
-/// values.
+/// bytes): Q4_K and Q5_K are read as stored, Q8_0 needs its scales widened, the others (Q6_K
+/// too) their values.
 fn scratch_per_group(ty: GgmlType, blocks: usize) -> (usize, usize) {
     match ty {
-        GgmlType::Q4_K => (0, 0),
+        GgmlType::Q4_K | GgmlType::Q5_K => (0, 0),
         GgmlType::Q6_K => (0, q6_k::UNPACKED_BLOCK * blocks),
         GgmlType::Q8_0 => (GROUP_ROWS * blocks, 0),
         _ => (GROUP_ROWS * blocks, GROUP_ROWS * QK * blocks),
@@ -339,7 +347,7 @@ fn scratch_per_group(ty: GgmlType, blocks: usize) -> (usize, usize) {
 
 /// The activation type a packed matrix of `ty` reads (the one-row kernels' vec-dot type).
 pub fn packed_act_type(ty: GgmlType) -> GgmlType {
-    if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
+    if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
         GgmlType::Q8_K
     } else {
         GgmlType::Q8_0

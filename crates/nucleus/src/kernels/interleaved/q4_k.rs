@@ -37,6 +37,12 @@ pub(crate) const NIBBLES: usize = 160;
 
 /// Writes group-block `dst` (GROUP_BLOCK bytes) from the eight file blocks `rows[r]`.
 pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
+    pack_group_block_with(rows, 16, dst)
+}
+
+/// [`pack_group_block`] for blocks whose 128 bytes of nibbles start at `nibbles_at` (Q5_K's
+/// after its fifth bits), their d, dmin and 12 scale bytes first as in Q4_K's.
+pub(crate) fn pack_group_block_with(rows: [&[u8]; GROUP_ROWS], nibbles_at: usize, dst: &mut [u8]) {
     for (r, b) in rows.iter().enumerate() {
         dst[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
         dst[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
@@ -46,7 +52,7 @@ pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
             dst[MINS + 16 * (j / 2) + 2 * r + j % 2] = m;
         }
         // File: byte l of pair p's 32 holds value 64p + l (low) and 64p + 32 + l (high).
-        let qs = &b[16..FILE_BLOCK];
+        let qs = &b[nibbles_at..nibbles_at + FILE_BLOCK - 16];
         for p in 0..4 {
             for c in 0..8 {
                 let at = NIBBLES + 256 * p + 32 * c + 4 * r;

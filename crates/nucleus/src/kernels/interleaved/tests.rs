@@ -631,3 +631,71 @@ fn q6_k_packed_has_the_tiled_kernels_bits() {
         }
     }
 }
+
+/// Random Q5_K rows: scales of different sizes, any six-bit scales and mins, any values; every
+/// seventh block at the extremes (every value 31, every scale and min 63), where the 16-bit
+/// sums of the AVX2 kernel come closest to their limit.
+pub(super) fn random_q5_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
+    let mut byte = || ((rng.f32() + 1.0) * 128.0) as u8;
+    let mut data = vec![0u8; rows * cols / 256 * 176];
+    for (i, b) in data.chunks_exact_mut(176).enumerate() {
+        let d = half::f16::from_f32(0.001 * (1 + i % 13) as f32);
+        let dmin = half::f16::from_f32(0.0005 * (1 + i % 5) as f32);
+        b[0..2].copy_from_slice(&d.to_le_bytes());
+        b[2..4].copy_from_slice(&dmin.to_le_bytes());
+        for v in &mut b[4..] {
+            *v = if i % 7 == 3 { 0xFF } else { byte() };
+        }
+    }
+    data
+}
+
+/// Repacked Q5_K computes what `--exact` computes for a prompt's rows (llama.cpp's tiled
+/// Q5_K kernel: per super-block r = fma(−dmin, imin, isum·d), then one FMA with dy), bit for
+/// bit, for every token count, with the SIMD kernels (the 256-bit ones to 4 tokens, the
+/// 512-bit ones past that where the CPU has AVX-512 VNNI) and the scalar ones: the same bits
+/// for a token alone and among many.
+#[test]
+fn q5_k_packed_has_the_tiled_kernels_bits() {
+    use crate::kernels::matmul::{matmul_rows, PromptSlot};
+    let mut rng = Rng(17);
+    let pool = ThreadPool::new(2);
+    let ty = GgmlType::Q5_K;
+    for (rows, cols) in [(8, 256), (24, 768), (64, 4864)] {
+        let data = random_q5_k(&mut rng, rows, cols);
+        let qm = QMatrix {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        };
+        let w = pack(&qm).unwrap();
+        assert_eq!(w.bytes(), rows / 8 * cols / 256 * 1440);
+        for nt in [1, 2, 3, 4, 5, 8, 9, 17, 40] {
+            let x = wide_q8_k_acts(&mut rng, nt, cols);
+            let none = PackedActs::new();
+            let mut want = vec![0f32; nt * rows];
+            matmul_rows(&pool, &qm, &x, &mut want, &vec![PromptSlot::BATCHED; nt]);
+            let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut simd)],
+                &x,
+                &none,
+                true,
+                Chain::Default,
+            );
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut scalar)],
+                &x,
+                &none,
+                false,
+                Chain::Default,
+            );
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&scalar), bits(&want), "{rows}x{cols}, {nt}: scalar");
+            assert_eq!(bits(&simd), bits(&want), "{rows}x{cols}, {nt}: SIMD");
+        }
+    }
+}

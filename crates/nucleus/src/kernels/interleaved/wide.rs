@@ -1,6 +1,6 @@
-//! A prompt's Q4_K and Q6_K products with AVX-512 VNNI: two groups, sixteen rows, in the lanes
-//! of one 512-bit register, so that one `vpdpbusd` serves sixteen outputs where the 256-bit
-//! kernels of [`super::q4_k`] and [`super::q6_k`] serve eight.
+//! A prompt's Q4_K, Q5_K and Q6_K products with AVX-512 VNNI: two groups, sixteen rows, in the
+//! lanes of one 512-bit register, so that one `vpdpbusd` serves sixteen outputs where the
+//! 256-bit kernels of [`super::q4_k`], [`super::q5_k`] and [`super::q6_k`] serve eight.
 //!
 //! A work item first unpacks each pair of its groups into the layout below (a pass over its
 //! weights per product, against every token of the prompt), so that the kernel only loads
@@ -13,16 +13,18 @@
 //!
 //! Layout of one pair of groups and one super-block ([`WIDE_BLOCK`] bytes), rows `0..8` from
 //! the first group and `8..16` from the second:
-//! - `0..64`: the rows' d as f32; `64..128`: their dmin (Q4_K);
+//! - `0..64`: the rows' d as f32; `64..128`: their dmin (Q4_K, Q5_K);
 //! - `128..384`: the scales, byte `128 + 16j + r` = scale of sub-block `j` of row `r` (Q6_K's
-//!   sixteen, signed; Q4_K's eight, unsigned six-bit);
-//! - `384..512` (Q4_K): the mins in pairs, byte `384 + 32p + 2r + e` = min of sub-block `2p + e`;
+//!   sixteen, signed; Q4_K's and Q5_K's eight, unsigned six-bit);
+//! - `384..512` (Q4_K, Q5_K): the mins in pairs, byte `384 + 32p + 2r + e` = min of sub-block
+//!   `2p + e`;
 //! - `512..4608`: the values, 64 bytes per four inputs: byte `4r + m` of `512 + 64c` is value
-//!   `4c + m` of row `r` (a Q4_K nibble, or a Q6_K value with its high bits, unsigned).
+//!   `4c + m` of row `r` (a Q4_K nibble, a Q5_K value with its fifth bit, or a Q6_K value with
+//!   its high bits, unsigned).
 
 use std::arch::x86_64::*;
 
-use super::{q4_k, q6_k, Tile, GROUP_ROWS};
+use super::{q4_k, q5_k, q6_k, Tile, GROUP_ROWS};
 
 /// Rows of a pair of groups.
 pub(crate) const WIDE_ROWS: usize = 2 * GROUP_ROWS;
@@ -74,17 +76,32 @@ pub(crate) fn unpack_q4_k(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
     assert!(dst.len() >= blocks * WIDE_BLOCK);
     assert!(pair.iter().all(|g| g.len() >= blocks * q4_k::GROUP_BLOCK));
     // SAFETY: the sizes are checked; the caller checked the CPU.
-    unsafe { unpack_q4_k_avx512(blocks, pair, dst) }
+    unsafe { unpack_k4_avx512::<false>(blocks, pair, dst) }
 }
 
+/// [`unpack_q4_k`] for stored Q5_K groups: each value's fifth bit joined to its nibble.
+pub(crate) fn unpack_q5_k(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
+    assert!(dst.len() >= blocks * WIDE_BLOCK);
+    assert!(pair.iter().all(|g| g.len() >= blocks * q5_k::GROUP_BLOCK));
+    // SAFETY: the sizes are checked; the caller checked the CPU.
+    unsafe { unpack_k4_avx512::<true>(blocks, pair, dst) }
+}
+
+/// `FIFTH`: Q5_K's groups (Q4_K's layout, then the fifth bits), else Q4_K's.
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
-unsafe fn unpack_q4_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
+unsafe fn unpack_k4_avx512<const FIFTH: bool>(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
     const NIBBLES: usize = 160;
     let m4 = _mm512_set1_epi8(0x0F);
+    let m16 = _mm512_set1_epi8(0x10);
+    let gbb = if FIFTH {
+        q5_k::GROUP_BLOCK
+    } else {
+        q4_k::GROUP_BLOCK
+    };
     for blk in 0..blocks {
         let (ga, gb) = (
-            &a[q4_k::GROUP_BLOCK * blk..q4_k::GROUP_BLOCK * (blk + 1)],
-            &b[q4_k::GROUP_BLOCK * blk..q4_k::GROUP_BLOCK * (blk + 1)],
+            &a[gbb * blk..gbb * (blk + 1)],
+            &b[gbb * blk..gbb * (blk + 1)],
         );
         let w = &mut dst[WIDE_BLOCK * blk..WIDE_BLOCK * (blk + 1)];
         for (h, g) in [ga, gb].into_iter().enumerate() {
@@ -99,13 +116,36 @@ unsafe fn unpack_q4_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) 
         // SAFETY: offsets inside the two group-blocks and the unpacked block.
         unsafe {
             for p in 0..4 {
+                // Q5_K: the fifth bits of the pair's low and high sub-block, bit c for chunk c.
+                let fifth = |half: usize| {
+                    let at = q5_k::HIGH + 64 * p + 32 * half;
+                    join(ga.as_ptr().add(at), gb.as_ptr().add(at))
+                };
+                let (f_lo, f_hi) = if FIFTH {
+                    (fifth(0), fifth(1))
+                } else {
+                    (_mm512_setzero_si512(), _mm512_setzero_si512())
+                };
                 for c in 0..8 {
                     let at = NIBBLES + 256 * p + 32 * c;
                     let v = join(ga.as_ptr().add(at), gb.as_ptr().add(at));
                     let lo = w.as_mut_ptr().add(VALUES + 64 * (16 * p + c));
                     let hi = w.as_mut_ptr().add(VALUES + 64 * (16 * p + 8 + c));
-                    _mm512_storeu_si512(lo as *mut _, _mm512_and_si512(v, m4));
-                    let high = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                    let mut low = _mm512_and_si512(v, m4);
+                    let mut high = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                    if FIFTH {
+                        // Bit c of each byte to bit 4: `vpsrlvw`/`vpsllvw` would need a
+                        // count per lane; a 64-bit rotate by (c − 4) mod 64 moves no other
+                        // byte's bit to bit 4 of any byte once masked (a byte's bit c lands
+                        // at its own bit 4, the others' bits at other places).
+                        let to4 = |f: __m512i| {
+                            let f = _mm512_rolv_epi64(f, _mm512_set1_epi64((68 - c as i64) % 64));
+                            _mm512_and_si512(f, m16)
+                        };
+                        low = _mm512_or_si512(low, to4(f_lo));
+                        high = _mm512_or_si512(high, to4(f_hi));
+                    }
+                    _mm512_storeu_si512(lo as *mut _, low);
                     _mm512_storeu_si512(hi as *mut _, high);
                 }
             }
@@ -179,16 +219,45 @@ pub(crate) unsafe fn q4_k(w: &[u8], t: &Tile, pairs: bool) {
     }
 }
 
+/// The sixteen rows of an unpacked Q5_K pair `w` against `t.nx` tokens (at most
+/// [`WIDE_TOKENS`]), in the chain of `q5_k::tile_avx2` (llama.cpp's tiled kernel's).
+///
+/// # Safety
+/// As [`q4_k`].
+pub(crate) unsafe fn q5_k(w: &[u8], t: &Tile) {
+    assert!(w.len() >= t.blocks * WIDE_BLOCK && (1..=WIDE_TOKENS).contains(&t.nx));
+    let w = w.as_ptr();
+    // SAFETY: the caller's contract.
+    unsafe { by_tokens!(q5_k_tiled, t.nx, w, t) }
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 unsafe fn q4_k_sums<const NX: usize>(w: *const u8, t: &Tile) {
     // SAFETY: forwarded.
-    unsafe { q4_k_nx::<NX, false>(w, t) }
+    unsafe { q4_k_nx::<NX, { Finish::Sums as u8 }>(w, t) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 unsafe fn q4_k_pairs<const NX: usize>(w: *const u8, t: &Tile) {
     // SAFETY: forwarded.
-    unsafe { q4_k_nx::<NX, true>(w, t) }
+    unsafe { q4_k_nx::<NX, { Finish::Pairs as u8 }>(w, t) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q5_k_tiled<const NX: usize>(w: *const u8, t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { q4_k_nx::<NX, { Finish::Tiled as u8 }>(w, t) }
+}
+
+/// The float chains of the Q4_K/Q5_K kernels, on the same integer sums.
+#[derive(PartialEq, Eq)]
+enum Finish {
+    /// One FMA per super-block for the sums and one for the mins (llama.cpp's Q4_K gemv).
+    Sums,
+    /// One FMA per pair of sub-blocks for each (its Q4_K gemm).
+    Pairs,
+    /// `r = fma(−dmin, imin, isum·d)`, then one FMA with dy (its tiled Q4_K/Q5_K kernel).
+    Tiled,
 }
 
 /// A token's four bytes at `p`, in every 32-bit lane.
@@ -199,7 +268,9 @@ unsafe fn bcast(p: *const u8) -> __m512i {
 }
 
 #[inline(always)]
-unsafe fn q4_k_nx<const NX: usize, const PAIRS: bool>(w: *const u8, t: &Tile) {
+unsafe fn q4_k_nx<const NX: usize, const FINISH: u8>(w: *const u8, t: &Tile) {
+    const PAIRS: u8 = Finish::Pairs as u8;
+    const TILED: u8 = Finish::Tiled as u8;
     let mut acc = [_mm512_setzero_ps(); NX];
     let mut acc_min = [_mm512_setzero_ps(); NX];
     // PAIRS: each pair of sub-blocks' scaled sum, folded into the floats after a super-block's
@@ -233,7 +304,7 @@ unsafe fn q4_k_nx<const NX: usize, const PAIRS: bool>(w: *const u8, t: &Tile) {
                         isum[n] = _mm512_add_epi32(isum[n], _mm512_mullo_epi32(s, sc));
                     }
                 }
-                if PAIRS {
+                if FINISH == PAIRS {
                     for n in 0..NX {
                         pair_sums[n][p] = isum[n];
                         isum[n] = _mm512_setzero_si512();
@@ -242,7 +313,7 @@ unsafe fn q4_k_nx<const NX: usize, const PAIRS: bool>(w: *const u8, t: &Tile) {
             }
             for n in 0..NX {
                 let d_dy = _mm512_mul_ps(d, dy(n));
-                if PAIRS {
+                if FINISH == PAIRS {
                     for pair in pair_sums[n] {
                         acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair), d_dy, acc[n]);
                     }
@@ -261,13 +332,21 @@ unsafe fn q4_k_nx<const NX: usize, const PAIRS: bool>(w: *const u8, t: &Tile) {
                         g.add(MINS + 32 * p) as *const __m256i
                     ));
                     let m = _mm512_madd_epi16(mins, _mm512_set1_epi32(pair));
-                    if PAIRS {
+                    if FINISH == PAIRS {
                         acc_min[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dmin_dy, acc_min[n]);
                     } else {
                         imin = _mm512_add_epi32(imin, m);
                     }
                 }
-                if !PAIRS {
+                if FINISH == TILED {
+                    // acc_min stays zero: the output is acc − 0, acc's bits.
+                    let r = _mm512_fnmadd_ps(
+                        dmin,
+                        _mm512_cvtepi32_ps(imin),
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(isum[n]), d),
+                    );
+                    acc[n] = _mm512_fmadd_ps(r, dy(n), acc[n]);
+                } else if FINISH != PAIRS {
                     acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[n]), d_dy, acc[n]);
                     acc_min[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dmin_dy, acc_min[n]);
                 }

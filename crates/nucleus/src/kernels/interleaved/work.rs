@@ -240,6 +240,7 @@ impl Product<'_> {
                 let pair = [w.group(g), w.group(g + 1)];
                 match w.ty() {
                     GgmlType::Q4_K => wide::unpack_q4_k(blocks, pair, dst),
+                    GgmlType::Q5_K => wide::unpack_q5_k(blocks, pair, dst),
                     _ => wide::unpack_q6_k(blocks, pair, dst),
                 }
             }
@@ -258,6 +259,7 @@ impl Product<'_> {
                         unsafe {
                             match w.ty() {
                                 GgmlType::Q4_K => wide::q4_k(unpacked, &tile, self.q4k_pairs),
+                                GgmlType::Q5_K => wide::q5_k(unpacked, &tile),
                                 _ => wide::q6_k(unpacked, &tile),
                             }
                         }
