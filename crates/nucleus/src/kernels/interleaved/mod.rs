@@ -25,9 +25,10 @@
 //! own arithmetic's for every token). For Q4_0 and IQ4_NL the chain
 //! above is the one of llama.cpp's kernels for its repacked Q4_0 and IQ4_NL matrices, which
 //! `--exact` follows: they too get the same bits in both arithmetics. Q6_K matrices ([`q6_k`]) take
-//! the arithmetic of llama.cpp's tiled Q6_K kernel, one FMA per super-block, for every row.
+//! the arithmetic of llama.cpp's tiled Q6_K kernel, one FMA per super-block, for every row, and
+//! Q5_K matrices ([`q5_k`]) that of its tiled Q5_K kernel.
 //!
-//! With AVX-512 VNNI a prompt's Q4_K and Q6_K products take [`wide`]'s kernels: two groups in
+//! With AVX-512 VNNI a prompt's Q4_K, Q5_K and Q6_K products take [`wide`]'s kernels: two groups in
 //! a 512-bit register, the same integers and the same float chain per row, so the same bits.
 
 /// `$body::<VNNI, NX>(data, tile)` for `tile.nx` (1 to 4; more counts as 4) through a
@@ -116,7 +117,7 @@ use crate::quant::GgmlType;
 /// Which arithmetic the matrix products use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Arithmetic {
-    /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL/Q4_K/Q6_K weights, one float chain per
+    /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL/Q4_K/Q5_K/Q6_K weights, one float chain per
     /// output (Q4_K: llama.cpp's repacked gemm's), and every row of every other type in the arithmetic
     /// of the one-row kernels, so that a token's results never depend on its place in a prompt
     /// or a batch.
@@ -436,7 +437,7 @@ struct Product<'a> {
     tiles: TileUse,
     /// Q4_K with [`Chain::Q4kPairs`].
     q4k_pairs: bool,
-    /// Q4_K or Q6_K, many tokens, AVX-512 VNNI, off the tiles: pairs of groups in 512-bit
+    /// Q4_K, Q5_K or Q6_K, many tokens, AVX-512 VNNI, off the tiles: pairs of groups in 512-bit
     /// registers ([`wide`]).
     wide: bool,
     /// Q4_K, at most one tile of tokens (decode), AVX-512 VNNI: pairs of groups read as
@@ -446,7 +447,7 @@ struct Product<'a> {
     first_chunk: usize,
     /// Groups per work item.
     chunk_groups: usize,
-    /// Blocks per row (of 32 inputs, or 256 for Q4_K and Q6_K).
+    /// Blocks per row (of 32 inputs, or 256 for the K-quants).
     blocks: usize,
 }
 

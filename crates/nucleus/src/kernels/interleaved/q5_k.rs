@@ -37,21 +37,43 @@ pub(crate) const GROUP_BLOCK: usize = HIGH + 256;
 pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
     super::q4_k::pack_group_block_with(rows, 48, dst);
     for (r, b) in rows.iter().enumerate() {
+        debug_assert_eq!(b.len(), FILE_BLOCK);
         let qh = &b[16..48];
-        for p in 0..4 {
-            for m in 0..4 {
-                let (mut lo, mut hi) = (0u8, 0u8);
-                for c in 0..8 {
-                    let bits = qh[4 * c + m] >> (2 * p);
-                    lo |= (bits & 1) << c;
-                    hi |= ((bits >> 1) & 1) << c;
-                }
-                dst[HIGH + 64 * p + 4 * r + m] = lo;
-                dst[HIGH + 64 * p + 32 + 4 * r + m] = hi;
+        for m in 0..4 {
+            // Byte c of `x` is qh[4c + m]: bit b of it is the fifth bit of value 32b + 4c + m,
+            // so the transpose's byte b holds sub-block b's bits of chunks c = 0..8.
+            let x = (0..8).fold(0u64, |x, c| x | (qh[4 * c + m] as u64) << (8 * c));
+            let t = transpose_bits(x).to_le_bytes();
+            for p in 0..4 {
+                dst[HIGH + 64 * p + 4 * r + m] = t[2 * p];
+                dst[HIGH + 64 * p + 32 + 4 * r + m] = t[2 * p + 1];
             }
         }
     }
-    debug_assert_eq!(rows[0].len(), FILE_BLOCK);
+}
+
+/// The 8×8 bit matrix `x` (row `i` = byte `i`, column `j` = its bit `j`) transposed: bit `j`
+/// of byte `i` moves to bit `i` of byte `j` (Hacker's Delight, `transpose8`, on one word).
+fn transpose_bits(mut x: u64) -> u64 {
+    let mut t = (x ^ (x >> 7)) & 0x00AA_00AA_00AA_00AA;
+    x ^= t ^ (t << 7);
+    t = (x ^ (x >> 14)) & 0x0000_CCCC_0000_CCCC;
+    x ^= t ^ (t << 14);
+    t = (x ^ (x >> 28)) & 0x0000_0000_F0F0_F0F0;
+    x ^ t ^ (t << 28)
+}
+
+#[cfg(test)]
+#[test]
+fn transposed_bits_move_from_row_to_column() {
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..64 {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let t = transpose_bits(seed);
+        for (i, j) in (0..8).flat_map(|i| (0..8).map(move |j| (i, j))) {
+            assert_eq!((seed >> (8 * i + j)) & 1, (t >> (8 * j + i)) & 1);
+        }
+    }
 }
 
 /// The reference kernel: the arithmetic of the module doc, per output.

@@ -138,7 +138,7 @@ fn packing_keeps_every_value_and_scale() {
 }
 
 #[test]
-fn only_q8_0_q5_0_q4_0_iq4_nl_and_q4_k_with_whole_groups_are_packed() {
+fn only_the_repacked_types_with_whole_groups_are_packed() {
     assert!(can_pack(GgmlType::Q5_0, 896, 4864));
     assert!(can_pack(GgmlType::Q4_0, 896, 896));
     assert!(can_pack(GgmlType::IQ4_NL, 4864, 896));
@@ -157,6 +157,12 @@ fn only_q8_0_q5_0_q4_0_iq4_nl_and_q4_k_with_whole_groups_are_packed() {
         !can_pack(GgmlType::Q4_K, 8, 96),
         "rows of part of a super-block"
     );
+    assert!(can_pack(GgmlType::Q5_K, 8960, 1536));
+    assert!(
+        !can_pack(GgmlType::Q5_K, 8, 896),
+        "rows of part of a super-block"
+    );
+    assert!(!can_pack(GgmlType::Q3_K, 256, 256));
     assert!(can_pack(GgmlType::Q6_K, 256, 256));
     assert!(
         !can_pack(GgmlType::Q6_K, 8, 896),
