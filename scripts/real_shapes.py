@@ -10,12 +10,13 @@ forward pass reads every byte whatever its value).
 
 Each NAME is `<shape>-<mix>`: shapes qwen2.5-1.5b, qwen2.5-7b, llama-3.1-8b, and the mixtures
 of experts qwen3-30b-a3b-24l (24 of its 48 layers), olmoe-1b-7b (and olmoe-1b-7b-2l: 2 of its
-layers) and gpt-oss-20b (hyper-parameters from the models' config.json), mixes q4_k_m, q6_k,
-q8_0, mxfp4 (gpt-oss's: MXFP4 experts, Q8_0 for the other matrices) and f16 (normally
+layers) and gpt-oss-20b (hyper-parameters from the models' config.json), mixes q4_k_m, q5_k_m,
+q6_k, q8_0, mxfp4 (gpt-oss's: MXFP4 experts, Q8_0 for the other matrices) and f16 (normally
 distributed weights, the input of a quantization). `--moe` writes the two MoE Q4_K_M files and gpt-oss-20b-mxfp4. The Q4_K_M mix is llama-quantize's
 (`llama_tensor_get_type` in the vendored src/llama-quant.cpp): Q4_K everywhere but attn_v and
 ffn_down in the layers `use_more_bits` picks (Q6_K), the output matrix (Q6_K; the token
-embeddings too where they are tied to it); norms and biases F32. Q6_K and Q8_0: every matrix.
+embeddings too where they are tied to it); norms and biases F32. Q5_K_M (`q5_k_m`): the same
+with Q5_K for Q4_K. Q6_K and Q8_0: every matrix.
 
 Values: quantized blocks of random bytes with block scales of a sane size (f16 around 2^-10), so
 no NaN or infinity reaches the arithmetic. Vocabulary: the catalog Qwen2.5-Coder file's
@@ -93,7 +94,7 @@ SHAPES = {
 }
 MIXES = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q8_0": 7, "mxfp4": 38, "f16": 1}  # llama_ftype of each mix
 DEFAULT = ["qwen2.5-1.5b-q4_k_m", "qwen2.5-7b-q4_k_m", "llama-3.1-8b-q4_k_m",
-           "qwen2.5-1.5b-q8_0", "qwen2.5-1.5b-q6_k"]
+           "qwen2.5-1.5b-q8_0", "qwen2.5-1.5b-q6_k", "qwen2.5-1.5b-q5_k_m"]
 MOE = ["qwen3-30b-a3b-24l-q4_k_m", "olmoe-1b-7b-q4_k_m", "gpt-oss-20b-mxfp4"]
 
 
