@@ -68,7 +68,9 @@ fn transpose_bits(mut x: u64) -> u64 {
 fn transposed_bits_move_from_row_to_column() {
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     for _ in 0..64 {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let t = transpose_bits(seed);
         for (i, j) in (0..8).flat_map(|i| (0..8).map(move |j| (i, j))) {
             assert_eq!((seed >> (8 * i + j)) & 1, (t >> (8 * j + i)) & 1);

@@ -147,7 +147,11 @@ fn only_the_repacked_types_with_whole_groups_are_packed() {
         "rows not a multiple of 8"
     );
     assert!(!can_pack(GgmlType::Q4_1, 896, 896));
-    assert!(!can_pack(GgmlType::IQ4_XS, 256, 256));
+    assert!(can_pack(GgmlType::IQ4_XS, 256, 256));
+    assert!(
+        !can_pack(GgmlType::IQ4_XS, 8, 896),
+        "rows of part of a super-block"
+    );
     assert!(
         !can_pack(GgmlType::Q5_0, 12, 64),
         "rows not a multiple of 8"
@@ -677,6 +681,73 @@ fn q5_k_packed_has_the_tiled_kernels_bits() {
         };
         let w = pack(&qm).unwrap();
         assert_eq!(w.bytes(), rows / 8 * cols / 256 * 1440);
+        for nt in [1, 2, 3, 4, 5, 8, 9, 17, 40] {
+            let x = wide_q8_k_acts(&mut rng, nt, cols);
+            let none = PackedActs::new();
+            let mut want = vec![0f32; nt * rows];
+            matmul_rows(&pool, &qm, &x, &mut want, &vec![PromptSlot::BATCHED; nt]);
+            let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut simd)],
+                &x,
+                &none,
+                true,
+                Chain::Default,
+            );
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut scalar)],
+                &x,
+                &none,
+                false,
+                Chain::Default,
+            );
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&scalar), bits(&want), "{rows}x{cols}, {nt}: scalar");
+            assert_eq!(bits(&simd), bits(&want), "{rows}x{cols}, {nt}: SIMD");
+        }
+    }
+}
+
+/// Random IQ4_XS rows: any nibbles and six-bit scales (−32..=31 once offset), every seventh
+/// block at the extremes (every index 1, the table's −127, and the scale −32).
+pub(super) fn random_iq4_xs(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
+    let mut byte = || ((rng.f32() + 1.0) * 128.0) as u8;
+    let mut data = vec![0u8; rows * cols / 256 * 136];
+    for (i, b) in data.chunks_exact_mut(136).enumerate() {
+        let d = half::f16::from_f32(0.0005 * (1 + i % 11) as f32);
+        b[0..2].copy_from_slice(&d.to_le_bytes());
+        for v in &mut b[2..] {
+            *v = if i % 7 == 3 { 0 } else { byte() };
+        }
+        if i % 7 == 3 {
+            b[8..].fill(0x11);
+        }
+    }
+    data
+}
+
+/// Repacked IQ4_XS computes what `--exact` computes for a prompt's rows (llama.cpp's tiled
+/// IQ4_XS kernel: per super-block `fma(isum·d, dy, acc)`), bit for bit, for every token count,
+/// with the SIMD kernels (256-bit to the 512-bit kernels' threshold, 512-bit past it where the
+/// CPU has AVX-512 VNNI) and the scalar ones.
+#[test]
+fn iq4_xs_packed_has_the_tiled_kernels_bits() {
+    use crate::kernels::matmul::{matmul_rows, PromptSlot};
+    let mut rng = Rng(18);
+    let pool = ThreadPool::new(2);
+    let ty = GgmlType::IQ4_XS;
+    for (rows, cols) in [(8, 256), (24, 768), (64, 4864)] {
+        let data = random_iq4_xs(&mut rng, rows, cols);
+        let qm = QMatrix {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        };
+        let w = pack(&qm).unwrap();
+        assert_eq!(w.bytes(), rows / 8 * cols / 256 * 1104);
         for nt in [1, 2, 3, 4, 5, 8, 9, 17, 40] {
             let x = wide_q8_k_acts(&mut rng, nt, cols);
             let none = PackedActs::new();

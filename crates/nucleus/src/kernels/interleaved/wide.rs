@@ -24,7 +24,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{q4_k, q5_k, q6_k, Tile, GROUP_ROWS};
+use super::{iq4_xs, q4_k, q5_k, q6_k, Tile, GROUP_ROWS};
 
 /// Rows of a pair of groups.
 pub(crate) const WIDE_ROWS: usize = 2 * GROUP_ROWS;
@@ -180,6 +180,59 @@ unsafe fn unpack_q6_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) 
                 let at = w.as_mut_ptr().add(VALUES + 256 * j + 64 * i);
                 _mm512_storeu_si512(at as *mut _, v);
             });
+        }
+    }
+}
+
+/// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored IQ4_XS groups `pair`: each
+/// value looked up and stored plus 128 (unsigned), each sub-block's scale written for its two
+/// halves of 16 (the layout of Q6_K's sixteen sub-blocks); the CPU has AVX-512 F/BW.
+pub(crate) fn unpack_iq4_xs(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
+    assert!(dst.len() >= blocks * WIDE_BLOCK);
+    assert!(pair.iter().all(|g| g.len() >= blocks * iq4_xs::GROUP_BLOCK));
+    // SAFETY: the sizes are checked; the caller checked the CPU.
+    unsafe { unpack_iq4_xs_avx512(blocks, pair, dst) }
+}
+
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn unpack_iq4_xs_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
+    let gbb = iq4_xs::GROUP_BLOCK;
+    let m4 = _mm512_set1_epi8(0x0F);
+    let mut table = [0u8; 16];
+    for (t, k) in table.iter_mut().zip(crate::quant::KVALUES_IQ4NL) {
+        *t = (k as i16 + 128) as u8;
+    }
+    // SAFETY: the table's 16 bytes.
+    let table = unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr() as *const _)) };
+    for blk in 0..blocks {
+        let (ga, gb) = (
+            &a[gbb * blk..gbb * (blk + 1)],
+            &b[gbb * blk..gbb * (blk + 1)],
+        );
+        let w = &mut dst[WIDE_BLOCK * blk..WIDE_BLOCK * (blk + 1)];
+        for (h, g) in [ga, gb].into_iter().enumerate() {
+            // Sub-block j's scale for the halves 2j and 2j + 1.
+            let scales: [u8; 128] =
+                std::array::from_fn(|k| g[iq4_xs::SCALES + 8 * (k / 16) + k % 8]);
+            write_header(w, h, &g[..16], None, &scales, 16);
+        }
+        // Chunk c of pair p: values 64p + 4c.. (low nibbles: half 4p + c / 4, chunk c % 4 of
+        // it) and 64p + 32 + 4c.. (high nibbles: half 4p + 2 + c / 4).
+        // SAFETY: offsets inside the two group-blocks and the unpacked block.
+        unsafe {
+            for p in 0..4 {
+                for c in 0..8 {
+                    let at = iq4_xs::NIBBLES + 256 * p + 32 * c;
+                    let v = join(ga.as_ptr().add(at), gb.as_ptr().add(at));
+                    let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                    let hi = _mm512_shuffle_epi8(table, hi);
+                    let (j, i) = (4 * p + c / 4, c % 4);
+                    let to = w.as_mut_ptr().add(VALUES + 64 * i);
+                    _mm512_storeu_si512(to.add(256 * j) as *mut _, lo);
+                    _mm512_storeu_si512(to.add(256 * (j + 2)) as *mut _, hi);
+                }
+            }
         }
     }
 }
@@ -373,21 +426,48 @@ pub(crate) unsafe fn q6_k(w: &[u8], t: &Tile) {
     unsafe { by_tokens!(q6_k_nx, t.nx, w, t) }
 }
 
+/// The sixteen rows of an unpacked IQ4_XS pair `w` (its values plus 128, each scale written
+/// for both halves of its sub-block of 32) against `t.nx` tokens, in the chain of
+/// `iq4_xs::tile_avx2`: [`q6_k`]'s kernel with the offset 128.
+///
+/// # Safety
+/// As [`q4_k`].
+pub(crate) unsafe fn iq4_xs(w: &[u8], t: &Tile) {
+    assert!(w.len() >= t.blocks * WIDE_BLOCK && (1..=WIDE_TOKENS).contains(&t.nx));
+    let w = w.as_ptr();
+    // SAFETY: the caller's contract.
+    unsafe { by_tokens!(iq4_xs_nx, t.nx, w, t) }
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 unsafe fn q6_k_nx<const NX: usize>(w: *const u8, t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { offset_nx::<NX, 5>(w, t) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn iq4_xs_nx<const NX: usize>(w: *const u8, t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { offset_nx::<NX, 7>(w, t) }
+}
+
+/// Values stored unsigned, 2^SHIFT over their signed selves: each sub-block of 16 starts from
+/// −2^SHIFT times its activations' sum; then one FMA per super-block, `fma(isum·d, dy, acc)`.
+#[inline(always)]
+unsafe fn offset_nx<const NX: usize, const SHIFT: u32>(w: *const u8, t: &Tile) {
     let mut acc = [_mm512_setzero_ps(); NX];
     // SAFETY (all reads below): as in `q4_k_nx`.
     unsafe {
         for b in 0..t.blocks {
             let g = w.add(WIDE_BLOCK * b);
             let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
-            // −32 · the sums of 16 activations, as i32.
+            // −2^SHIFT · the sums of 16 activations, as i32.
             let mut offsets = [[0i32; 16]; NX];
             for (n, o) in offsets.iter_mut().enumerate() {
                 let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
                 let neg = _mm512_sub_epi32(
                     _mm512_setzero_si512(),
-                    _mm512_slli_epi32::<5>(_mm512_cvtepi16_epi32(bs)),
+                    _mm512_slli_epi32::<SHIFT>(_mm512_cvtepi16_epi32(bs)),
                 );
                 _mm512_storeu_si512(o.as_mut_ptr() as *mut _, neg);
             }
