@@ -16,7 +16,9 @@ distributed weights, the input of a quantization). `--moe` writes the two MoE Q4
 (`llama_tensor_get_type` in the vendored src/llama-quant.cpp): Q4_K everywhere but attn_v and
 ffn_down in the layers `use_more_bits` picks (Q6_K), the output matrix (Q6_K; the token
 embeddings too where they are tied to it); norms and biases F32. Q5_K_M (`q5_k_m`): the same
-with Q5_K for Q4_K. Q6_K and Q8_0: every matrix.
+with Q5_K for Q4_K. Q6_K and Q8_0: every matrix. `iq4_xs`: the f16 file quantized by `nucleus
+quantize FILE OUT IQ4_XS` (its types per tensor as llama-quantize chooses them, without an
+importance matrix).
 
 Values: quantized blocks of random bytes with block scales of a sane size (f16 around 2^-10), so
 no NaN or infinity reaches the arithmetic. Vocabulary: the catalog Qwen2.5-Coder file's
@@ -266,10 +268,31 @@ def write_qwen_vocab(path):
     return path
 
 
+# Mixes made by `nucleus quantize` from the shape's f16 file (the types this script does not
+# write itself): mix -> nucleus quantize's type name.
+QUANTIZED = {"iq4_xs": "IQ4_XS"}
+
+
+def write_quantized(shape_name, mix, out_dir, seed):
+    """`<shape>-<mix>` quantized by nucleus (NUCLEUS, default target/release/nucleus) from the
+    shape's f16 file, which is written first when missing."""
+    import subprocess
+    src = out_dir / f"{shape_name}-f16-random.gguf"
+    if not src.exists():
+        write(f"{shape_name}-f16", out_dir, seed)
+    path = out_dir / f"{shape_name}-{mix}-random.gguf"
+    nucleus = os.environ.get("NUCLEUS", str(ROOT / "target/release/nucleus"))
+    subprocess.run([nucleus, "quantize", str(src), str(path), QUANTIZED[mix]], check=True)
+    return path
+
+
 def write(name, out_dir, seed):
     shape_name, mix = name.rsplit("-", 1)
+    if shape_name in SHAPES and mix in QUANTIZED:
+        return write_quantized(shape_name, mix, out_dir, seed)
     if shape_name not in SHAPES or mix not in MIXES:
-        sys.exit(f"unknown file {name!r}: shapes {list(SHAPES)}, mixes {list(MIXES)}")
+        sys.exit(f"unknown file {name!r}: shapes {list(SHAPES)}, "
+                 f"mixes {list(MIXES) + list(QUANTIZED)}")
     s = SHAPES[shape_name]
     path = out_dir / f"{name}-random.gguf"
     rng = np.random.default_rng(seed)
