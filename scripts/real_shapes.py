@@ -16,9 +16,9 @@ distributed weights, the input of a quantization). `--moe` writes the two MoE Q4
 (`llama_tensor_get_type` in the vendored src/llama-quant.cpp): Q4_K everywhere but attn_v and
 ffn_down in the layers `use_more_bits` picks (Q6_K), the output matrix (Q6_K; the token
 embeddings too where they are tied to it); norms and biases F32. Q5_K_M (`q5_k_m`): the same
-with Q5_K for Q4_K. Q6_K and Q8_0: every matrix. `iq4_xs`: the f16 file quantized by `nucleus
-quantize FILE OUT IQ4_XS` (its types per tensor as llama-quantize chooses them, without an
-importance matrix).
+with Q5_K for Q4_K. Q6_K and Q8_0: every matrix. `iq4_xs` and `q3_k_m`: the f16 file quantized
+by `nucleus quantize FILE OUT IQ4_XS` (or `Q3_K_M`; its types per tensor as llama-quantize
+chooses them, without an importance matrix).
 
 Values: quantized blocks of random bytes with block scales of a sane size (f16 around 2^-10), so
 no NaN or infinity reaches the arithmetic. Vocabulary: the catalog Qwen2.5-Coder file's
@@ -270,7 +270,7 @@ def write_qwen_vocab(path):
 
 # Mixes made by `nucleus quantize` from the shape's f16 file (the types this script does not
 # write itself): mix -> nucleus quantize's type name.
-QUANTIZED = {"iq4_xs": "IQ4_XS"}
+QUANTIZED = {"iq4_xs": "IQ4_XS", "q3_k_m": "Q3_K_M"}
 
 
 def write_quantized(shape_name, mix, out_dir, seed):

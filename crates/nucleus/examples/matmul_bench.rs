@@ -1,10 +1,9 @@
 //! Micro benchmark of the quantized matmul: a 896-row × 4864-col weight matrix (the shape of a
 //! Qwen2-0.5B `ffn_down`) times 1, 4, 16, 64 and 512 activation rows, in llama.cpp's arithmetic
 //! (its one-row kernels, and its batched ones that `--exact` uses for a prompt's rows) and, for
-//! the types nucleus repacks (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K, IQ4_XS), in
-//! nucleus's interleaved one (`fast`), beside the machine's peak rate of 8-bit multiply-adds
-//! (`vpmaddubsw` on every core,
-//! measured; and `vpdpbusd` where the CPU has AVX-512 VNNI).
+//! the types nucleus repacks (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS),
+//! in nucleus's interleaved one (`fast`), beside the machine's peak rate of 8-bit multiply-adds
+//! (`vpmaddubsw` on every core, measured; and `vpdpbusd` where the CPU has AVX-512 VNNI).
 //!
 //! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`;
 //! `NUCLEUS_SIMD` caps the SIMD level, `NUCLEUS_AMX=0` keeps prompts off AMX tiles, and
@@ -63,6 +62,7 @@ fn main() {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::IQ4_XS,
+        GgmlType::Q3_K,
         GgmlType::Q5_0,
         GgmlType::Q6_K,
         GgmlType::Q8_0,

@@ -27,7 +27,7 @@ use crate::quant::GgmlType;
 const MAGIC: &[u8; 8] = b"NUCPACK\0";
 /// The version of the packed layouts and of the choice of matrices: bump it when either
 /// changes, so that older files are rebuilt.
-const FORMAT: u32 = 2; // 2: Q5_K and IQ4_XS matrices packed
+const FORMAT: u32 = 2; // 2: Q3_K, Q5_K and IQ4_XS matrices packed
 /// Each matrix starts on a page.
 const ALIGN: u64 = 4096;
 

@@ -131,12 +131,12 @@ impl Model {
         matmul_rows(&self.pool, &w.q(&self.file), q, y, slots);
     }
 
-    /// [`Self::project`] in llama.cpp's arithmetic for a matrix `--exact` repacked (Q4_K, Q5_K,
-    /// Q6_K and IQ4_XS, `Weights::load`): each run of rows that llama.cpp computes with the same
+    /// [`Self::project`] in llama.cpp's arithmetic for a matrix `--exact` repacked (Q3_K to Q6_K
+    /// and IQ4_XS, `Weights::load`): each run of rows that llama.cpp computes with the same
     /// kernel goes to the interleaved kernel with that kernel's float chain, where there is one
     /// (Q4_K: the gemm's pairs for rows in whole groups of four, the gemv's chain for the
-    /// others; Q5_K, Q6_K and IQ4_XS: the tiled kernel's for rows of a micro-batch of 8+), else
-    /// to llama.cpp's one-row kernels reading the file (their generated tokens). The same bits as `matmul_rows` for
+    /// others; Q3_K, Q5_K, Q6_K and IQ4_XS: the tiled kernel's for rows of a micro-batch of 8+),
+    /// else to llama.cpp's one-row kernels reading the file (their generated tokens). The same bits as `matmul_rows` for
     /// every row (kernels/interleaved/tests.rs), at the interleaved kernels' speed.
     fn project_exact(
         &self,

@@ -313,8 +313,8 @@ impl Loader<'_> {
 impl Weights {
     /// The weight index of `file`, the matrices the arithmetic computes from a repacked copy
     /// repacked (in memory; the file is never written): with [`Arithmetic::Fast`] every one
-    /// that [`pack`] takes; with [`Arithmetic::Exact`] the Q4_K, Q5_K, Q6_K and IQ4_XS layer
-    /// matrices of a dense model and every MXFP4 matrix, for which the interleaved kernels have
+    /// that [`pack`] takes; with [`Arithmetic::Exact`] the Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
+    /// layer matrices of a dense model and every MXFP4 matrix, for which the interleaved kernels have
     /// llama.cpp's bits (see `Model::project_exact`).
     pub fn load(
         file: &GgufFile,
@@ -327,8 +327,8 @@ impl Weights {
     }
 
     /// The matrices `arithmetic` computes repacked, in a fixed order: with [`Arithmetic::Fast`]
-    /// every layer matrix and the output projection, with [`Arithmetic::Exact`] the Q4_K, Q5_K,
-    /// Q6_K and IQ4_XS layer matrices of a dense model and every MXFP4 one. (Those whose shape or type
+    /// every layer matrix and the output projection, with [`Arithmetic::Exact`] the Q3_K, Q4_K,
+    /// Q5_K, Q6_K and IQ4_XS layer matrices of a dense model and every MXFP4 one. (Those whose shape or type
     /// [`pack`] does not take stay as they are.)
     fn pack_targets(&mut self, arithmetic: Arithmetic) -> Vec<&mut Matrix> {
         let exact = arithmetic == Arithmetic::Exact;
@@ -350,7 +350,8 @@ impl Weights {
                 !exact
                     || matches!(
                         m.info.ty,
-                        GgmlType::Q4_K
+                        GgmlType::Q3_K
+                            | GgmlType::Q4_K
                             | GgmlType::Q5_K
                             | GgmlType::Q6_K
                             | GgmlType::IQ4_XS
@@ -419,12 +420,12 @@ impl Weights {
                 s.spawn(move || {
                     for m in part.iter_mut() {
                         m.packed = pack(&m.q(file)).map(Arc::new);
-                        // `--exact` computes a Q5_K, Q6_K or IQ4_XS matrix's generated tokens
-                        // from the file (llama.cpp's one-row kernel): its pages stay.
+                        // `--exact` computes a Q3_K, Q5_K, Q6_K or IQ4_XS matrix's generated
+                        // tokens from the file (llama.cpp's one-row kernel): its pages stay.
                         let keeps_file = exact
                             && matches!(
                                 m.info.ty,
-                                GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
+                                GgmlType::Q3_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
                             );
                         if m.packed.is_some() && !keeps_file {
                             file.release_pages(&m.info);

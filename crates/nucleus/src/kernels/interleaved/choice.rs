@@ -138,12 +138,14 @@ fn amx_min_tokens(ty: GgmlType) -> Option<usize> {
 /// at 8 tokens, 189/193 and 159/192 at 16, 238/196 and 216/188 at 32, 325/200 and 332/188 at
 /// 512; Q6_K 136/124 and 140/128 at 8, 289/187 and 297/195 at 512. Q5_K (the Cascade Lake
 /// Xeon, 2026-11-27, 8960×1536): 68/98 at 8, 102/101 at 16, 131/104 at 32, 187/112 at 512;
-/// IQ4_XS there: 57/110 at 8, 86/111 at 16, 116/113 at 32, 158/113 at 128, 183/115 at 512.
+/// IQ4_XS there: 57/110 at 8, 86/111 at 16, 116/113 at 32, 158/113 at 128, 183/115 at 512;
+/// Q3_K: 88/82 at 8, 120/81 at 16, 177/84 at 512.
 fn wide_min_tokens(ty: GgmlType) -> Option<usize> {
     match ty {
         GgmlType::Q4_K => Some(32),
         GgmlType::Q5_K => Some(16),
         GgmlType::IQ4_XS => Some(32),
+        GgmlType::Q3_K => Some(TILE_TOKENS + 1),
         GgmlType::Q6_K => Some(TILE_TOKENS + 1),
         _ => None,
     }

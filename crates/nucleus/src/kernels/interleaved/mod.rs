@@ -26,7 +26,8 @@
 //! above is the one of llama.cpp's kernels for its repacked Q4_0 and IQ4_NL matrices, which
 //! `--exact` follows: they too get the same bits in both arithmetics. Q6_K matrices ([`q6_k`]) take
 //! the arithmetic of llama.cpp's tiled Q6_K kernel, one FMA per super-block, for every row, and
-//! Q5_K and IQ4_XS matrices ([`q5_k`], [`iq4_xs`]) those of its tiled Q5_K and IQ4_XS kernels.
+//! Q3_K, Q5_K and IQ4_XS matrices ([`q3_k`], [`q5_k`], [`iq4_xs`]) those of its tiled kernels
+//! for them.
 //!
 //! With AVX-512 VNNI a prompt's K-quant and IQ4_XS products take [`wide`]'s kernels: two groups in
 //! a 512-bit register, the same integers and the same float chain per row, so the same bits.
@@ -77,6 +78,7 @@ pub mod huge_pages;
 mod iq4_xs;
 mod lines;
 mod pack;
+mod q3_k;
 mod q4_k;
 mod q5_k;
 mod q6_k;
@@ -118,7 +120,7 @@ use crate::quant::GgmlType;
 /// Which arithmetic the matrix products use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Arithmetic {
-    /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL/Q4_K/Q5_K/Q6_K/IQ4_XS weights, one float chain per
+    /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL/Q3_K–Q6_K/IQ4_XS weights, one float chain per
     /// output (Q4_K: llama.cpp's repacked gemm's), and every row of every other type in the arithmetic
     /// of the one-row kernels, so that a token's results never depend on its place in a prompt
     /// or a batch.
@@ -264,6 +266,11 @@ impl<'a> GroupView<'a> {
                 values: src,
                 stride: iq4_xs::GROUP_BLOCK,
             },
+            GgmlType::Q3_K => GroupView {
+                scales,
+                values: src,
+                stride: q3_k::GROUP_BLOCK,
+            },
             GgmlType::Q6_K => GroupView {
                 scales,
                 values: unpacked,
@@ -316,6 +323,7 @@ fn kernels(ty: GgmlType, avx2: bool, chain: Chain) -> (TileFn, UnpackFn) {
             GgmlType::Q4_K => (q4_k::tile_avx2, pack::unpack_group_scalar),
             GgmlType::Q5_K => (q5_k::tile_avx2, pack::unpack_group_scalar),
             GgmlType::IQ4_XS => (iq4_xs::tile_avx2, pack::unpack_group_scalar),
+            GgmlType::Q3_K => (q3_k::tile_avx2, pack::unpack_group_scalar),
             GgmlType::Q6_K => (q6_k::tile_unpacked, |_, blocks, src, _, values| {
                 q6_k::unpack_group(blocks, src, values)
             }),
@@ -335,6 +343,7 @@ fn kernels(ty: GgmlType, avx2: bool, chain: Chain) -> (TileFn, UnpackFn) {
         GgmlType::Q4_K => q4_k::tile_scalar,
         GgmlType::Q5_K => q5_k::tile_scalar,
         GgmlType::IQ4_XS => iq4_xs::tile_scalar,
+        GgmlType::Q3_K => q3_k::tile_scalar,
         GgmlType::Q5_0 => scalar::tile_u5,
         GgmlType::Q4_0 => scalar::tile_u4,
         _ => scalar::tile_i8,
@@ -343,11 +352,11 @@ fn kernels(ty: GgmlType, avx2: bool, chain: Chain) -> (TileFn, UnpackFn) {
 }
 
 /// The scratch one group of `ty` needs in [`GroupView::new`] (f32 scales, unpacked value
-/// bytes): Q4_K, Q5_K and IQ4_XS are read as stored, Q8_0 needs its scales widened, the
+/// bytes): Q3_K, Q4_K, Q5_K and IQ4_XS are read as stored, Q8_0 needs its scales widened, the
 /// others (Q6_K too) their values.
 fn scratch_per_group(ty: GgmlType, blocks: usize) -> (usize, usize) {
     match ty {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => (0, 0),
+        GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => (0, 0),
         GgmlType::Q6_K => (0, q6_k::UNPACKED_BLOCK * blocks),
         GgmlType::Q8_0 => (GROUP_ROWS * blocks, 0),
         _ => (GROUP_ROWS * blocks, GROUP_ROWS * QK * blocks),
@@ -358,7 +367,7 @@ fn scratch_per_group(ty: GgmlType, blocks: usize) -> (usize, usize) {
 pub fn packed_act_type(ty: GgmlType) -> GgmlType {
     if matches!(
         ty,
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
+        GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
     ) {
         GgmlType::Q8_K
     } else {
@@ -448,7 +457,7 @@ struct Product<'a> {
     tiles: TileUse,
     /// Q4_K with [`Chain::Q4kPairs`].
     q4k_pairs: bool,
-    /// Q4_K, Q5_K, Q6_K or IQ4_XS, many tokens, AVX-512 VNNI, off the tiles: pairs of groups in 512-bit
+    /// Q3_K to Q6_K or IQ4_XS, many tokens, AVX-512 VNNI, off the tiles: pairs of groups in 512-bit
     /// registers ([`wide`]).
     wide: bool,
     /// Q4_K, at most one tile of tokens (decode), AVX-512 VNNI: pairs of groups read as

@@ -1,7 +1,7 @@
 //! The interleaved layout: Q8_0, Q5_0, Q4_0 and IQ4_NL matrices repacked eight rows at a
 //! time, the same bytes per block as in the file (the scales stay f16, the values keep their
-//! bits); Q4_K, Q5_K, Q6_K and IQ4_XS matrices as [`super::q4_k`], [`super::q5_k`],
-//! [`super::q6_k`] and [`super::iq4_xs`] describe.
+//! bits); Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS matrices as [`super::q3_k`], [`super::q4_k`],
+//! [`super::q5_k`], [`super::q6_k`] and [`super::iq4_xs`] describe.
 //!
 //! Per group of eight rows and block of 32 inputs (`q[j][i]`: value `i` of row `j`):
 //! - Q8_0 (272 bytes): the eight f16 scales, then eight chunks of 32 bytes, chunk `k` holding
@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use super::{iq4_xs, q4_k, q5_k, q6_k, GROUP_ROWS, QK};
+use super::{iq4_xs, q3_k, q4_k, q5_k, q6_k, GROUP_ROWS, QK};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{GgmlType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
@@ -75,6 +75,7 @@ fn group_block_bytes(ty: GgmlType) -> usize {
         GgmlType::Q5_K => q5_k::GROUP_BLOCK,
         GgmlType::Q6_K => q6_k::GROUP_BLOCK,
         GgmlType::IQ4_XS => iq4_xs::GROUP_BLOCK,
+        GgmlType::Q3_K => q3_k::GROUP_BLOCK,
         _ => unreachable!(
             "only Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4, the K-quants from Q4_K and IQ4_XS are packed"
         ),
@@ -85,7 +86,7 @@ fn group_block_bytes(ty: GgmlType) -> usize {
 pub(crate) fn block_len(ty: GgmlType) -> usize {
     if matches!(
         ty,
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
+        GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
     ) {
         q4_k::QK_K
     } else {
@@ -104,8 +105,8 @@ impl PackedMatrix {
         self.cols
     }
     /// Bytes held (the same as the file's tensor for the 32-value blocks but MXFP4, whose
-    /// one-byte scales widen to f16: 5.9 % more; 2.8 % more for Q4_K, 2.3 % for Q5_K and 1.5 %
-    /// for IQ4_XS, their scales and mins unpacked).
+    /// one-byte scales widen to f16: 5.9 % more; 2.8 % more for Q4_K, 2.3 % for Q5_K, 3.6 % for
+    /// Q3_K and 1.5 % for IQ4_XS, their scales and mins unpacked).
     pub fn bytes(&self) -> usize {
         packed_len(self.ty, self.rows, self.cols)
     }
@@ -159,7 +160,7 @@ pub fn can_pack(ty: GgmlType, rows: usize, cols: usize) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        Q8_0 | Q5_0 | Q4_0 | IQ4_NL | MXFP4 | Q4_K | Q5_K | Q6_K | IQ4_XS
+        Q8_0 | Q5_0 | Q4_0 | IQ4_NL | MXFP4 | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS
     ) && rows.is_multiple_of(GROUP_ROWS)
         && cols.is_multiple_of(block_len(ty))
         && rows > 0
@@ -279,6 +280,7 @@ fn pack_block<'a>(ty: GgmlType, row: impl Fn(usize) -> &'a [u8], dst: &mut [u8])
         GgmlType::Q4_K => q4_k::pack_group_block(std::array::from_fn(&row), dst),
         GgmlType::Q5_K => q5_k::pack_group_block(std::array::from_fn(&row), dst),
         GgmlType::IQ4_XS => iq4_xs::pack_group_block(std::array::from_fn(&row), dst),
+        GgmlType::Q3_K => q3_k::pack_group_block(std::array::from_fn(&row), dst),
         GgmlType::Q6_K => q6_k::pack_group_block(std::array::from_fn(&row), dst),
         GgmlType::Q8_0 => {
             // Four bytes at a time: this is most of the load time of a large output
@@ -338,7 +340,10 @@ pub(crate) fn unpack_group_scalar(
     scales: &mut [f32],
     values: &mut [u8],
 ) {
-    if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS) {
+    if matches!(
+        ty,
+        GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS
+    ) {
         return; // read as stored
     }
     let gbb = group_block_bytes(ty);

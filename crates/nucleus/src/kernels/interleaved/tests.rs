@@ -166,7 +166,8 @@ fn only_the_repacked_types_with_whole_groups_are_packed() {
         !can_pack(GgmlType::Q5_K, 8, 896),
         "rows of part of a super-block"
     );
-    assert!(!can_pack(GgmlType::Q3_K, 256, 256));
+    assert!(can_pack(GgmlType::Q3_K, 256, 256));
+    assert!(!can_pack(GgmlType::Q2_K, 256, 256));
     assert!(can_pack(GgmlType::Q6_K, 256, 256));
     assert!(
         !can_pack(GgmlType::Q6_K, 8, 896),
@@ -748,6 +749,69 @@ fn iq4_xs_packed_has_the_tiled_kernels_bits() {
         };
         let w = pack(&qm).unwrap();
         assert_eq!(w.bytes(), rows / 8 * cols / 256 * 1104);
+        for nt in [1, 2, 3, 4, 5, 8, 9, 17, 40] {
+            let x = wide_q8_k_acts(&mut rng, nt, cols);
+            let none = PackedActs::new();
+            let mut want = vec![0f32; nt * rows];
+            matmul_rows(&pool, &qm, &x, &mut want, &vec![PromptSlot::BATCHED; nt]);
+            let (mut simd, mut scalar) = (vec![0f32; nt * rows], vec![0f32; nt * rows]);
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut simd)],
+                &x,
+                &none,
+                true,
+                Chain::Default,
+            );
+            matmul_packed_with(
+                &pool,
+                &mut [(&w, &mut scalar)],
+                &x,
+                &none,
+                false,
+                Chain::Default,
+            );
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&scalar), bits(&want), "{rows}x{cols}, {nt}: scalar");
+            assert_eq!(bits(&simd), bits(&want), "{rows}x{cols}, {nt}: SIMD");
+        }
+    }
+}
+
+/// Random Q3_K rows: any values and six-bit scales; every seventh block at the extremes
+/// (every value −4, every scale −32).
+pub(super) fn random_q3_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
+    let mut byte = || ((rng.f32() + 1.0) * 128.0) as u8;
+    let mut data = vec![0u8; rows * cols / 256 * 110];
+    for (i, b) in data.chunks_exact_mut(110).enumerate() {
+        for v in &mut b[..108] {
+            *v = if i % 7 == 3 { 0 } else { byte() };
+        }
+        let d = half::f16::from_f32(0.0005 * (1 + i % 11) as f32);
+        b[108..110].copy_from_slice(&d.to_le_bytes());
+    }
+    data
+}
+
+/// Repacked Q3_K computes what `--exact` computes for a prompt's rows (llama.cpp's tiled
+/// Q3_K kernel: per super-block `fma(isum·d, dy, acc)`), bit for bit, for every token count,
+/// with the SIMD kernels and the scalar ones.
+#[test]
+fn q3_k_packed_has_the_tiled_kernels_bits() {
+    use crate::kernels::matmul::{matmul_rows, PromptSlot};
+    let mut rng = Rng(19);
+    let pool = ThreadPool::new(2);
+    let ty = GgmlType::Q3_K;
+    for (rows, cols) in [(8, 256), (24, 768), (64, 4864)] {
+        let data = random_q3_k(&mut rng, rows, cols);
+        let qm = QMatrix {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        };
+        let w = pack(&qm).unwrap();
+        assert_eq!(w.bytes(), rows / 8 * cols / 256 * 912);
         for nt in [1, 2, 3, 4, 5, 8, 9, 17, 40] {
             let x = wide_q8_k_acts(&mut rng, nt, cols);
             let none = PackedActs::new();

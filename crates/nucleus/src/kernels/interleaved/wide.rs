@@ -24,7 +24,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{iq4_xs, q4_k, q5_k, q6_k, Tile, GROUP_ROWS};
+use super::{iq4_xs, q3_k, q4_k, q5_k, q6_k, Tile, GROUP_ROWS};
 
 /// Rows of a pair of groups.
 pub(crate) const WIDE_ROWS: usize = 2 * GROUP_ROWS;
@@ -231,6 +231,55 @@ unsafe fn unpack_iq4_xs_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]
                     let to = w.as_mut_ptr().add(VALUES + 64 * i);
                     _mm512_storeu_si512(to.add(256 * j) as *mut _, lo);
                     _mm512_storeu_si512(to.add(256 * (j + 2)) as *mut _, hi);
+                }
+            }
+        }
+    }
+}
+
+/// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored Q3_K groups `pair`: each
+/// value unsigned (its two low bits and its third joined), the scales as stored (the layout
+/// of Q6_K's sixteen sub-blocks); the CPU has AVX-512 F/BW.
+pub(crate) fn unpack_q3_k(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
+    assert!(dst.len() >= blocks * WIDE_BLOCK);
+    assert!(pair.iter().all(|g| g.len() >= blocks * q3_k::GROUP_BLOCK));
+    // SAFETY: the sizes are checked; the caller checked the CPU.
+    unsafe { unpack_q3_k_avx512(blocks, pair, dst) }
+}
+
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn unpack_q3_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
+    let gbb = q3_k::GROUP_BLOCK;
+    let (m3, m4) = (_mm512_set1_epi8(0x03), _mm512_set1_epi8(0x04));
+    for blk in 0..blocks {
+        let (ga, gb) = (
+            &a[gbb * blk..gbb * (blk + 1)],
+            &b[gbb * blk..gbb * (blk + 1)],
+        );
+        let w = &mut dst[WIDE_BLOCK * blk..WIDE_BLOCK * (blk + 1)];
+        for (h, g) in [ga, gb].into_iter().enumerate() {
+            write_header(w, h, &g[..16], None, &g[q3_k::SCALES..q3_k::LOW], 16);
+        }
+        // Chunk k = 4j + i (values 4k..4k + 4): bits 2i.. of low vector j, bit k % 8 of high
+        // vector j / 2, which a 64-bit rotate by 2 − k % 8 brings to bit 2 (a byte's bit k % 8
+        // lands at its own bit 2; masked, no other bit does).
+        // SAFETY: offsets inside the two group-blocks and the unpacked block.
+        unsafe {
+            for j in 0..16 {
+                let at = q3_k::LOW + 32 * j;
+                let low = join(ga.as_ptr().add(at), gb.as_ptr().add(at));
+                let at = q3_k::HIGH + 32 * (j / 2);
+                let high = join(ga.as_ptr().add(at), gb.as_ptr().add(at));
+                for i in 0..4 {
+                    let lo = _mm512_and_si512(
+                        _mm512_srlv_epi16(low, _mm512_set1_epi16(2 * i as i16)),
+                        m3,
+                    );
+                    let c = (4 * (j % 2) + i) as i64;
+                    let hi = _mm512_rolv_epi64(high, _mm512_set1_epi64((66 - c) % 64));
+                    let v = _mm512_or_si512(lo, _mm512_and_si512(hi, m4));
+                    let to = w.as_mut_ptr().add(VALUES + 256 * j + 64 * i);
+                    _mm512_storeu_si512(to as *mut _, v);
                 }
             }
         }
@@ -499,4 +548,22 @@ unsafe fn offset_nx<const NX: usize, const SHIFT: u32>(w: *const u8, t: &Tile) {
             _mm512_storeu_ps(t.out.add(n * t.out_stride), *a);
         }
     }
+}
+
+/// The sixteen rows of an unpacked Q3_K pair `w` against `t.nx` tokens, in the chain of
+/// `q3_k::tile_avx2`: [`q6_k`]'s kernel with the offset 4.
+///
+/// # Safety
+/// As [`q4_k`].
+pub(crate) unsafe fn q3_k(w: &[u8], t: &Tile) {
+    assert!(w.len() >= t.blocks * WIDE_BLOCK && (1..=WIDE_TOKENS).contains(&t.nx));
+    let w = w.as_ptr();
+    // SAFETY: the caller's contract.
+    unsafe { by_tokens!(q3_k_nx, t.nx, w, t) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q3_k_nx<const NX: usize>(w: *const u8, t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { offset_nx::<NX, 2>(w, t) }
 }

@@ -242,6 +242,7 @@ impl Product<'_> {
                     GgmlType::Q4_K => wide::unpack_q4_k(blocks, pair, dst),
                     GgmlType::Q5_K => wide::unpack_q5_k(blocks, pair, dst),
                     GgmlType::IQ4_XS => wide::unpack_iq4_xs(blocks, pair, dst),
+                    GgmlType::Q3_K => wide::unpack_q3_k(blocks, pair, dst),
                     _ => wide::unpack_q6_k(blocks, pair, dst),
                 }
             }
@@ -262,6 +263,7 @@ impl Product<'_> {
                                 GgmlType::Q4_K => wide::q4_k(unpacked, &tile, self.q4k_pairs),
                                 GgmlType::Q5_K => wide::q5_k(unpacked, &tile),
                                 GgmlType::IQ4_XS => wide::iq4_xs(unpacked, &tile),
+                                GgmlType::Q3_K => wide::q3_k(unpacked, &tile),
                                 _ => wide::q6_k(unpacked, &tile),
                             }
                         }
