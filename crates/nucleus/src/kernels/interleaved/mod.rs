@@ -97,6 +97,8 @@ mod x86_q5_0;
 mod tests;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests_amx;
+#[cfg(test)]
+mod tests_tiled;
 
 #[cfg(target_arch = "x86_64")]
 pub use amx::{amx_refusal, uses_amx};
