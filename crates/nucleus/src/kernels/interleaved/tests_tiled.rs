@@ -69,7 +69,7 @@ fn random_q3_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
 
 /// Repacked `ty` (random rows from `random`, `group_block` bytes a packed group-block) computes
 /// what `--exact` computes for a prompt's rows (`matmul_rows` with every row a prompt's: the
-/// tiled kernel), bit for bit, for 1 to 40 tokens: the 256-bit kernels for few, the 512-bit
+/// tiled kernel), bit for bit, for 1 to 100 tokens: the 256-bit kernels for few, the 512-bit
 /// ones past their threshold where the CPU has AVX-512 VNNI, and the scalar ones.
 fn packed_has_the_tiled_kernels_bits(
     ty: GgmlType,
@@ -89,7 +89,7 @@ fn packed_has_the_tiled_kernels_bits(
         };
         let w = pack(&qm).unwrap();
         assert_eq!(w.bytes(), rows / 8 * cols / 256 * group_block);
-        for nt in [1, 2, 3, 4, 5, 8, 9, 17, 40] {
+        for nt in [1, 2, 3, 4, 5, 8, 9, 17, 40, 100] {
             let x = wide_q8_k_acts(&mut rng, nt, cols);
             let none = PackedActs::new();
             let mut want = vec![0f32; nt * rows];
