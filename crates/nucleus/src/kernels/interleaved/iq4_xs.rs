@@ -68,38 +68,26 @@ pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
 /// # Safety
 /// As [`super::TileFn`], the activations being Q8_K rows of `tile.blocks` super-blocks.
 pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
-    for n in 0..t.nx {
-        // SAFETY: the caller guarantees token n's activation row and 8 output floats.
-        let (x, out) = unsafe {
-            (
-                std::slice::from_raw_parts(t.x.add(n * t.x_stride), t.blocks * ACT_BLOCK),
-                std::slice::from_raw_parts_mut(t.out.add(n * t.out_stride), GROUP_ROWS),
-            )
-        };
-        let mut acc = [0f32; GROUP_ROWS];
-        for b in 0..t.blocks {
-            let g = &group.values[group.stride * b..group.stride * b + GROUP_BLOCK];
-            let xb = &x[ACT_BLOCK * b..ACT_BLOCK * (b + 1)];
+    // SAFETY: forwarded.
+    unsafe {
+        super::scalar::k_quant_tiles(group, t, GROUP_BLOCK, |g, xb, r, acc| {
             let dy = f32::from_le_bytes(xb[0..4].try_into().unwrap());
             let xq = |i: usize| xb[4 + i] as i8 as i32;
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let mut isum = 0i32;
-                for j in 0..8 {
-                    let (p, high) = (j / 2, j % 2);
-                    let mut sub = 0i32;
-                    for i in 0..32 {
-                        let (c, m) = (i / 4, i % 4);
-                        let byte = g[NIBBLES + 256 * p + 32 * c + 4 * r + m];
-                        let q = (byte >> (4 * high)) & 0xF;
-                        sub += KVALUES_IQ4NL[q as usize] as i32 * xq(64 * p + 32 * high + i);
-                    }
-                    isum += g[SCALES + 8 * j + r] as i8 as i32 * sub;
+            let mut isum = 0i32;
+            for j in 0..8 {
+                let (p, high) = (j / 2, j % 2);
+                let mut sub = 0i32;
+                for i in 0..32 {
+                    let (c, m) = (i / 4, i % 4);
+                    let byte = g[NIBBLES + 256 * p + 32 * c + 4 * r + m];
+                    let q = (byte >> (4 * high)) & 0xF;
+                    sub += KVALUES_IQ4NL[q as usize] as i32 * xq(64 * p + 32 * high + i);
                 }
-                let d = half::f16::from_le_bytes([g[2 * r], g[2 * r + 1]]).to_f32();
-                *acc = (isum as f32 * d).mul_add(dy, *acc);
+                isum += g[SCALES + 8 * j + r] as i8 as i32 * sub;
             }
-        }
-        out.copy_from_slice(&acc);
+            let d = half::f16::from_le_bytes([g[2 * r], g[2 * r + 1]]).to_f32();
+            *acc = (isum as f32 * d).mul_add(dy, *acc);
+        })
     }
 }
 
@@ -148,14 +136,7 @@ mod x86 {
             let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
             for b in 0..t.blocks {
                 let g = group.values.as_ptr().add(group.stride * b);
-                for l in (0..GROUP_BLOCK).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        g.add(crate::kernels::interleaved::PREFETCH_L1 + l) as *const i8,
-                    );
-                    _mm_prefetch::<_MM_HINT_T1>(
-                        g.add(crate::kernels::interleaved::PREFETCH_L2 + l) as *const i8,
-                    );
-                }
+                crate::kernels::interleaved::x86::prefetch_block(g, GROUP_BLOCK);
                 let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
                 // VNNI: 128 times each sub-block's activation sum, per token.
                 let mut offsets = [[0i32; 8]; NX];

@@ -215,15 +215,7 @@ mod x86 {
         unsafe {
             for b in 0..t.blocks {
                 let g = group.values.as_ptr().add(group.stride * b);
-                // Weights stream from memory in decode: ask for those a few super-blocks on.
-                for l in (0..GROUP_BLOCK).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        g.add(crate::kernels::interleaved::PREFETCH_L1 + l) as *const i8,
-                    );
-                    _mm_prefetch::<_MM_HINT_T1>(
-                        g.add(crate::kernels::interleaved::PREFETCH_L2 + l) as *const i8,
-                    );
-                }
+                crate::kernels::interleaved::x86::prefetch_block(g, GROUP_BLOCK);
                 let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(g as *const _));
                 let dmin = _mm256_cvtph_ps(_mm_loadu_si128(g.add(16) as *const _));

@@ -83,46 +83,34 @@ fn transposed_bits_move_from_row_to_column() {
 /// # Safety
 /// As [`super::TileFn`], the activations being Q8_K rows of `tile.blocks` super-blocks.
 pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
-    for n in 0..t.nx {
-        // SAFETY: the caller guarantees token n's activation row and 8 output floats.
-        let (x, out) = unsafe {
-            (
-                std::slice::from_raw_parts(t.x.add(n * t.x_stride), t.blocks * ACT_BLOCK),
-                std::slice::from_raw_parts_mut(t.out.add(n * t.out_stride), GROUP_ROWS),
-            )
-        };
-        let mut acc = [0f32; GROUP_ROWS];
-        for b in 0..t.blocks {
-            let g = &group.values[group.stride * b..group.stride * b + GROUP_BLOCK];
-            let xb = &x[ACT_BLOCK * b..ACT_BLOCK * (b + 1)];
+    // SAFETY: forwarded.
+    unsafe {
+        super::scalar::k_quant_tiles(group, t, GROUP_BLOCK, |g, xb, r, acc| {
             let dy = f32::from_le_bytes(xb[0..4].try_into().unwrap());
             let xq = |i: usize| xb[4 + i] as i8 as i32;
             let bsum = |j: usize| {
                 let s = |k: usize| i16::from_le_bytes([xb[260 + 2 * k], xb[261 + 2 * k]]) as i32;
                 s(2 * j) + s(2 * j + 1)
             };
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let (mut isum, mut imin) = (0i32, 0i32);
-                for j in 0..8 {
-                    let (p, high) = (j / 2, j % 2);
-                    let mut sub = 0i32;
-                    for i in 0..32 {
-                        let (c, m) = (i / 4, i % 4);
-                        let byte = g[NIBBLES + 256 * p + 32 * c + 4 * r + m];
-                        let fifth = (g[HIGH + 64 * p + 32 * high + 4 * r + m] >> c) & 1;
-                        let q = (byte >> (4 * high)) & 0xF | fifth << 4;
-                        sub += q as i32 * xq(64 * p + 32 * high + i);
-                    }
-                    isum += g[SCALES + 8 * j + r] as i32 * sub;
-                    imin += g[MINS + 16 * p + 2 * r + high] as i32 * bsum(j);
+            let (mut isum, mut imin) = (0i32, 0i32);
+            for j in 0..8 {
+                let (p, high) = (j / 2, j % 2);
+                let mut sub = 0i32;
+                for i in 0..32 {
+                    let (c, m) = (i / 4, i % 4);
+                    let byte = g[NIBBLES + 256 * p + 32 * c + 4 * r + m];
+                    let fifth = (g[HIGH + 64 * p + 32 * high + 4 * r + m] >> c) & 1;
+                    let q = (byte >> (4 * high)) & 0xF | fifth << 4;
+                    sub += q as i32 * xq(64 * p + 32 * high + i);
                 }
-                let f16 = |at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).to_f32();
-                let (d, dmin) = (f16(2 * r), f16(16 + 2 * r));
-                let rsum = (-dmin).mul_add(imin as f32, isum as f32 * d);
-                *acc = rsum.mul_add(dy, *acc);
+                isum += g[SCALES + 8 * j + r] as i32 * sub;
+                imin += g[MINS + 16 * p + 2 * r + high] as i32 * bsum(j);
             }
-        }
-        out.copy_from_slice(&acc);
+            let f16 = |at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).to_f32();
+            let (d, dmin) = (f16(2 * r), f16(16 + 2 * r));
+            let rsum = (-dmin).mul_add(imin as f32, isum as f32 * d);
+            *acc = rsum.mul_add(dy, *acc);
+        })
     }
 }
 
@@ -158,15 +146,7 @@ mod x86 {
         unsafe {
             for b in 0..t.blocks {
                 let g = group.values.as_ptr().add(group.stride * b);
-                // Weights stream from memory in decode: ask for those a few super-blocks on.
-                for l in (0..GROUP_BLOCK).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        g.add(crate::kernels::interleaved::PREFETCH_L1 + l) as *const i8,
-                    );
-                    _mm_prefetch::<_MM_HINT_T1>(
-                        g.add(crate::kernels::interleaved::PREFETCH_L2 + l) as *const i8,
-                    );
-                }
+                crate::kernels::interleaved::x86::prefetch_block(g, GROUP_BLOCK);
                 let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * b);
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(g as *const _));
                 let dmin = _mm256_cvtph_ps(_mm_loadu_si128(g.add(16) as *const _));

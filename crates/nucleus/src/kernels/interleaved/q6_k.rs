@@ -339,15 +339,7 @@ mod x86 {
             for b in 0..t.blocks {
                 let g = group.add(stride * b);
                 if !UNPACKED {
-                    // Weights stream from memory in decode: ask for those a few super-blocks on.
-                    for l in (0..GROUP_BLOCK).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(
-                            g.add(crate::kernels::interleaved::PREFETCH_L1 + l) as *const i8,
-                        );
-                        _mm_prefetch::<_MM_HINT_T1>(
-                            g.add(crate::kernels::interleaved::PREFETCH_L2 + l) as *const i8,
-                        );
-                    }
+                    crate::kernels::interleaved::x86::prefetch_block(g, GROUP_BLOCK);
                 }
                 let xs: [*const u8; NX] =
                     std::array::from_fn(|n| t.x.add(n * t.x_stride + ACT_BLOCK * b));

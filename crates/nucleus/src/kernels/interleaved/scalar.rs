@@ -63,3 +63,38 @@ unsafe fn tile_scalar<const BIAS: i32>(group: &GroupView, t: &Tile) {
         out.copy_from_slice(&acc);
     }
 }
+
+/// Bytes of a Q8_K activation block: f32 d, 256 values, 16 i16 sums of 16.
+const Q8_K_BLOCK: usize = 292;
+
+/// The frame of the K-quant reference kernels read as stored: for each token of `t` and each
+/// super-block of the group (`group_block` bytes), `row(g, xb, r, acc)` folds row `r` of the
+/// group's super-block `g` against the token's Q8_K block `xb` into `acc`, the row's output.
+///
+/// # Safety
+/// As [`super::TileFn`], the activations being Q8_K rows of `t.blocks` super-blocks.
+pub(super) unsafe fn k_quant_tiles(
+    group: &GroupView,
+    t: &Tile,
+    group_block: usize,
+    row: impl Fn(&[u8], &[u8], usize, &mut f32),
+) {
+    for n in 0..t.nx {
+        // SAFETY: the caller guarantees token n's activation row and 8 output floats.
+        let (x, out) = unsafe {
+            (
+                std::slice::from_raw_parts(t.x.add(n * t.x_stride), t.blocks * Q8_K_BLOCK),
+                std::slice::from_raw_parts_mut(t.out.add(n * t.out_stride), GROUP_ROWS),
+            )
+        };
+        let mut acc = [0f32; GROUP_ROWS];
+        for b in 0..t.blocks {
+            let g = &group.values[group.stride * b..][..group_block];
+            let xb = &x[Q8_K_BLOCK * b..][..Q8_K_BLOCK];
+            for (r, acc) in acc.iter_mut().enumerate() {
+                row(g, xb, r, acc);
+            }
+        }
+        out.copy_from_slice(&acc);
+    }
+}

@@ -25,6 +25,7 @@
 use std::arch::x86_64::*;
 
 use super::{iq4_xs, q3_k, q4_k, q5_k, q6_k, Tile, GROUP_ROWS};
+use crate::quant::GgmlType;
 
 /// Rows of a pair of groups.
 pub(crate) const WIDE_ROWS: usize = 2 * GROUP_ROWS;
@@ -461,31 +462,26 @@ unsafe fn q4_k_nx<const NX: usize, const FINISH: u8>(w: *const u8, t: &Tile) {
     }
 }
 
-/// The sixteen rows of an unpacked Q6_K pair `w` against `t.nx` tokens (at most
-/// [`WIDE_TOKENS`]), in the chain of `q6_k::tile_unpacked`. A sub-block's sum starts from
-/// −32 times the activations' sum of 16, so that the values' offset of 32 leaves the integer
-/// sum without a pass of its own.
+/// The sixteen rows of an unpacked Q6_K, IQ4_XS or Q3_K pair `w` (`ty`) against `t.nx` tokens
+/// (at most [`WIDE_TOKENS`]), in the chain of their 256-bit kernels (`fma(isum·d, dy, acc)` per
+/// super-block). The values are unsigned, their offset 32 (Q6_K), 128 (IQ4_XS, whose scales
+/// are written for both halves of each sub-block of 32) or 4 (Q3_K): a sub-block's sum starts
+/// from minus the offset times the activations' sum of 16, so that the offset leaves the
+/// integer sum without a pass of its own.
 ///
 /// # Safety
 /// As [`q4_k`].
-pub(crate) unsafe fn q6_k(w: &[u8], t: &Tile) {
+pub(crate) unsafe fn offset_values(w: &[u8], t: &Tile, ty: GgmlType) {
     assert!(w.len() >= t.blocks * WIDE_BLOCK && (1..=WIDE_TOKENS).contains(&t.nx));
     let w = w.as_ptr();
     // SAFETY: the caller's contract.
-    unsafe { by_tokens!(q6_k_nx, t.nx, w, t) }
-}
-
-/// The sixteen rows of an unpacked IQ4_XS pair `w` (its values plus 128, each scale written
-/// for both halves of its sub-block of 32) against `t.nx` tokens, in the chain of
-/// `iq4_xs::tile_avx2`: [`q6_k`]'s kernel with the offset 128.
-///
-/// # Safety
-/// As [`q4_k`].
-pub(crate) unsafe fn iq4_xs(w: &[u8], t: &Tile) {
-    assert!(w.len() >= t.blocks * WIDE_BLOCK && (1..=WIDE_TOKENS).contains(&t.nx));
-    let w = w.as_ptr();
-    // SAFETY: the caller's contract.
-    unsafe { by_tokens!(iq4_xs_nx, t.nx, w, t) }
+    unsafe {
+        match ty {
+            GgmlType::IQ4_XS => by_tokens!(iq4_xs_nx, t.nx, w, t),
+            GgmlType::Q3_K => by_tokens!(q3_k_nx, t.nx, w, t),
+            _ => by_tokens!(q6_k_nx, t.nx, w, t),
+        }
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
@@ -498,6 +494,12 @@ unsafe fn q6_k_nx<const NX: usize>(w: *const u8, t: &Tile) {
 unsafe fn iq4_xs_nx<const NX: usize>(w: *const u8, t: &Tile) {
     // SAFETY: forwarded.
     unsafe { offset_nx::<NX, 7>(w, t) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn q3_k_nx<const NX: usize>(w: *const u8, t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe { offset_nx::<NX, 2>(w, t) }
 }
 
 /// Values stored unsigned, 2^SHIFT over their signed selves: each sub-block of 16 starts from
@@ -548,22 +550,4 @@ unsafe fn offset_nx<const NX: usize, const SHIFT: u32>(w: *const u8, t: &Tile) {
             _mm512_storeu_ps(t.out.add(n * t.out_stride), *a);
         }
     }
-}
-
-/// The sixteen rows of an unpacked Q3_K pair `w` against `t.nx` tokens, in the chain of
-/// `q3_k::tile_avx2`: [`q6_k`]'s kernel with the offset 4.
-///
-/// # Safety
-/// As [`q4_k`].
-pub(crate) unsafe fn q3_k(w: &[u8], t: &Tile) {
-    assert!(w.len() >= t.blocks * WIDE_BLOCK && (1..=WIDE_TOKENS).contains(&t.nx));
-    let w = w.as_ptr();
-    // SAFETY: the caller's contract.
-    unsafe { by_tokens!(q3_k_nx, t.nx, w, t) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn q3_k_nx<const NX: usize>(w: *const u8, t: &Tile) {
-    // SAFETY: forwarded.
-    unsafe { offset_nx::<NX, 2>(w, t) }
 }

@@ -262,9 +262,7 @@ impl Product<'_> {
                             match w.ty() {
                                 GgmlType::Q4_K => wide::q4_k(unpacked, &tile, self.q4k_pairs),
                                 GgmlType::Q5_K => wide::q5_k(unpacked, &tile),
-                                GgmlType::IQ4_XS => wide::iq4_xs(unpacked, &tile),
-                                GgmlType::Q3_K => wide::q3_k(unpacked, &tile),
-                                _ => wide::q6_k(unpacked, &tile),
+                                ty => wide::offset_values(unpacked, &tile, ty),
                             }
                         }
                         t += nx;

@@ -182,6 +182,21 @@ unsafe fn prefetch_ahead(s: *const u8, lines: usize) {
     }
 }
 
+/// Asks for the `bytes` of a super-block the K-quant kernels read a few blocks after the one
+/// at `g`: weights stream from memory in decode. Into L1 from [`super::PREFETCH_L1`] on, into
+/// L2 from [`super::PREFETCH_L2`] (`wrapping_add`: a prefetch past the weights' end is a hint
+/// that reads nothing).
+#[inline(always)]
+pub(super) fn prefetch_block(g: *const u8, bytes: usize) {
+    for l in (0..bytes).step_by(64) {
+        // SAFETY: SSE is part of x86-64; a prefetch dereferences nothing.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(g.wrapping_add(super::PREFETCH_L1 + l) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(g.wrapping_add(super::PREFETCH_L2 + l) as *const i8);
+        }
+    }
+}
+
 /// Activation bytes `4k..4k + 4` of block `b` of token `n`, in every 32-bit lane.
 ///
 /// # Safety
