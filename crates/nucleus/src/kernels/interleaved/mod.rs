@@ -253,25 +253,11 @@ impl<'a> GroupView<'a> {
     ) -> GroupView<'a> {
         unpack(ty, blocks, src, scales, unpacked);
         match ty {
-            GgmlType::Q4_K => GroupView {
+            // Read as stored, a group-block at a time.
+            GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => GroupView {
                 scales,
                 values: src,
-                stride: q4_k::GROUP_BLOCK,
-            },
-            GgmlType::Q5_K => GroupView {
-                scales,
-                values: src,
-                stride: q5_k::GROUP_BLOCK,
-            },
-            GgmlType::IQ4_XS => GroupView {
-                scales,
-                values: src,
-                stride: iq4_xs::GROUP_BLOCK,
-            },
-            GgmlType::Q3_K => GroupView {
-                scales,
-                values: src,
-                stride: q3_k::GROUP_BLOCK,
+                stride: pack::group_block_bytes(ty),
             },
             GgmlType::Q6_K => GroupView {
                 scales,

@@ -66,7 +66,7 @@ impl Store {
 }
 
 /// Bytes of one group-block in the packed layout.
-fn group_block_bytes(ty: GgmlType) -> usize {
+pub(super) fn group_block_bytes(ty: GgmlType) -> usize {
     match ty {
         GgmlType::Q8_0 => 16 + 256,
         GgmlType::Q5_0 => 16 + 128 + 32,
