@@ -31,9 +31,6 @@ pub use blocks::{dequantize_row, quantize_row, quantize_row_act};
 pub(crate) use blocks_low_bit::{iq4_xs_scales, q3_k_scales, KVALUES_IQ4NL, KVALUES_MXFP4};
 pub(crate) use dispatch::DotFn;
 pub use dispatch::{amx_status, available_levels, simd_level, SimdLevel};
-/// The arithmetic of llama.cpp's tiled Q6_K kernel, which the interleaved Q6_K products keep.
-#[cfg(test)]
-pub(crate) use scalar::dot_q6_k_batched;
 pub use types::GgmlType;
 
 /// The type activations are quantized to before a dot product with a row of weight type `ty`

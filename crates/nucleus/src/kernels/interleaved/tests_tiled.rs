@@ -1,9 +1,9 @@
-//! The K-quants that llama.cpp computes a prompt of with its tiled kernel on x86 (Q3_K, Q5_K,
+//! The types that llama.cpp computes a prompt of with its tiled kernel on x86 (Q3_K, Q5_K, Q6_K,
 //! IQ4_XS): repacked, every token count gives that kernel's bits, with the SIMD kernels and the
-//! scalar ones.
+//! scalar ones: the same bits for a token alone and among many.
 
 use super::pack::pack;
-use super::tests::wide_q8_k_acts;
+use super::tests::{random_q6_k, wide_q8_k_acts};
 use super::*;
 use crate::kernels::matmul::{matmul_rows, PromptSlot, QMatrix};
 use crate::kernels::test_rng::Rng;
@@ -125,4 +125,11 @@ fn iq4_xs_packed_has_the_tiled_kernels_bits() {
 #[test]
 fn q3_k_packed_has_the_tiled_kernels_bits() {
     packed_has_the_tiled_kernels_bits(GgmlType::Q3_K, random_q3_k, 912, 19);
+}
+
+/// Q6_K (`dot_q6_k_batched`): per super-block `fma(isum·d, dy, acc)`; the file's bytes,
+/// rearranged (1680 = 8 × 210 a group-block).
+#[test]
+fn q6_k_packed_has_the_tiled_kernels_bits() {
+    packed_has_the_tiled_kernels_bits(GgmlType::Q6_K, random_q6_k, 1680, 16);
 }

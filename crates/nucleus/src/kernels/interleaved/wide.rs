@@ -71,21 +71,26 @@ pub(super) unsafe fn join(a: *const u8, b: *const u8) -> __m512i {
     }
 }
 
-/// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored Q4_K groups `pair`; the CPU
-/// has AVX-512 F/BW.
-pub(crate) fn unpack_q4_k(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
+/// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored groups `pair` of `ty`: Q4_K's
+/// nibbles and Q5_K's values with their fifth bit as they are (with the scales and mins),
+/// Q6_K's values whole (each group's joined in registers by `q6_k::for_each_chunk`), IQ4_XS's
+/// looked up and stored plus 128 (each sub-block's scale written for its two halves of 16, the
+/// layout of Q6_K's sixteen sub-blocks), Q3_K's unsigned (its two low bits and its third
+/// joined). The CPU has AVX-512 F/BW.
+pub(crate) fn unpack(ty: GgmlType, blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
     assert!(dst.len() >= blocks * WIDE_BLOCK);
-    assert!(pair.iter().all(|g| g.len() >= blocks * q4_k::GROUP_BLOCK));
+    let group_block = super::pack::group_block_bytes(ty);
+    assert!(pair.iter().all(|g| g.len() >= blocks * group_block));
     // SAFETY: the sizes are checked; the caller checked the CPU.
-    unsafe { unpack_k4_avx512::<false>(blocks, pair, dst) }
-}
-
-/// [`unpack_q4_k`] for stored Q5_K groups: each value's fifth bit joined to its nibble.
-pub(crate) fn unpack_q5_k(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
-    assert!(dst.len() >= blocks * WIDE_BLOCK);
-    assert!(pair.iter().all(|g| g.len() >= blocks * q5_k::GROUP_BLOCK));
-    // SAFETY: the sizes are checked; the caller checked the CPU.
-    unsafe { unpack_k4_avx512::<true>(blocks, pair, dst) }
+    unsafe {
+        match ty {
+            GgmlType::Q4_K => unpack_k4_avx512::<false>(blocks, pair, dst),
+            GgmlType::Q5_K => unpack_k4_avx512::<true>(blocks, pair, dst),
+            GgmlType::IQ4_XS => unpack_iq4_xs_avx512(blocks, pair, dst),
+            GgmlType::Q3_K => unpack_q3_k_avx512(blocks, pair, dst),
+            _ => unpack_q6_k_avx512(blocks, pair, dst),
+        }
+    }
 }
 
 /// `FIFTH`: Q5_K's groups (Q4_K's layout, then the fifth bits), else Q4_K's.
@@ -154,15 +159,6 @@ unsafe fn unpack_k4_avx512<const FIFTH: bool>(blocks: usize, [a, b]: [&[u8]; 2],
     }
 }
 
-/// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored Q6_K groups `pair`; the CPU
-/// has AVX-512 F/BW (each group's values joined in registers by `q6_k::for_each_chunk`).
-pub(crate) fn unpack_q6_k(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
-    assert!(dst.len() >= blocks * WIDE_BLOCK);
-    assert!(pair.iter().all(|g| g.len() >= blocks * q6_k::GROUP_BLOCK));
-    // SAFETY: the sizes are checked; the caller checked the CPU.
-    unsafe { unpack_q6_k_avx512(blocks, pair, dst) }
-}
-
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
 unsafe fn unpack_q6_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
     for blk in 0..blocks {
@@ -183,16 +179,6 @@ unsafe fn unpack_q6_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) 
             });
         }
     }
-}
-
-/// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored IQ4_XS groups `pair`: each
-/// value looked up and stored plus 128 (unsigned), each sub-block's scale written for its two
-/// halves of 16 (the layout of Q6_K's sixteen sub-blocks); the CPU has AVX-512 F/BW.
-pub(crate) fn unpack_iq4_xs(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
-    assert!(dst.len() >= blocks * WIDE_BLOCK);
-    assert!(pair.iter().all(|g| g.len() >= blocks * iq4_xs::GROUP_BLOCK));
-    // SAFETY: the sizes are checked; the caller checked the CPU.
-    unsafe { unpack_iq4_xs_avx512(blocks, pair, dst) }
 }
 
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
@@ -236,16 +222,6 @@ unsafe fn unpack_iq4_xs_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]
             }
         }
     }
-}
-
-/// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored Q3_K groups `pair`: each
-/// value unsigned (its two low bits and its third joined), the scales as stored (the layout
-/// of Q6_K's sixteen sub-blocks); the CPU has AVX-512 F/BW.
-pub(crate) fn unpack_q3_k(blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
-    assert!(dst.len() >= blocks * WIDE_BLOCK);
-    assert!(pair.iter().all(|g| g.len() >= blocks * q3_k::GROUP_BLOCK));
-    // SAFETY: the sizes are checked; the caller checked the CPU.
-    unsafe { unpack_q3_k_avx512(blocks, pair, dst) }
 }
 
 #[target_feature(enable = "avx2,avx512f,avx512bw")]

@@ -238,13 +238,7 @@ impl Product<'_> {
             for (p, dst) in buf.chunks_exact_mut(pair_bytes).enumerate() {
                 let g = gs.start + 2 * p;
                 let pair = [w.group(g), w.group(g + 1)];
-                match w.ty() {
-                    GgmlType::Q4_K => wide::unpack_q4_k(blocks, pair, dst),
-                    GgmlType::Q5_K => wide::unpack_q5_k(blocks, pair, dst),
-                    GgmlType::IQ4_XS => wide::unpack_iq4_xs(blocks, pair, dst),
-                    GgmlType::Q3_K => wide::unpack_q3_k(blocks, pair, dst),
-                    _ => wide::unpack_q6_k(blocks, pair, dst),
-                }
+                wide::unpack(w.ty(), blocks, pair, dst);
             }
             for tb in (0..nt).step_by(TOKEN_BLOCK) {
                 let te = (tb + TOKEN_BLOCK).min(nt);
