@@ -26,6 +26,7 @@ mod tests_low_bit;
 #[cfg(test)]
 mod tests_quantizers;
 
+#[cfg(test)]
 pub(crate) use blocks::scale_min_k4;
 pub use blocks::{dequantize_row, quantize_row, quantize_row_act};
 pub(crate) use blocks_low_bit::{iq4_xs_scales, q3_k_scales, KVALUES_IQ4NL, KVALUES_MXFP4};

@@ -20,6 +20,7 @@
 //!   one. (The file keeps sub-block `j`'s values `32j + l` and `32j + 16 + l` in byte
 //!   `16j + l`.)
 
+use super::interleave::{interleave_bytes, interleave_words, put, words};
 use super::q4_k::ACT_BLOCK;
 use super::{GroupView, Tile, GROUP_ROWS};
 use crate::quant::KVALUES_IQ4NL;
@@ -33,34 +34,31 @@ pub(crate) const GROUP_BLOCK: usize = NIBBLES + GROUP_ROWS * 128;
 
 /// Writes group-block `dst` (GROUP_BLOCK bytes) from the eight file blocks `rows[r]`.
 pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
+    let (mut nibbles, mut scales) = ([[0u8; 128]; GROUP_ROWS], [0u64; GROUP_ROWS]);
     for (r, b) in rows.iter().enumerate() {
         debug_assert_eq!(b.len(), FILE_BLOCK);
         dst[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
-        let scales = crate::quant::iq4_xs_scales(b);
-        for (j, s) in scales.iter().enumerate() {
-            dst[SCALES + 8 * j + r] = *s as i8 as u8;
-        }
+        let s = crate::quant::iq4_xs_scales(b);
+        scales[r] = u64::from_le_bytes(std::array::from_fn(|j| s[j] as i8 as u8));
         // Chunk c of pair p takes values 64p + 4c.. (sub-block 2p, places 4c..) and 64p + 32 +
         // 4c.. (sub-block 2p + 1): from the file bytes 16·(2p) + 4(c % 4).. and 16·(2p + 1) +
         // 4(c % 4).., their low nibbles for c < 4, their high ones after. Four at a time.
-        let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let qs: [u32; 32] = words(&b[8..]);
         const LOW: u32 = 0x0F0F_0F0F;
         for p in 0..4 {
             for c in 0..8 {
-                let (lo, hi) = (
-                    word(8 + 32 * p + 4 * (c % 4)),
-                    word(24 + 32 * p + 4 * (c % 4)),
-                );
+                let (lo, hi) = (qs[8 * p + c % 4], qs[8 * p + 4 + c % 4]);
                 let packed = if c < 4 {
                     (lo & LOW) | (hi & LOW) << 4
                 } else {
                     (lo >> 4 & LOW) | (hi & !LOW)
                 };
-                let at = NIBBLES + 256 * p + 32 * c + 4 * r;
-                dst[at..at + 4].copy_from_slice(&packed.to_le_bytes());
+                put(&mut nibbles[r], 8 * p + c, packed);
             }
         }
     }
+    interleave_bytes(scales, &mut dst[SCALES..]);
+    interleave_words(&nibbles, &mut dst[NIBBLES..]);
 }
 
 /// The reference kernel: the arithmetic of the module doc, per output.

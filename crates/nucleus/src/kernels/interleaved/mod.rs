@@ -75,6 +75,7 @@ mod amx_layout;
 mod amx_tiles;
 mod choice;
 pub mod huge_pages;
+mod interleave;
 mod iq4_xs;
 mod lines;
 mod pack;
@@ -105,7 +106,7 @@ pub use amx::{amx_refusal, uses_amx};
 #[cfg(test)]
 use choice::tile_use;
 use choice::{How, TileAsk, TileUse};
-pub use pack::{pack, pack_releasing, PackedMatrix};
+pub use pack::{pack, pack_releasing, repack_into, PackedMatrix};
 
 /// Why prompts do not run on AMX tiles here (always, on other architectures).
 #[cfg(not(target_arch = "x86_64"))]

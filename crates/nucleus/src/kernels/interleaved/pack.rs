@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use super::interleave::interleave_rows;
 use super::{iq4_xs, q3_k, q4_k, q5_k, q6_k, GROUP_ROWS, QK};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{GgmlType, KVALUES_IQ4NL, KVALUES_MXFP4};
@@ -211,16 +212,28 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
     if !can_pack(w.ty, w.rows, w.cols) || (w.ty == GgmlType::MXFP4 && !mxfp4_packs(w.data)) {
         return None;
     }
-    let rb = w.ty.row_bytes(w.cols)?;
+    // Zeroed pages, fresh from the kernel: every packing below writes a byte before it reads
+    // it (a read first would map the zero page and make the write a copy-on-write fault with
+    // a TLB flush on every core: it was most of a 7B file's load time).
+    let mut store = Store::fresh(packed_len(w.ty, w.rows, w.cols));
+    fill(w, store.owned_mut(), done);
+    Some(PackedMatrix {
+        ty: w.ty,
+        rows: w.rows,
+        cols: w.cols,
+        data: store,
+    })
+}
+
+/// Packs `w` into `data` (its packed length), calling `done` as [`pack_releasing`] says.
+fn fill(w: &QMatrix, data: &mut [u8], done: &(dyn Fn(usize, usize) + Sync)) {
+    let rb =
+        w.ty.row_bytes(w.cols)
+            .expect("a packed shape has whole blocks");
     let blocks = w.cols / block_len(w.ty);
     let bb = rb / blocks;
     let gbb = group_block_bytes(w.ty);
     let group_bytes = blocks * gbb;
-    // Zeroed pages, fresh from the kernel: every packing below writes a byte before it reads
-    // it (a read first would map the zero page and make the write a copy-on-write fault with
-    // a TLB flush on every core: it was most of a 7B file's load time).
-    let mut store = Store::fresh(w.rows / GROUP_ROWS * group_bytes);
-    let data = store.owned_mut();
     let pack_group = |g: usize, out: &mut [u8]| {
         for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
             let row = |j: usize| {
@@ -263,12 +276,20 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
             }
         }
     });
-    Some(PackedMatrix {
-        ty: w.ty,
-        rows: w.rows,
-        cols: w.cols,
-        data: store,
-    })
+}
+
+/// Packs `w` again into `into`'s memory, a packed matrix of `w`'s type and shape that owns its
+/// bytes (for `examples/pack_bench.rs`: the packing's own cost, without fresh pages'); `None`
+/// when the two differ or `into` is mapped from a file.
+pub fn repack_into(w: &QMatrix, mut into: PackedMatrix) -> Option<PackedMatrix> {
+    if (into.ty, into.rows, into.cols) != (w.ty, w.rows, w.cols) {
+        return None;
+    }
+    if matches!(into.data, Store::Mapped { .. }) {
+        return None;
+    }
+    fill(w, into.data.owned_mut(), &|_, _| {});
+    Some(into)
 }
 
 /// One block of a group into `dst`, in the group layout: `row(j)` is the block's bytes in row
@@ -283,32 +304,27 @@ fn pack_block<'a>(ty: GgmlType, row: impl Fn(usize) -> &'a [u8], dst: &mut [u8])
         GgmlType::Q3_K => q3_k::pack_group_block(std::array::from_fn(&row), dst),
         GgmlType::Q6_K => q6_k::pack_group_block(std::array::from_fn(&row), dst),
         GgmlType::Q8_0 => {
-            // Four bytes at a time: this is most of the load time of a large output
+            // Eight rows' words at a time: this is most of the load time of a large output
             // projection.
+            let rows: [&[u8]; GROUP_ROWS] = std::array::from_fn(|j| &row(j)[2..]);
             for j in 0..GROUP_ROWS {
-                let src = row(j);
-                dst[2 * j..2 * j + 2].copy_from_slice(&src[..2]);
-                for k in 0..QK / 4 {
-                    let to = 16 + 32 * k + 4 * j;
-                    dst[to..to + 4].copy_from_slice(&src[2 + 4 * k..6 + 4 * k]);
-                }
+                dst[2 * j..2 * j + 2].copy_from_slice(&row(j)[..2]);
             }
+            interleave_rows(rows, QK / 4, &mut dst[16..]);
         }
         GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => {
             // The file's byte i holds values i and i + 16, which the layout puts in one
             // byte too (chunk i / 4, place 4j + i % 4): four bytes at a time.
+            let at = if ty == GgmlType::MXFP4 { 1 } else { 2 };
             for j in 0..GROUP_ROWS {
                 let src = row(j);
-                let (d, qs) = match ty {
-                    GgmlType::MXFP4 => (mxfp4_scale_f16(src).unwrap_or(0), &src[1..17]),
-                    _ => (u16::from_le_bytes([src[0], src[1]]), &src[2..18]),
+                let d = match ty {
+                    GgmlType::MXFP4 => mxfp4_scale_f16(src).unwrap_or(0),
+                    _ => u16::from_le_bytes([src[0], src[1]]),
                 };
                 dst[2 * j..2 * j + 2].copy_from_slice(&d.to_le_bytes());
-                for c in 0..4 {
-                    let to = 16 + 32 * c + 4 * j;
-                    dst[to..to + 4].copy_from_slice(&qs[4 * c..4 * c + 4]);
-                }
             }
+            interleave_rows(std::array::from_fn(|j| &row(j)[at..]), 4, &mut dst[16..]);
         }
         _ => {
             // Q5_0 ORs its bits in: the block written first, so that no read of fresh memory

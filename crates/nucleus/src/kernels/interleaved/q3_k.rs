@@ -20,6 +20,7 @@
 //! - `144..656`: the low two bits of `u`, sixteen vectors: bits `2(k % 4)..` of vector `k / 4`;
 //! - `656..912`: the third bit of `u`, eight vectors: bit `k % 8` of vector `k / 8`.
 
+use super::interleave::{interleave_bytes, interleave_words, put, words};
 use super::q4_k::ACT_BLOCK;
 use super::{GroupView, Tile, GROUP_ROWS};
 
@@ -34,34 +35,41 @@ pub(crate) const GROUP_BLOCK: usize = HIGH + 8 * 32;
 /// Writes group-block `dst` (GROUP_BLOCK bytes) from the eight file blocks `rows[r]`. Every
 /// byte is written before any is read (fresh memory: see `pack::pack_releasing`).
 pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
-    // Word `8v + r` of each plane: row r's four places of vector v.
-    let mut low = [0u32; 16 * GROUP_ROWS];
-    let mut high = [0u32; 8 * GROUP_ROWS];
+    // Row r's words: vector v of the low plane, of the high plane.
+    let (mut low, mut high) = ([[0u8; 64]; GROUP_ROWS], [[0u8; 32]; GROUP_ROWS]);
+    let mut scales = [[0u64; GROUP_ROWS]; 2];
     for (r, b) in rows.iter().enumerate() {
         debug_assert_eq!(b.len(), FILE_BLOCK);
         dst[2 * r..2 * r + 2].copy_from_slice(&b[108..110]);
-        for (j, s) in crate::quant::q3_k_scales(b).iter().enumerate() {
-            dst[SCALES + 8 * j + r] = *s as i8 as u8;
+        let s = crate::quant::q3_k_scales(b);
+        for (h, half) in scales.iter_mut().enumerate() {
+            half[r] = u64::from_le_bytes(std::array::from_fn(|j| s[8 * h + j] as i8 as u8));
         }
         // In the file value e = 128h + 32s + l has its two low bits at bits 2s of qs[32h + l]
         // and its third (u's: set when q ≥ 0) at bit 4h + s of hmask[l]. Its chunk is
         // k = 32h + 8s + c with c = l / 4: low vector 8h + 2s + c / 4 (bits 2(c % 4)), high
         // vector 4h + s (bit c). Four places (l = 4c..4c + 4) at a time.
-        let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let (hmask, qs): ([u32; 8], [u32; 16]) = (words(b), words(&b[32..]));
         for h in 0..2 {
             for s in 0..4 {
-                for c in 0..8 {
-                    let q = word(32 + 32 * h + 4 * c) >> (2 * s) & 0x0303_0303;
-                    low[8 * (8 * h + 2 * s + c / 4) + r] |= q << (2 * (c % 4));
-                    let m = word(4 * c) >> (4 * h + s) & 0x0101_0101;
-                    high[8 * (4 * h + s) + r] |= m << c;
+                let (mut lo, mut hi, mut third) = (0, 0, 0);
+                for c in 0..4 {
+                    lo |= (qs[8 * h + c] >> (2 * s) & 0x0303_0303) << (2 * c);
+                    hi |= (qs[8 * h + 4 + c] >> (2 * s) & 0x0303_0303) << (2 * c);
                 }
+                for c in 0..8 {
+                    third |= (hmask[c] >> (4 * h + s) & 0x0101_0101) << c;
+                }
+                put(&mut low[r], 8 * h + 2 * s, lo);
+                put(&mut low[r], 8 * h + 2 * s + 1, hi);
+                put(&mut high[r], 4 * h + s, third);
             }
         }
     }
-    for (i, w) in low.iter().chain(&high).enumerate() {
-        dst[LOW + 4 * i..LOW + 4 * i + 4].copy_from_slice(&w.to_le_bytes());
-    }
+    interleave_bytes(scales[0], &mut dst[SCALES..]);
+    interleave_bytes(scales[1], &mut dst[SCALES + 64..]);
+    interleave_words(&low, &mut dst[LOW..]);
+    interleave_words(&high, &mut dst[HIGH..]);
 }
 
 /// Value `u` (0..=7) of chunk `k`, place `4r + m`, of the group-block `g`.

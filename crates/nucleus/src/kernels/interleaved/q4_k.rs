@@ -21,7 +21,6 @@
 //!   (sub-block `2p`) and value `64p + 32 + 4c + m` in its high nibble (sub-block `2p + 1`).
 
 use super::{GroupView, Tile, GROUP_ROWS};
-use crate::quant::scale_min_k4;
 
 /// Inputs per super-block.
 pub(crate) const QK_K: usize = 256;
@@ -43,21 +42,46 @@ pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
 /// [`pack_group_block`] for blocks whose 128 bytes of nibbles start at `nibbles_at` (Q5_K's
 /// after its fifth bits), their d, dmin and 12 scale bytes first as in Q4_K's.
 pub(crate) fn pack_group_block_with(rows: [&[u8]; GROUP_ROWS], nibbles_at: usize, dst: &mut [u8]) {
+    let (mut scales, mut mins) = ([0u64; GROUP_ROWS], [0u64; GROUP_ROWS]);
     for (r, b) in rows.iter().enumerate() {
         dst[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
         dst[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
+        (scales[r], mins[r]) = scales_mins(&b[4..16]);
+    }
+    super::interleave::interleave_bytes(scales, &mut dst[SCALES..]);
+    super::interleave::interleave_pairs(mins, &mut dst[MINS..]);
+    // File: byte l of pair p's 32 holds value 64p + l (low) and 64p + 32 + l (high), so the
+    // file's word 8p + c is chunk c of pair p.
+    let nibbles = rows.map(|b| &b[nibbles_at..nibbles_at + FILE_BLOCK - 16]);
+    super::interleave::interleave_rows(nibbles, 32, &mut dst[NIBBLES..]);
+}
+
+/// The eight 6-bit scales and mins of a K-quant super-block's 12 bytes, byte `j` of each
+/// word being sub-block `j`'s (`quant::scale_min_k4`, four bytes at a time).
+fn scales_mins(q: &[u8]) -> (u64, u64) {
+    let [a, b, c]: [u32; 3] = super::interleave::words(q);
+    let low = |x: u32| x & 0x3F3F_3F3F;
+    let high = |x: u32, top: u32| x & 0x0F0F_0F0F | (top >> 6 & 0x0303_0303) << 4;
+    let word = |lo: u32, hi: u32| lo as u64 | (hi as u64) << 32;
+    (word(low(a), high(c, a)), word(low(b), high(c >> 4, b)))
+}
+
+#[cfg(test)]
+#[test]
+fn scales_and_mins_four_at_a_time_are_scale_min_k4s() {
+    use crate::quant::scale_min_k4;
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for _ in 0..1000 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let q: [u8; 12] = std::array::from_fn(|i| (seed.rotate_left(5 * i as u32) >> 13) as u8);
+        let (s, m) = scales_mins(&q);
         for j in 0..8 {
-            let (s, m) = scale_min_k4(j, &b[4..16]);
-            dst[SCALES + 8 * j + r] = s;
-            dst[MINS + 16 * (j / 2) + 2 * r + j % 2] = m;
-        }
-        // File: byte l of pair p's 32 holds value 64p + l (low) and 64p + 32 + l (high).
-        let qs = &b[nibbles_at..nibbles_at + FILE_BLOCK - 16];
-        for p in 0..4 {
-            for c in 0..8 {
-                let at = NIBBLES + 256 * p + 32 * c + 4 * r;
-                dst[at..at + 4].copy_from_slice(&qs[32 * p + 4 * c..32 * p + 4 * c + 4]);
-            }
+            assert_eq!(
+                scale_min_k4(j, &q),
+                ((s >> (8 * j)) as u8, (m >> (8 * j)) as u8)
+            );
         }
     }
 }

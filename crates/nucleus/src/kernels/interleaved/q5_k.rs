@@ -36,19 +36,81 @@ pub(crate) const GROUP_BLOCK: usize = HIGH + 256;
 /// nibble and bit `2p + 1`.
 pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
     super::q4_k::pack_group_block_with(rows, 48, dst);
+    // Row r's word 2p + e: the fifth bits of sub-block 2p + e, place m in its byte m.
+    let mut high = [[0u8; 32]; GROUP_ROWS];
     for (r, b) in rows.iter().enumerate() {
         debug_assert_eq!(b.len(), FILE_BLOCK);
-        let qh = &b[16..48];
-        for m in 0..4 {
-            // Byte c of `x` is qh[4c + m]: bit b of it is the fifth bit of value 32b + 4c + m,
-            // so the transpose's byte b holds sub-block b's bits of chunks c = 0..8.
-            let x = (0..8).fold(0u64, |x, c| x | (qh[4 * c + m] as u64) << (8 * c));
-            let t = transpose_bits(x).to_le_bytes();
-            for p in 0..4 {
-                dst[HIGH + 64 * p + 4 * r + m] = t[2 * p];
-                dst[HIGH + 64 * p + 32 + 4 * r + m] = t[2 * p + 1];
-            }
+        let qh: &[u8; 32] = b[16..48].try_into().unwrap();
+        #[cfg(target_arch = "x86_64")]
+        if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2 {
+            // SAFETY: AVX2 is present (`simd_level` checked the CPU).
+            high[r] = unsafe { fifth_bits_avx2(qh) };
+            continue;
         }
+        high[r] = fifth_bits(qh);
+    }
+    super::interleave::interleave_words(&high, &mut dst[HIGH..]);
+}
+
+/// A block's fifth bits `qh` as the layout keeps them: byte `4b + m` holds, at bit `c`, the
+/// bit of value `32b + 4c + m` (bit `b` of `qh[4c + m]`).
+fn fifth_bits(qh: &[u8; 32]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    for m in 0..4 {
+        // Byte c of `x` is qh[4c + m]: bit b of it is the fifth bit of value 32b + 4c + m,
+        // so the transpose's byte b holds sub-block b's bits of chunks c = 0..8.
+        let x = (0..8).fold(0u64, |x, c| x | (qh[4 * c + m] as u64) << (8 * c));
+        for (b, byte) in transpose_bits(x).to_le_bytes().into_iter().enumerate() {
+            out[4 * b + m] = byte;
+        }
+    }
+    out
+}
+
+/// [`fifth_bits`] with AVX2: the bytes ordered `8m + c`, then one `vpmovmskb` per bit plane.
+///
+/// # Safety
+/// AVX2 must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fifth_bits_avx2(qh: &[u8; 32]) -> [u8; 32] {
+    use std::arch::x86_64::*;
+    // SAFETY: 32 bytes read from and written to arrays of 32 (unaligned).
+    unsafe {
+        let x = _mm256_loadu_si256(qh.as_ptr().cast());
+        // In each 128-bit lane (c = 0..4 or 4..8): byte 4c + m to dword m, byte c % 4 of it.
+        let by_m = _mm256_setr_epi8(
+            0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
+            10, 14, 3, 7, 11, 15,
+        );
+        let x = _mm256_shuffle_epi8(x, by_m);
+        // Dwords (lane, m) to 2m + lane: byte 8m + c holds qh[4c + m].
+        let mut y = _mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let mut out = [0u8; 32];
+        for b in (0..8).rev() {
+            // Bit b of every byte is at bit 7: the mask's bit 8m + c.
+            let mask = _mm256_movemask_epi8(y) as u32;
+            out[4 * b..4 * b + 4].copy_from_slice(&mask.to_le_bytes());
+            y = _mm256_add_epi8(y, y);
+        }
+        out
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+#[test]
+fn fifth_bits_with_avx2_are_the_scalar_ones() {
+    if crate::quant::simd_level() < crate::quant::SimdLevel::Avx2 {
+        return;
+    }
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..256 {
+        let qh: [u8; 32] = std::array::from_fn(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (seed >> 56) as u8
+        });
+        // SAFETY: AVX2 checked above.
+        assert_eq!(unsafe { fifth_bits_avx2(&qh) }, fifth_bits(&qh));
     }
 }
 

@@ -27,6 +27,7 @@
 //! (values `16j + 4i ..+4`) at `+ 32i`, byte `4r + m` value `16j + 4i + m` of row `r`. One
 //! tile of tokens (decode) reads the stored layout and unpacks in registers.
 
+use super::interleave::{interleave_bytes, interleave_words, put, words};
 use super::{GroupView, Tile, GROUP_ROWS};
 
 /// Bytes of a Q6_K super-block in the file: ql[128], qh[64], scales[16] (i8), d (f16).
@@ -49,34 +50,34 @@ pub(crate) const UNPACKED_BLOCK: usize = NIBBLES + GROUP_ROWS * 256;
 /// nibbles from `ql[64h + l]` and `ql[64h + 32 + l]` and their high bits side by side from
 /// bits `4(p % 2)..` of `qh[32h + l]`, with `h = p / 2`.
 pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
-    let word = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    // Row r's words: nibbles of pair p, chunk c at 8p + c; high bits of pair p, chunks c and
+    // c + 4 at 4p + c.
+    let (mut nibbles, mut high) = ([[0u8; 128]; GROUP_ROWS], [[0u8; 64]; GROUP_ROWS]);
+    let mut scales = [[0u32; 4]; GROUP_ROWS];
     for (r, b) in rows.iter().enumerate() {
         dst[2 * r..2 * r + 2].copy_from_slice(&b[208..210]);
-        for j in 0..16 {
-            dst[SCALES + 8 * j + r] = b[192 + j];
-        }
+        scales[r] = words(&b[192..]);
+        let (ql, qh): ([u32; 32], [u32; 16]) = (words(b), words(&b[128..]));
         for p in 0..4 {
             let (h, shift) = (p / 2, 4 * (p % 2) as u32);
-            let nibbles = |l: usize| {
-                let lo = (word(b, 64 * h + l) >> shift) & 0x0F0F_0F0F;
-                let hi = (word(b, 64 * h + 32 + l) >> shift) & 0x0F0F_0F0F;
-                lo | hi << 4
-            };
-            let bits = |l: usize| (word(b, 128 + 32 * h + l) >> shift) & 0x0F0F_0F0F;
             for c in 0..8 {
-                let at = NIBBLES + 256 * p + 32 * c + 4 * r;
-                dst[at..at + 4].copy_from_slice(&nibbles(4 * c).to_le_bytes());
+                let lo = (ql[16 * h + c] >> shift) & 0x0F0F_0F0F;
+                let hi = (ql[16 * h + 8 + c] >> shift) & 0x0F0F_0F0F;
+                put(&mut nibbles[r], 8 * p + c, lo | hi << 4);
             }
-            // Chunks c and c + 4 share the high bits' bytes. Written, never read: a read of
-            // fresh memory maps the zero page, and the write after it costs a copy and a TLB
-            // flush on every core (most of a 7B file's load time, before).
+            let bits = |c: usize| (qh[8 * h + c] >> shift) & 0x0F0F_0F0F;
             for c in 0..4 {
-                let at = HIGH + 128 * p + 32 * c + 4 * r;
-                let both = bits(4 * c) | bits(4 * (c + 4)) << 4;
-                dst[at..at + 4].copy_from_slice(&both.to_le_bytes());
+                put(&mut high[r], 4 * p + c, bits(c) | bits(c + 4) << 4);
             }
         }
     }
+    // Written, never read: a read of fresh memory maps the zero page, and the write after it
+    // costs a copy and a TLB flush on every core (most of a 7B file's load time, before).
+    let half = |h: usize| scales.map(|w| w[2 * h] as u64 | (w[2 * h + 1] as u64) << 32);
+    interleave_bytes(half(0), &mut dst[SCALES..]);
+    interleave_bytes(half(1), &mut dst[SCALES + 64..]);
+    interleave_words(&nibbles, &mut dst[NIBBLES..]);
+    interleave_words(&high, &mut dst[HIGH..]);
 }
 
 /// Unpacks `blocks` stored group-blocks of `src` into `values` ([`UNPACKED_BLOCK`] bytes

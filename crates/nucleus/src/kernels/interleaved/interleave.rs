@@ -1,0 +1,243 @@
+//! The transpose every packing ends with: eight rows' four-byte words interleaved, row `r`'s
+//! word `k` to bytes `32k + 4r..32k + 4r + 4` (chunk `k`, places `4r..4r + 4` of every chunked
+//! layout here). With AVX2, eight words of the eight rows at a time (an 8×8 transpose in
+//! registers): it was half of a K-quant file's packing time, word by word.
+
+use super::GROUP_ROWS;
+use crate::quant::{simd_level, SimdLevel};
+
+/// Interleaves the first `words` four-byte words of each of `rows` into `dst[..32 * words]`.
+/// Every byte of that stretch of `dst` is written, none read (it may be fresh memory: see
+/// `pack::pack_releasing`).
+///
+/// # Panics
+/// When a row is shorter than `4 * words` bytes or `dst` than `32 * words`.
+#[inline]
+pub(super) fn interleave_rows(rows: [&[u8]; GROUP_ROWS], words: usize, dst: &mut [u8]) {
+    let rows = rows.map(|r| &r[..4 * words]);
+    let dst = &mut dst[..32 * words];
+    #[cfg(target_arch = "x86_64")]
+    if words % 8 == 0 && simd_level() >= SimdLevel::Avx2 {
+        // SAFETY: AVX2 is present (`simd_level` checked the CPU); the lengths were cut above.
+        unsafe { interleave_avx2(rows, dst) };
+        return;
+    }
+    interleave_scalar(rows, dst);
+}
+
+/// [`interleave_rows`] of words held in arrays: row `r`'s word `k` is `words[r][4k..4k + 4]`.
+#[inline]
+pub(super) fn interleave_words<const B: usize>(words: &[[u8; B]; GROUP_ROWS], dst: &mut [u8]) {
+    interleave_rows(words.each_ref().map(|w| w.as_slice()), B / 4, dst)
+}
+
+/// The `N` little-endian words of `bytes[..4 * N]`.
+#[inline(always)]
+pub(super) fn words<const N: usize>(bytes: &[u8]) -> [u32; N] {
+    let bytes = &bytes[..4 * N];
+    std::array::from_fn(|k| u32::from_le_bytes(bytes[4 * k..4 * k + 4].try_into().unwrap()))
+}
+
+/// Stores `v` as word `k` of `words`.
+#[inline(always)]
+pub(super) fn put<const B: usize>(words: &mut [u8; B], k: usize, v: u32) {
+    words[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Eight rows' eight bytes interleaved: byte `j` of `rows[r]` (little-endian) to `dst[8j + r]`
+/// (a K-quant group-block's scales, sub-block `j` of row `r`).
+#[inline]
+pub(super) fn interleave_bytes(rows: [u64; GROUP_ROWS], dst: &mut [u8]) {
+    let dst: &mut [u8; 64] = (&mut dst[..64]).try_into().unwrap();
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is part of x86_64; `dst` holds 64 bytes (unaligned stores).
+        unsafe {
+            let v = rows.map(|r| _mm_cvtsi64_si128(r as i64));
+            let x: [__m128i; 4] =
+                std::array::from_fn(|i| _mm_unpacklo_epi8(v[2 * i], v[2 * i + 1]));
+            let (y0, y1) = (
+                _mm_unpacklo_epi16(x[0], x[1]),
+                _mm_unpackhi_epi16(x[0], x[1]),
+            );
+            let (y2, y3) = (
+                _mm_unpacklo_epi16(x[2], x[3]),
+                _mm_unpackhi_epi16(x[2], x[3]),
+            );
+            let z = [
+                _mm_unpacklo_epi32(y0, y2),
+                _mm_unpackhi_epi32(y0, y2),
+                _mm_unpacklo_epi32(y1, y3),
+                _mm_unpackhi_epi32(y1, y3),
+            ];
+            for (i, z) in z.iter().enumerate() {
+                _mm_storeu_si128(dst.as_mut_ptr().add(16 * i).cast(), *z);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    bytes_scalar(rows, dst);
+}
+
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn bytes_scalar(rows: [u64; GROUP_ROWS], dst: &mut [u8; 64]) {
+    for (j, out) in dst.chunks_exact_mut(GROUP_ROWS).enumerate() {
+        for (r, b) in out.iter_mut().enumerate() {
+            *b = (rows[r] >> (8 * j)) as u8;
+        }
+    }
+}
+
+/// Eight rows' four pairs of bytes interleaved: pair `p` of `rows[r]` (bytes `2p, 2p + 1`) to
+/// `dst[16p + 2r..]` (a Q4_K group-block's mins).
+#[inline]
+pub(super) fn interleave_pairs(rows: [u64; GROUP_ROWS], dst: &mut [u8]) {
+    let dst: &mut [u8; 64] = (&mut dst[..64]).try_into().unwrap();
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is part of x86_64; `dst` holds 64 bytes (unaligned stores).
+        unsafe {
+            let v = rows.map(|r| _mm_cvtsi64_si128(r as i64));
+            let x: [__m128i; 4] =
+                std::array::from_fn(|i| _mm_unpacklo_epi16(v[2 * i], v[2 * i + 1]));
+            let (y0, y1) = (
+                _mm_unpacklo_epi32(x[0], x[1]),
+                _mm_unpackhi_epi32(x[0], x[1]),
+            );
+            let (y2, y3) = (
+                _mm_unpacklo_epi32(x[2], x[3]),
+                _mm_unpackhi_epi32(x[2], x[3]),
+            );
+            let z = [
+                _mm_unpacklo_epi64(y0, y2),
+                _mm_unpackhi_epi64(y0, y2),
+                _mm_unpacklo_epi64(y1, y3),
+                _mm_unpackhi_epi64(y1, y3),
+            ];
+            for (i, z) in z.iter().enumerate() {
+                _mm_storeu_si128(dst.as_mut_ptr().add(16 * i).cast(), *z);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    pairs_scalar(rows, dst);
+}
+
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn pairs_scalar(rows: [u64; GROUP_ROWS], dst: &mut [u8; 64]) {
+    for (p, out) in dst.chunks_exact_mut(2 * GROUP_ROWS).enumerate() {
+        for (r, b) in out.chunks_exact_mut(2).enumerate() {
+            b.copy_from_slice(&((rows[r] >> (16 * p)) as u16).to_le_bytes());
+        }
+    }
+}
+
+fn interleave_scalar(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
+    for (k, chunk) in dst.chunks_exact_mut(32).enumerate() {
+        for (r, place) in chunk.chunks_exact_mut(4).enumerate() {
+            place.copy_from_slice(&rows[r][4 * k..4 * k + 4]);
+        }
+    }
+}
+
+/// # Safety
+/// AVX2 must be available; every row holds `dst.len() / 8` bytes, a multiple of 32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn interleave_avx2(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
+    use std::arch::x86_64::*;
+    for (q, out) in dst.chunks_exact_mut(256).enumerate() {
+        // SAFETY: bytes 32q..32q + 32 of every row are in bounds (`rows[r].len() ==
+        // dst.len() / 8`), and `out` holds 256 bytes; unaligned loads and stores.
+        unsafe {
+            let v: [__m256i; 8] =
+                std::array::from_fn(|r| _mm256_loadu_si256(rows[r].as_ptr().add(32 * q).cast()));
+            // Words (r, k) → (k, r): pairs of rows, then quads, then the two 128-bit halves.
+            let a0 = _mm256_unpacklo_epi32(v[0], v[1]);
+            let a1 = _mm256_unpackhi_epi32(v[0], v[1]);
+            let a2 = _mm256_unpacklo_epi32(v[2], v[3]);
+            let a3 = _mm256_unpackhi_epi32(v[2], v[3]);
+            let a4 = _mm256_unpacklo_epi32(v[4], v[5]);
+            let a5 = _mm256_unpackhi_epi32(v[4], v[5]);
+            let a6 = _mm256_unpacklo_epi32(v[6], v[7]);
+            let a7 = _mm256_unpackhi_epi32(v[6], v[7]);
+            let b0 = _mm256_unpacklo_epi64(a0, a2);
+            let b1 = _mm256_unpackhi_epi64(a0, a2);
+            let b2 = _mm256_unpacklo_epi64(a1, a3);
+            let b3 = _mm256_unpackhi_epi64(a1, a3);
+            let b4 = _mm256_unpacklo_epi64(a4, a6);
+            let b5 = _mm256_unpackhi_epi64(a4, a6);
+            let b6 = _mm256_unpacklo_epi64(a5, a7);
+            let b7 = _mm256_unpackhi_epi64(a5, a7);
+            let t = [
+                _mm256_permute2x128_si256::<0x20>(b0, b4),
+                _mm256_permute2x128_si256::<0x20>(b1, b5),
+                _mm256_permute2x128_si256::<0x20>(b2, b6),
+                _mm256_permute2x128_si256::<0x20>(b3, b7),
+                _mm256_permute2x128_si256::<0x31>(b0, b4),
+                _mm256_permute2x128_si256::<0x31>(b1, b5),
+                _mm256_permute2x128_si256::<0x31>(b2, b6),
+                _mm256_permute2x128_si256::<0x31>(b3, b7),
+            ];
+            for (k, t) in t.iter().enumerate() {
+                _mm256_storeu_si256(out.as_mut_ptr().add(32 * k).cast(), *t);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simd_interleaving_has_the_scalar_bytes() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for words in [4usize, 8, 16, 32, 40] {
+            let rows: Vec<Vec<u8>> = (0..GROUP_ROWS)
+                .map(|_| {
+                    (0..4 * words + 3)
+                        .map(|_| {
+                            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                            (seed >> 56) as u8
+                        })
+                        .collect()
+                })
+                .collect();
+            let rows: [&[u8]; GROUP_ROWS] = std::array::from_fn(|r| rows[r].as_slice());
+            let (mut fast, mut slow) = (vec![0xAAu8; 32 * words + 5], vec![0xAAu8; 32 * words + 5]);
+            interleave_rows(rows, words, &mut fast);
+            interleave_scalar(rows.map(|r| &r[..4 * words]), &mut slow[..32 * words]);
+            assert_eq!(fast, slow, "{words} words");
+            // Word k of row r lands at 32k + 4r; nothing past the stretch is written.
+            for (k, r) in (0..words).flat_map(|k| (0..GROUP_ROWS).map(move |r| (k, r))) {
+                assert_eq!(
+                    slow[32 * k + 4 * r..32 * k + 4 * r + 4],
+                    rows[r][4 * k..4 * k + 4]
+                );
+            }
+            assert!(slow[32 * words..].iter().all(|&b| b == 0xAA));
+        }
+    }
+
+    #[test]
+    fn bytes_and_pairs_land_in_their_places() {
+        let rows: [u64; GROUP_ROWS] = std::array::from_fn(|r| {
+            u64::from_le_bytes(std::array::from_fn(|j| (16 * r + j) as u8))
+        });
+        let (mut bytes, mut pairs) = ([0u8; 64], [0u8; 64]);
+        interleave_bytes(rows, &mut bytes);
+        interleave_pairs(rows, &mut pairs);
+        for (r, j) in (0..GROUP_ROWS).flat_map(|r| (0..8).map(move |j| (r, j))) {
+            assert_eq!(bytes[8 * j + r], (16 * r + j) as u8);
+            assert_eq!(pairs[16 * (j / 2) + 2 * r + j % 2], (16 * r + j) as u8);
+        }
+        // The other machines' paths.
+        let (mut b, mut p) = ([0u8; 64], [0u8; 64]);
+        bytes_scalar(rows, &mut b);
+        pairs_scalar(rows, &mut p);
+        assert_eq!((b, p), (bytes, pairs));
+    }
+}
