@@ -17,7 +17,7 @@ pub(super) fn interleave_rows(rows: [&[u8]; GROUP_ROWS], words: usize, dst: &mut
     let rows = rows.map(|r| &r[..4 * words]);
     let dst = &mut dst[..32 * words];
     #[cfg(target_arch = "x86_64")]
-    if words % 8 == 0 && simd_level() >= SimdLevel::Avx2 {
+    if words.is_multiple_of(8) && simd_level() >= SimdLevel::Avx2 {
         // SAFETY: AVX2 is present (`simd_level` checked the CPU); the lengths were cut above.
         unsafe { interleave_avx2(rows, dst) };
         return;

@@ -57,8 +57,8 @@ pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
                     lo |= (qs[8 * h + c] >> (2 * s) & 0x0303_0303) << (2 * c);
                     hi |= (qs[8 * h + 4 + c] >> (2 * s) & 0x0303_0303) << (2 * c);
                 }
-                for c in 0..8 {
-                    third |= (hmask[c] >> (4 * h + s) & 0x0101_0101) << c;
+                for (c, m) in hmask.iter().enumerate() {
+                    third |= (m >> (4 * h + s) & 0x0101_0101) << c;
                 }
                 put(&mut low[r], 8 * h + 2 * s, lo);
                 put(&mut low[r], 8 * h + 2 * s + 1, hi);
