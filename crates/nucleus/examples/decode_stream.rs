@@ -3,7 +3,7 @@
 //! matrix (together far larger than the last-level cache), each multiplied by one activation
 //! row in turn, timed against a plain read of the same packed bytes by the same threads.
 //!
-//! `cargo run --release -p nucleus --example decode_stream [threads] [Q4_K,Q6_K,Q8_0]`;
+//! `cargo run --release -p nucleus --example decode_stream [threads] [Q4_K,Q5_K,Q6_K,IQ4_XS,Q3_K,Q8_0]`;
 //! `DECODE_SHAPE=rows,cols` (default 18944,3584: a Qwen2.5-7B `ffn_up`), `DECODE_MB` the
 //! total size of the copies (default 1024), `NUCLEUS_HUGE_PAGES=1` packs into 2 MiB pages,
 //! `DECODE_CHAIN=default` takes Q4_K in one FMA per super-block instead of the model's chain
@@ -49,11 +49,8 @@ fn main() {
         nucleus::kernels::interleaved::huge_pages::wanted()
     );
     for name in only.split(',') {
-        let Some(ty) = [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0]
-            .into_iter()
-            .find(|t| t.name() == name)
-        else {
-            eprintln!("decode_stream: {name}: not one of Q4_K, Q6_K, Q8_0");
+        let Some(ty) = TYPES.into_iter().find(|t| t.name() == name) else {
+            eprintln!("decode_stream: {name}: not one of Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K, Q8_0");
             std::process::exit(2);
         };
         let data = random_matrix(ty, rows, cols);
@@ -94,6 +91,16 @@ fn main() {
     }
 }
 
+/// The types measured: the repacked ones of real K-quant files.
+const TYPES: [GgmlType; 6] = [
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+    GgmlType::Q3_K,
+    GgmlType::Q8_0,
+];
+
 /// Random weights of `ty` with sane scales.
 fn random_matrix(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let mut seed = 0x2545F4914F6CDD1Du64;
@@ -116,11 +123,16 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         *b = (rnd() >> 56) as u8;
     }
     let (_, bs) = ty.block_layout();
-    let at = if ty == GgmlType::Q6_K { 208 } else { 0 };
+    // Where each block keeps its f16 scale (and Q4_K's and Q5_K's dmin after it).
+    let at = match ty {
+        GgmlType::Q6_K => 208,
+        GgmlType::Q3_K => 108,
+        _ => 0,
+    };
     let scale = half::f16::from_f32(0.01).to_le_bytes();
     for blk in data.chunks_exact_mut(bs) {
         blk[at..at + 2].copy_from_slice(&scale);
-        if ty == GgmlType::Q4_K {
+        if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
             blk[2..4].copy_from_slice(&scale);
         }
     }
