@@ -1,8 +1,9 @@
 //! Micro benchmark of load-time repacking: one matrix of the shape of a Qwen2.5-7B `attn_q`
 //! (3584 × 3584) per type, in GB/s of the file's bytes. A load packs such matrices one per
 //! thread, so this packs on one thread (`pack` spreads matrices from 16 MiB over the cores).
-//! Each round packs into fresh memory, as a load does, and again into memory already touched
-//! (`reused`: the packing's own work, without the kernel's first touch of the pages).
+//! Each round packs into new memory, as a load does (`fresh`: the first round's pages are the
+//! kernel's fresh ones; later rounds' may come back from the allocator), and again into the
+//! same memory (`reused`: the packing's own work, without the first touch of the pages).
 //!
 //! `cargo run --release -p nucleus --example pack_bench [Q4_K,Q5_K,...] [rounds]`;
 //! `PACK_SHAPE=rows,cols` overrides the shape.
