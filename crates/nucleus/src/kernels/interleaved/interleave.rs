@@ -48,88 +48,58 @@ pub(super) fn put<const B: usize>(words: &mut [u8; B], k: usize, v: u32) {
 /// (a K-quant group-block's scales, sub-block `j` of row `r`).
 #[inline]
 pub(super) fn interleave_bytes(rows: [u64; GROUP_ROWS], dst: &mut [u8]) {
-    let dst: &mut [u8; 64] = (&mut dst[..64]).try_into().unwrap();
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::*;
-        // SAFETY: SSE2 is part of x86_64; `dst` holds 64 bytes (unaligned stores).
-        unsafe {
-            let v = rows.map(|r| _mm_cvtsi64_si128(r as i64));
-            let x: [__m128i; 4] =
-                std::array::from_fn(|i| _mm_unpacklo_epi8(v[2 * i], v[2 * i + 1]));
-            let (y0, y1) = (
-                _mm_unpacklo_epi16(x[0], x[1]),
-                _mm_unpackhi_epi16(x[0], x[1]),
-            );
-            let (y2, y3) = (
-                _mm_unpacklo_epi16(x[2], x[3]),
-                _mm_unpackhi_epi16(x[2], x[3]),
-            );
-            let z = [
-                _mm_unpacklo_epi32(y0, y2),
-                _mm_unpackhi_epi32(y0, y2),
-                _mm_unpacklo_epi32(y1, y3),
-                _mm_unpackhi_epi32(y1, y3),
-            ];
-            for (i, z) in z.iter().enumerate() {
-                _mm_storeu_si128(dst.as_mut_ptr().add(16 * i).cast(), *z);
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    bytes_scalar(rows, dst);
-}
-
-#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
-fn bytes_scalar(rows: [u64; GROUP_ROWS], dst: &mut [u8; 64]) {
-    for (j, out) in dst.chunks_exact_mut(GROUP_ROWS).enumerate() {
-        for (r, b) in out.iter_mut().enumerate() {
-            *b = (rows[r] >> (8 * j)) as u8;
-        }
-    }
+    interleave_units::<1>(rows, dst)
 }
 
 /// Eight rows' four pairs of bytes interleaved: pair `p` of `rows[r]` (bytes `2p, 2p + 1`) to
 /// `dst[16p + 2r..]` (a Q4_K group-block's mins).
 #[inline]
 pub(super) fn interleave_pairs(rows: [u64; GROUP_ROWS], dst: &mut [u8]) {
+    interleave_units::<2>(rows, dst)
+}
+
+/// Eight rows' eight bytes as units of `W` bytes (1 or 2), interleaved: unit `k` of `rows[r]`
+/// to `dst[8W·k + W·r..]`. With SSE2 a transpose in three rounds of unpacking, each round's
+/// elements twice the last's.
+#[inline(always)]
+fn interleave_units<const W: usize>(rows: [u64; GROUP_ROWS], dst: &mut [u8]) {
     let dst: &mut [u8; 64] = (&mut dst[..64]).try_into().unwrap();
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::*;
         // SAFETY: SSE2 is part of x86_64; `dst` holds 64 bytes (unaligned stores).
         unsafe {
+            // Round `i` interleaves elements of W << i bytes, low or high halves.
+            let lo = |i: u32, a, b| match W << i {
+                1 => _mm_unpacklo_epi8(a, b),
+                2 => _mm_unpacklo_epi16(a, b),
+                4 => _mm_unpacklo_epi32(a, b),
+                _ => _mm_unpacklo_epi64(a, b),
+            };
+            let hi = |i: u32, a, b| match W << i {
+                2 => _mm_unpackhi_epi16(a, b),
+                4 => _mm_unpackhi_epi32(a, b),
+                _ => _mm_unpackhi_epi64(a, b),
+            };
             let v = rows.map(|r| _mm_cvtsi64_si128(r as i64));
-            let x: [__m128i; 4] =
-                std::array::from_fn(|i| _mm_unpacklo_epi16(v[2 * i], v[2 * i + 1]));
-            let (y0, y1) = (
-                _mm_unpacklo_epi32(x[0], x[1]),
-                _mm_unpackhi_epi32(x[0], x[1]),
-            );
-            let (y2, y3) = (
-                _mm_unpacklo_epi32(x[2], x[3]),
-                _mm_unpackhi_epi32(x[2], x[3]),
-            );
-            let z = [
-                _mm_unpacklo_epi64(y0, y2),
-                _mm_unpackhi_epi64(y0, y2),
-                _mm_unpacklo_epi64(y1, y3),
-                _mm_unpackhi_epi64(y1, y3),
-            ];
+            let x: [__m128i; 4] = std::array::from_fn(|i| lo(0, v[2 * i], v[2 * i + 1]));
+            let (y0, y1) = (lo(1, x[0], x[1]), hi(1, x[0], x[1]));
+            let (y2, y3) = (lo(1, x[2], x[3]), hi(1, x[2], x[3]));
+            let z = [lo(2, y0, y2), hi(2, y0, y2), lo(2, y1, y3), hi(2, y1, y3)];
             for (i, z) in z.iter().enumerate() {
                 _mm_storeu_si128(dst.as_mut_ptr().add(16 * i).cast(), *z);
             }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    pairs_scalar(rows, dst);
+    units_scalar::<W>(rows, dst);
 }
 
 #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
-fn pairs_scalar(rows: [u64; GROUP_ROWS], dst: &mut [u8; 64]) {
-    for (p, out) in dst.chunks_exact_mut(2 * GROUP_ROWS).enumerate() {
-        for (r, b) in out.chunks_exact_mut(2).enumerate() {
-            b.copy_from_slice(&((rows[r] >> (16 * p)) as u16).to_le_bytes());
+fn units_scalar<const W: usize>(rows: [u64; GROUP_ROWS], dst: &mut [u8; 64]) {
+    for (k, out) in dst.chunks_exact_mut(W * GROUP_ROWS).enumerate() {
+        for (r, unit) in out.chunks_exact_mut(W).enumerate() {
+            unit.copy_from_slice(&rows[r].to_le_bytes()[W * k..W * k + W]);
         }
     }
 }
@@ -236,8 +206,8 @@ mod tests {
         }
         // The other machines' paths.
         let (mut b, mut p) = ([0u8; 64], [0u8; 64]);
-        bytes_scalar(rows, &mut b);
-        pairs_scalar(rows, &mut p);
+        units_scalar::<1>(rows, &mut b);
+        units_scalar::<2>(rows, &mut p);
         assert_eq!((b, p), (bytes, pairs));
     }
 }
