@@ -1,12 +1,14 @@
-//! Decode's Q4_K products with AVX-512 VNNI: two groups read as stored (the layout of
-//! [`super::q4_k`]) side by side in the lanes of 512-bit registers, rows `0..8` from the first
-//! and `8..16` from the second, so that one `vpdpbusd` serves sixteen rows where
-//! `q4_k::tile_avx2` serves eight. Each lane follows that kernel's chain for its row, operation
-//! for operation (the same integer sums, the same float steps in the same order): a row's
-//! outputs have the same bits here, there and in the scalar kernels (`tests.rs`).
+//! Decode's Q4_K and Q3_K products with AVX-512 VNNI: two groups read as stored (the layouts
+//! of [`super::q4_k`] and [`super::q3_k`]) side by side in the lanes of 512-bit registers, rows
+//! `0..8` from the first and `8..16` from the second, so that one `vpdpbusd` serves sixteen
+//! rows where `q4_k::tile_avx2` and `q3_k::tile_avx2` serve eight. Each lane follows that
+//! kernel's chain for its row, operation for operation (the same integer sums, the same float
+//! steps in the same order): a row's outputs have the same bits here, there and in the scalar
+//! kernels (`tests.rs`, `tests_tiled.rs`).
 
 use std::arch::x86_64::*;
 
+use super::q3_k;
 use super::q4_k::{sub_block_sums, ACT_BLOCK, GROUP_BLOCK, MINS, NIBBLES, SCALES};
 use super::wide::join;
 use super::{Tile, TILE_TOKENS};
@@ -142,6 +144,120 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
                 t.out.add(n * t.out_stride),
                 _mm512_sub_ps(acc[n], acc_min[n]),
             );
+        }
+    }
+}
+
+/// [`q4_k_pair`] for two Q3_K groups, in the chain of `q3_k::tile_avx2`'s VNNI body: per
+/// sub-block `vpdpbusd` of the unsigned values by the activations, less 4 times the sub-block's
+/// activation sum, times its scale; per super-block `fma(isum·d, dy, acc)`.
+///
+/// # Safety
+/// As [`q4_k_pair`], the groups of Q3_K.
+pub(crate) unsafe fn q3_k_pair(a: &[u8], b: &[u8], t: &Tile) {
+    let bytes = t.blocks * q3_k::GROUP_BLOCK;
+    assert!(a.len() >= bytes && b.len() >= bytes && (1..=TILE_TOKENS).contains(&t.nx));
+    let (a, b) = (a.as_ptr(), b.as_ptr());
+    // SAFETY: the caller's contract; the groups' bytes checked above.
+    unsafe {
+        match t.nx {
+            1 => q3_k_nx::<1>(a, b, t),
+            2 => q3_k_nx::<2>(a, b, t),
+            3 => q3_k_nx::<3>(a, b, t),
+            _ => q3_k_nx::<4>(a, b, t),
+        }
+    }
+}
+
+/// Bit `c` of each byte moved to bit 2 (0x04), as `q3_k::x86::third_bit`: a 16-bit shift
+/// moves no other byte's bit to bit 2.
+#[inline(always)]
+unsafe fn third_bit(h: __m512i, c: usize) -> __m512i {
+    let m = _mm512_set1_epi8(0x04);
+    match c {
+        0 => _mm512_and_si512(_mm512_slli_epi16::<2>(h), m),
+        1 => _mm512_and_si512(_mm512_slli_epi16::<1>(h), m),
+        2 => _mm512_and_si512(h, m),
+        3 => _mm512_and_si512(_mm512_srli_epi16::<1>(h), m),
+        4 => _mm512_and_si512(_mm512_srli_epi16::<2>(h), m),
+        5 => _mm512_and_si512(_mm512_srli_epi16::<3>(h), m),
+        6 => _mm512_and_si512(_mm512_srli_epi16::<4>(h), m),
+        _ => _mm512_and_si512(_mm512_srli_epi16::<5>(h), m),
+    }
+}
+
+/// The low two bits at bits `2i` of each byte moved to bits 0..2.
+#[inline(always)]
+unsafe fn low_bits(l: __m512i, i: usize) -> __m512i {
+    let m = _mm512_set1_epi8(0x03);
+    match i {
+        0 => _mm512_and_si512(l, m),
+        1 => _mm512_and_si512(_mm512_srli_epi16::<2>(l), m),
+        2 => _mm512_and_si512(_mm512_srli_epi16::<4>(l), m),
+        _ => _mm512_and_si512(_mm512_srli_epi16::<6>(l), m),
+    }
+}
+
+/// [`q3_k_pair`]'s work.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q3_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
+    use q3_k::{GROUP_BLOCK, HIGH, LOW, SCALES};
+    let mut acc = [_mm512_setzero_ps(); NX];
+    // SAFETY (all reads below): super-block k < blocks of both groups (GROUP_BLOCK bytes
+    // each, checked by the caller); token n < nx's Q8_K block k in its row.
+    unsafe {
+        for k in 0..t.blocks {
+            let (ga, gb) = (a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k));
+            for g in [ga, gb] {
+                for l in (0..GROUP_BLOCK).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(g.add(super::PREFETCH_L1 + l) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(g.add(super::PREFETCH_L2 + l) as *const i8);
+                }
+            }
+            let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * k);
+            // 4 times each sub-block's activation sum (the i16 sums of 16), per token.
+            let mut offsets = [[0i32; 16]; NX];
+            for (n, o) in offsets.iter_mut().enumerate() {
+                let bs = _mm256_loadu_si256(xb(n).add(260) as *const __m256i);
+                let s = _mm512_slli_epi32::<2>(_mm512_cvtepi16_epi32(bs));
+                _mm512_storeu_si512(o.as_mut_ptr() as *mut _, s);
+            }
+            let mut isum = [_mm512_setzero_si512(); NX];
+            let mut high = _mm512_setzero_si512();
+            // j indexes the sub-blocks, their scales and every token's offsets.
+            #[allow(clippy::needless_range_loop)]
+            for j in 0..16 {
+                let low = join(ga.add(LOW + 32 * j), gb.add(LOW + 32 * j));
+                if j % 2 == 0 {
+                    high = join(ga.add(HIGH + 32 * (j / 2)), gb.add(HIGH + 32 * (j / 2)));
+                }
+                let mut s = [_mm512_setzero_si512(); NX];
+                for i in 0..4 {
+                    let kk = 4 * j + i;
+                    let u = _mm512_or_si512(low_bits(low, i), third_bit(high, kk % 8));
+                    for n in 0..NX {
+                        let x = (xb(n).add(4 + 4 * kk) as *const i32).read_unaligned();
+                        s[n] = _mm512_dpbusd_epi32(s[n], u, _mm512_set1_epi32(x));
+                    }
+                }
+                let sc = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
+                    _mm_loadl_epi64(ga.add(SCALES + 8 * j) as *const _),
+                    _mm_loadl_epi64(gb.add(SCALES + 8 * j) as *const _),
+                ));
+                for n in 0..NX {
+                    let sum = _mm512_sub_epi32(s[n], _mm512_set1_epi32(offsets[n][j]));
+                    isum[n] = _mm512_add_epi32(isum[n], _mm512_mullo_epi32(sum, sc));
+                }
+            }
+            let d = _mm512_cvtph_ps(join16(ga, gb));
+            for n in 0..NX {
+                let dy = _mm512_set1_ps((xb(n) as *const f32).read_unaligned());
+                let r = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[n]), d);
+                acc[n] = _mm512_fmadd_ps(r, dy, acc[n]);
+            }
+        }
+        for (n, acc) in acc.iter().enumerate() {
+            _mm512_storeu_ps(t.out.add(n * t.out_stride), *acc);
         }
     }
 }

@@ -113,7 +113,12 @@ impl Product<'_> {
             // SAFETY: tokens 0..nt (nt <= 4) are rows of `x`; outputs 8g..8g+16 of each token
             // lie in this product's `y` (g + 1 < gs.end), written by this thread only;
             // `wide_decode` implies AVX-512 VNNI (and FMA, F16C).
-            unsafe { wide_stored::q4_k_pair(w.group(g), w.group(g + 1), &tile, self.q4k_pairs) };
+            unsafe {
+                match w.ty() {
+                    GgmlType::Q3_K => wide_stored::q3_k_pair(w.group(g), w.group(g + 1), &tile),
+                    _ => wide_stored::q4_k_pair(w.group(g), w.group(g + 1), &tile, self.q4k_pairs),
+                }
+            };
             gs.start += 2;
         }
         for g in gs {
