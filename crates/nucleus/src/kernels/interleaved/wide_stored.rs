@@ -11,6 +11,7 @@ use std::arch::x86_64::*;
 use super::q3_k;
 use super::q4_k::{sub_block_sums, ACT_BLOCK, GROUP_BLOCK, MINS, NIBBLES, SCALES};
 use super::wide::join;
+use super::x86::prefetch_block;
 use super::{Tile, TILE_TOKENS};
 
 /// Where a stored super-block's dmin (f16, after the rows' d) starts.
@@ -66,12 +67,8 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
         for k in 0..t.blocks {
             let (ga, gb) = (a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k));
             // Weights stream from memory in decode: both groups' lines a few super-blocks on.
-            for g in [ga, gb] {
-                for l in (0..GROUP_BLOCK).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(g.add(super::PREFETCH_L1 + l) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T1>(g.add(super::PREFETCH_L2 + l) as *const i8);
-                }
-            }
+            prefetch_block(ga, GROUP_BLOCK);
+            prefetch_block(gb, GROUP_BLOCK);
             let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * k);
             let d = _mm512_cvtph_ps(join16(ga, gb));
             let dmin = _mm512_cvtph_ps(join16(ga.add(DMIN), gb.add(DMIN)));
@@ -208,12 +205,8 @@ unsafe fn q3_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
     unsafe {
         for k in 0..t.blocks {
             let (ga, gb) = (a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k));
-            for g in [ga, gb] {
-                for l in (0..GROUP_BLOCK).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(g.add(super::PREFETCH_L1 + l) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T1>(g.add(super::PREFETCH_L2 + l) as *const i8);
-                }
-            }
+            prefetch_block(ga, GROUP_BLOCK);
+            prefetch_block(gb, GROUP_BLOCK);
             let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * k);
             // 4 times each sub-block's activation sum (the i16 sums of 16), per token.
             let mut offsets = [[0i32; 16]; NX];
