@@ -12,6 +12,8 @@
 //! A decode step reads each weight once: `product GB/s ÷ read GB/s` is the share of the
 //! bandwidth the kernel itself leaves unused, before any of the forward pass's other costs.
 
+mod common;
+
 use std::time::Instant;
 
 use nucleus::kernels::interleaved::{matmul_packed_chain, pack, Chain, PackedActs, PackedMatrix};
@@ -26,13 +28,7 @@ fn main() {
         .unwrap_or(2);
     let only = std::env::args().nth(2).unwrap_or("Q4_K,Q6_K,Q8_0".into());
     let pool = ThreadPool::new(threads);
-    let (rows, cols) = std::env::var("DECODE_SHAPE")
-        .ok()
-        .and_then(|v| {
-            let (r, c) = v.split_once(',')?;
-            Some((r.trim().parse().ok()?, c.trim().parse().ok()?))
-        })
-        .unwrap_or((18944usize, 3584usize));
+    let (rows, cols) = common::shape_from_env("DECODE_SHAPE", (18944, 3584));
     let total_mb: usize = std::env::var("DECODE_MB")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -10,6 +10,8 @@
 //! `MATMUL_FAST_ONLY=1` times only the interleaved products, `MATMUL_CHAIN=pairs` takes Q4_K in
 //! llama.cpp's gemm chain.
 
+mod common;
+
 use std::time::Instant;
 
 use nucleus::kernels::interleaved::{matmul_packed_chain, pack, Chain, PackedActs, PackedMatrix};
@@ -25,13 +27,7 @@ fn main() {
         .unwrap_or(2);
     let pool = ThreadPool::new(threads);
     // MATMUL_SHAPE=rows,cols overrides the shape (e.g. 262144,640: gemma-3's output).
-    let (rows, cols) = std::env::var("MATMUL_SHAPE")
-        .ok()
-        .and_then(|v| {
-            let (r, c) = v.split_once(',')?;
-            Some((r.trim().parse().ok()?, c.trim().parse().ok()?))
-        })
-        .unwrap_or((896usize, 4864usize));
+    let (rows, cols) = common::shape_from_env("MATMUL_SHAPE", (896, 4864));
     println!(
         "simd level {:?}, AMX {}, {threads} threads, W {rows}x{cols}",
         simd_level(),

@@ -8,6 +8,8 @@
 //! `cargo run --release -p nucleus --example pack_bench [Q4_K,Q5_K,...] [rounds]`;
 //! `PACK_SHAPE=rows,cols` overrides the shape.
 
+mod common;
+
 use std::time::Instant;
 
 use nucleus::kernels::interleaved::pack;
@@ -16,13 +18,7 @@ use nucleus::quant::quantize::quantize_rows;
 use nucleus::quant::GgmlType;
 
 fn main() {
-    let (rows, cols) = std::env::var("PACK_SHAPE")
-        .ok()
-        .and_then(|v| {
-            let (r, c) = v.split_once(',')?;
-            Some((r.trim().parse().ok()?, c.trim().parse().ok()?))
-        })
-        .unwrap_or((3584usize, 3584usize));
+    let (rows, cols) = common::shape_from_env("PACK_SHAPE", (3584, 3584));
     let only: Option<String> = std::env::args().nth(1);
     let types = [
         GgmlType::Q4_K,
