@@ -65,6 +65,8 @@ pub fn chat(
         reasoning,
     } = opts;
     let Loaded { model, tokenizer } = load(&args, name.as_deref())?;
+    // Packed before the first reply, not in the pause after its first token.
+    model.finish_packing();
     let req = sampling.request(max_tokens, false, model.hp.n_vocab)?;
     let method = speculate.method(req.beams)?;
     let draft = speculate.load_draft(method, args.threads)?;

@@ -428,6 +428,8 @@ pub fn bench(
 ) -> Result<()> {
     let load_start = Instant::now();
     let Loaded { model, .. } = load(&args, name.as_deref())?;
+    // The load as a server's: the model packed before the first pass.
+    model.finish_packing();
     let load_s = load_start.elapsed().as_secs_f64();
     let n_ctx = (n_prompt.max(n_gen + 1)).max(16);
     let mut session = Session::with_kv_type(&model, n_ctx, n_ctx, args.kv_type)?;

@@ -130,10 +130,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     nucleus::kernels::interleaved::huge_pages::set_default(true);
     let crate::commands::Loaded { model, tokenizer } =
         crate::commands::load_path(&path, args.threads)?;
+    // Packed now, not by the first request (a one-shot command's first pass packs as it goes).
+    model.finish_packing();
     let n_ctx = crate::limits::context(args.ctx, args.allow_long_context, &model)?;
     let draft = match args.speculate.load_draft(method, args.threads)? {
         Some(d) => Some(
-            DraftModel::new(Arc::new(d.model), &d.tokenizer, &tokenizer)
+            DraftModel::new(Arc::new(packed(d.model)), &d.tokenizer, &tokenizer)
                 .map_err(anyhow::Error::msg)
                 .context("cannot use the draft model")?,
         ),
@@ -342,4 +344,10 @@ fn kv_events_config(
         topic: format!("kv@{pod}@{model_id}"),
         block_size,
     })
+}
+
+/// `model` with every repacked matrix packed ([`nucleus::model::Model::finish_packing`]).
+fn packed(model: nucleus::model::Model) -> nucleus::model::Model {
+    model.finish_packing();
+    model
 }

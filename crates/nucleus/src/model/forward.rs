@@ -177,6 +177,7 @@ impl Model {
             state.logits.clear();
             return Ok(());
         }
+        self.pass_begins();
         let st = state;
         self.size_buffers(st, n);
         self.embed_tokens(batch, st);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::kernels::interleaved::{pack, pack_releasing, Arithmetic, PackedMatrix};
+use crate::kernels::interleaved::{Arithmetic, FileRows, PackedMatrix};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{dequantize_row, GgmlType};
 
@@ -120,7 +120,42 @@ pub struct Expert {
     pub down: Matrix,
 }
 
+/// A matrix's rows in the model's mapped file, which a packed matrix reads until it is packed
+/// ([`PackedMatrix::deferred`]).
+#[derive(Debug)]
+struct TensorRows {
+    file: Arc<GgufFile>,
+    info: TensorInfo,
+    /// Whether its pages may be dropped once packed (`--exact` reads some matrices' generated
+    /// tokens from the file: theirs stay).
+    release: bool,
+}
+
+impl FileRows for TensorRows {
+    fn bytes(&self) -> &[u8] {
+        self.file.tensor_data(&self.info)
+    }
+
+    fn release(&self, offset: usize, len: usize) {
+        if self.release {
+            self.file.release_range(&self.info, offset, len);
+        }
+    }
+}
+
 impl Ffn {
+    /// Every matrix of the FFN.
+    fn matrices(&self) -> Vec<&Matrix> {
+        match self {
+            Ffn::Dense { gate, up, down } => vec![gate, up, down],
+            Ffn::Moe(m) => m
+                .experts
+                .iter()
+                .flat_map(|x| [&x.gate, &x.up, &x.down])
+                .collect(),
+        }
+    }
+
     /// Every matrix of the FFN, for repacking.
     fn matrices_mut(&mut self) -> Vec<&mut Matrix> {
         match self {
@@ -313,11 +348,13 @@ impl Loader<'_> {
 impl Weights {
     /// The weight index of `file`, the matrices the arithmetic computes from a repacked copy
     /// repacked (in memory; the file is never written): with [`Arithmetic::Fast`] every one
-    /// that [`pack`] takes; with [`Arithmetic::Exact`] the Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
-    /// layer matrices of a dense model and every MXFP4 matrix, for which the interleaved kernels have
-    /// llama.cpp's bits (see `Model::project_exact`).
+    /// that [`PackedMatrix`] takes; with [`Arithmetic::Exact`] the Q3_K, Q4_K, Q5_K, Q6_K and
+    /// IQ4_XS layer matrices of a dense model and every MXFP4 matrix, for which the interleaved
+    /// kernels have llama.cpp's bits (see `Model::project_exact`). Without a file of packed
+    /// weights they wait to be packed ([`Self::finish_packing`]), so that a load costs no
+    /// packing: the first forward pass packs each work item's groups as it goes.
     pub fn load(
-        file: &GgufFile,
+        file: &Arc<GgufFile>,
         hp: &HParams,
         arithmetic: Arithmetic,
     ) -> Result<Weights, ModelError> {
@@ -328,8 +365,8 @@ impl Weights {
 
     /// The matrices `arithmetic` computes repacked, in a fixed order: with [`Arithmetic::Fast`]
     /// every layer matrix and the output projection, with [`Arithmetic::Exact`] the Q3_K, Q4_K,
-    /// Q5_K, Q6_K and IQ4_XS layer matrices of a dense model and every MXFP4 one. (Those whose shape or type
-    /// [`pack`] does not take stay as they are.)
+    /// Q5_K, Q6_K and IQ4_XS layer matrices of a dense model and every MXFP4 one. (Those whose
+    /// shape or type [`PackedMatrix`] does not take stay as they are.)
     fn pack_targets(&mut self, arithmetic: Arithmetic) -> Vec<&mut Matrix> {
         let exact = arithmetic == Arithmetic::Exact;
         let mut targets: Vec<&mut Matrix> = self
@@ -365,12 +402,12 @@ impl Weights {
         targets
     }
 
-    /// Repacks the matrices `arithmetic` computes repacked, or maps them from the file of
-    /// packed weights that `NUCLEUS_PACK_CACHE` asks for ([`PackCache`]), writing that file
-    /// when it is missing or stale.
-    fn pack(&mut self, file: &GgufFile, arithmetic: Arithmetic) {
+    /// Sets the matrices `arithmetic` computes repacked to wait to be packed from the file, or
+    /// maps them from the file of packed weights that `NUCLEUS_PACK_CACHE` asks for
+    /// ([`PackCache`]), packing them now and writing that file when it is missing or stale.
+    fn pack(&mut self, file: &Arc<GgufFile>, arithmetic: Arithmetic) {
         let Some(cache) = PackCache::for_file(file, arithmetic) else {
-            return self.pack_now(file, arithmetic);
+            return self.defer(file, arithmetic);
         };
         let mut targets = self.pack_targets(arithmetic);
         let entries: Vec<Entry> = targets.iter().map(|m| m.pack_entry()).collect();
@@ -388,7 +425,8 @@ impl Weights {
             Err(_) => {}
         }
         drop(entries);
-        self.pack_now(file, arithmetic);
+        self.defer(file, arithmetic);
+        self.finish_packing();
         let targets = self.pack_targets(arithmetic);
         let entries: Vec<(Entry, Option<&PackedMatrix>)> = targets
             .iter()
@@ -407,45 +445,72 @@ impl Weights {
         }
     }
 
-    /// Repacks [`Self::pack_targets`], spread over the cores.
-    fn pack_now(&mut self, file: &GgufFile, arithmetic: Arithmetic) {
+    /// Sets [`Self::pack_targets`] to wait to be packed from `file`.
+    fn defer(&mut self, file: &Arc<GgufFile>, arithmetic: Arithmetic) {
         let exact = arithmetic == Arithmetic::Exact;
-        let mut todo = self.pack_targets(arithmetic);
-        // The output projection (not `--exact`'s) is packed last, on every core.
-        let out = if exact { None } else { todo.pop() };
+        for m in self.pack_targets(arithmetic) {
+            // `--exact` computes a Q3_K, Q5_K, Q6_K or IQ4_XS matrix's generated tokens from
+            // the file (llama.cpp's one-row kernel): its pages stay. A tied embedding keeps
+            // reading its rows from the file (dropping pages only drops what is resident).
+            let keeps_file = exact
+                && matches!(
+                    m.info.ty,
+                    GgmlType::Q3_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
+                );
+            let rows = TensorRows {
+                file: Arc::clone(file),
+                info: m.info.clone(),
+                release: !keeps_file,
+            };
+            m.packed =
+                PackedMatrix::deferred(m.info.ty, m.rows, m.cols, Box::new(rows)).map(Arc::new);
+        }
+    }
+
+    /// Whether a matrix waits to be packed.
+    pub fn packing_left(&self) -> bool {
+        !self.waiting().is_empty()
+    }
+
+    /// The packed matrices that wait to be packed, the layers' in order, then the output
+    /// projection.
+    fn waiting(&self) -> Vec<&PackedMatrix> {
+        let layers = self.layers.iter().flat_map(|l| {
+            let mut m = vec![&l.wq, &l.wk, &l.wv, &l.wo];
+            m.extend(l.ffn.matrices());
+            m
+        });
+        layers
+            .chain([&self.output])
+            .filter_map(|m| m.packed.as_deref())
+            .filter(|p| !p.is_packed())
+            .collect()
+    }
+
+    /// Packs every matrix that waits, spread over the cores, each into memory of its own (the
+    /// file's pages dropped as they are read, so that memory never holds both copies).
+    /// Products running meanwhile on other threads are not disturbed: a matrix is either
+    /// read packed or packed by the work item that reads it, with the same bits.
+    pub fn finish_packing(&self) {
+        let mut todo = self.waiting();
+        // The output projection (not `--exact`'s) is packed last, on every core (`finish`
+        // spreads one matrix this large over the cores): its decode tiles read the groups as
+        // stored, as fast as llama.cpp's one-row kernel streams the matrix for one row and 1.7x
+        // as fast for four (`MATMUL_SHAPE=151936,896 matmul_bench 2 Q8_0`), which is what a
+        // verification pass of speculation and a batch of decoding sequences ask of it.
+        let out = self.output.packed.as_deref().filter(|p| !p.is_packed());
+        if out.is_some() {
+            todo.pop();
+        }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = todo.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
-            for part in todo.chunks_mut(per) {
-                s.spawn(move || {
-                    for m in part.iter_mut() {
-                        m.packed = pack(&m.q(file)).map(Arc::new);
-                        // `--exact` computes a Q3_K, Q5_K, Q6_K or IQ4_XS matrix's generated
-                        // tokens from the file (llama.cpp's one-row kernel): its pages stay.
-                        let keeps_file = exact
-                            && matches!(
-                                m.info.ty,
-                                GgmlType::Q3_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
-                            );
-                        if m.packed.is_some() && !keeps_file {
-                            file.release_pages(&m.info);
-                        }
-                    }
-                });
+            for part in todo.chunks(per) {
+                s.spawn(move || part.iter().for_each(|p| p.finish()));
             }
         });
-        // The output projection too (`pack` spreads one matrix this large over the cores): its
-        // decode tiles read the groups as stored, as fast as llama.cpp's one-row kernel streams
-        // the matrix for one row and 1.7x as fast for four (`MATMUL_SHAPE=151936,896
-        // matmul_bench 2 Q8_0`), which is what a verification pass of speculation and a batch
-        // of decoding sequences ask of it. A tied embedding keeps reading its rows from the
-        // file (`release_pages` only drops what is resident).
-        // Its file pages are dropped as it is packed, so that memory never holds both copies
-        // of its 145–180 MB.
         if let Some(out) = out {
-            let info = &out.info;
-            out.packed = pack_releasing(&out.q(file), &|at, len| file.release_range(info, at, len))
-                .map(Arc::new);
+            out.finish();
         }
     }
 

@@ -79,7 +79,7 @@ fn chunk_groups(w: &PackedMatrix, nt: usize, threads: usize, pairs: bool) -> usi
         return GROUPS_PER_CHUNK;
     }
     let groups = w.rows() / GROUP_ROWS;
-    let group_bytes = w.group(0).len().max(1);
+    let group_bytes = w.group_bytes().max(1);
     let by_bytes = DECODE_CHUNK_BYTES.div_ceil(group_bytes);
     let most = groups.div_ceil(threads).max(GROUPS_PER_CHUNK);
     let chunk = (groups / (32 * threads))

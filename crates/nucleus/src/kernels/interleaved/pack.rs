@@ -16,20 +16,33 @@
 //!   2^(e − 128), is a power of two that f16 holds exactly from 2^-24 to 2^15 (e from 104 to
 //!   143); a matrix with a block outside that range (but for blocks of zeros) is not packed.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::interleave::interleave_rows;
 use super::{iq4_xs, q3_k, q4_k, q5_k, q6_k, GROUP_ROWS, QK};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{GgmlType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
-/// A weight matrix in the interleaved layout.
+/// A weight matrix in the interleaved layout: packed, or waiting to be ([`PackedMatrix::deferred`]),
+/// its products packing each work item's groups as they go, into a buffer that stays in cache.
 #[derive(Debug)]
 pub struct PackedMatrix {
     ty: GgmlType,
     rows: usize,
     cols: usize,
-    data: Store,
+    data: OnceLock<Store>,
+    /// The file's rows of a matrix packed after its load ([`PackedMatrix::finish`]).
+    source: Option<Box<dyn FileRows>>,
+}
+
+/// A matrix's bytes as the file stores them, for a [`PackedMatrix`] that waits to be packed:
+/// the model's mapped file.
+pub trait FileRows: Send + Sync + std::fmt::Debug {
+    /// The matrix's rows in the file's layout.
+    fn bytes(&self) -> &[u8];
+    /// `bytes()[offset..offset + len]` has been packed: its pages may be dropped (or kept, for
+    /// a matrix that other kernels read from the file too).
+    fn release(&self, offset: usize, len: usize);
 }
 
 /// Where a packed matrix's bytes live: memory of its own, or a stretch of a mapped file of
@@ -112,13 +125,84 @@ impl PackedMatrix {
         packed_len(self.ty, self.rows, self.cols)
     }
 
-    /// The whole packed matrix, as a file of packed weights stores it.
+    /// The whole packed matrix, as a file of packed weights stores it (packed now if it
+    /// waited).
     pub fn raw(&self) -> &[u8] {
-        match &self.data {
+        self.finish();
+        self.packed_raw().expect("packed above")
+    }
+
+    /// The packed bytes, `None` while the matrix waits to be packed.
+    pub(super) fn packed_raw(&self) -> Option<&[u8]> {
+        Some(match self.data.get()? {
             Store::Owned(v) => v,
             Store::Anon(m) => m,
             Store::Mapped { map, offset } => &map[*offset..*offset + self.bytes()],
+        })
+    }
+
+    /// Whether the matrix is packed (else its products pack the groups they read as they go).
+    pub fn is_packed(&self) -> bool {
+        self.data.get().is_some()
+    }
+
+    /// A matrix of `ty`, `rows` × `cols` that waits to be packed from `source` (its rows in the
+    /// file's layout): it costs nothing at load, its products pack each work item's groups into
+    /// a buffer of their own as they go (the same bytes, so the same kernels and the same bits),
+    /// and [`Self::finish`] packs it for good. `None` when the shape does not pack, or `source`
+    /// does not hold the matrix.
+    pub fn deferred(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        source: Box<dyn FileRows>,
+    ) -> Option<PackedMatrix> {
+        let rb = ty.row_bytes(cols)?;
+        if !can_pack(ty, rows, cols)
+            || rows.checked_mul(rb) != Some(source.bytes().len())
+            || (ty == GgmlType::MXFP4 && !mxfp4_packs(source.bytes()))
+        {
+            return None;
         }
+        Some(PackedMatrix {
+            ty,
+            rows,
+            cols,
+            data: OnceLock::new(),
+            source: Some(source),
+        })
+    }
+
+    /// Packs a matrix that waits ([`Self::deferred`]) into fresh memory of its own, dropping
+    /// the file's pages as they are read; nothing for one already packed. Safe to call from
+    /// several threads: one packs, the others wait for it.
+    pub fn finish(&self) {
+        self.data.get_or_init(|| {
+            let source = self
+                .source
+                .as_deref()
+                .expect("an unpacked matrix has its rows");
+            let w = self.file_rows().expect("an unpacked matrix has its rows");
+            let mut store = Store::fresh(self.bytes());
+            fill(&w, store.owned_mut(), &|at, len| source.release(at, len));
+            store
+        });
+    }
+
+    /// The matrix as the file stores it, where it waits to be packed.
+    pub(super) fn file_rows(&self) -> Option<QMatrix<'_>> {
+        let source = self.source.as_deref()?;
+        Some(QMatrix {
+            ty: self.ty,
+            data: source.bytes(),
+            rows: self.rows,
+            cols: self.cols,
+        })
+    }
+
+    /// Bytes of one packed row group.
+    pub(super) fn group_bytes(&self) -> usize {
+        group_block_bytes(self.ty) * (self.cols / block_len(self.ty))
     }
 
     /// The packed matrix of `ty`, `rows` × `cols` whose bytes lie at `offset` in `map` (written
@@ -139,13 +223,15 @@ impl PackedMatrix {
             ty,
             rows,
             cols,
-            data: Store::Mapped { map, offset },
+            data: OnceLock::from(Store::Mapped { map, offset }),
+            source: None,
         })
     }
 
-    /// The stored bytes of row group `g`.
+    /// The stored bytes of row group `g` (the matrix packed first if it waited).
+    #[cfg(test)]
     pub(crate) fn group(&self, g: usize) -> &[u8] {
-        let gb = group_block_bytes(self.ty) * (self.cols / block_len(self.ty));
+        let gb = self.group_bytes();
         &self.raw()[g * gb..(g + 1) * gb]
     }
 }
@@ -221,7 +307,8 @@ pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Opti
         ty: w.ty,
         rows: w.rows,
         cols: w.cols,
-        data: store,
+        data: OnceLock::from(store),
+        source: None,
     })
 }
 
@@ -230,19 +317,8 @@ fn fill(w: &QMatrix, data: &mut [u8], done: &(dyn Fn(usize, usize) + Sync)) {
     let rb =
         w.ty.row_bytes(w.cols)
             .expect("a packed shape has whole blocks");
-    let blocks = w.cols / block_len(w.ty);
-    let bb = rb / blocks;
-    let gbb = group_block_bytes(w.ty);
-    let group_bytes = blocks * gbb;
-    let pack_group = |g: usize, out: &mut [u8]| {
-        for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
-            let row = |j: usize| {
-                let at = (g * GROUP_ROWS + j) * rb + b * bb;
-                &w.data[at..at + bb]
-            };
-            pack_block(w.ty, row, dst);
-        }
-    };
+    let group_bytes = (w.cols / block_len(w.ty)) * group_block_bytes(w.ty);
+    let pack_group = |g: usize, out: &mut [u8]| pack_group(w, g, out);
     // A large matrix (an output projection: 145–180 MB) is spread over the cores; the layers'
     // matrices are already packed several at a time (`Weights::pack`).
     let threads = if data.len() >= 1 << 24 {
@@ -278,17 +354,72 @@ fn fill(w: &QMatrix, data: &mut [u8], done: &(dyn Fn(usize, usize) + Sync)) {
     });
 }
 
+/// Row group `g` of `w` (as the file stores it) into `out`, its packed bytes.
+fn pack_group(w: &QMatrix, g: usize, out: &mut [u8]) {
+    let rb =
+        w.ty.row_bytes(w.cols)
+            .expect("a packed shape has whole blocks");
+    let bb = rb / (w.cols / block_len(w.ty));
+    for (b, dst) in out.chunks_exact_mut(group_block_bytes(w.ty)).enumerate() {
+        let at = |j: usize| (g * GROUP_ROWS + j) * rb + b * bb;
+        prefetch_ahead(w.data, std::array::from_fn(at), bb);
+        pack_block(w.ty, |j| &w.data[at(j)..at(j) + bb], dst);
+    }
+}
+
+/// How far ahead of the block it packs the packing asks for each row's bytes.
+const PREFETCH_AHEAD: usize = 512;
+
+/// Asks for the `bytes` at [`PREFETCH_AHEAD`] past each of `at` in `data`: eight rows read
+/// side by side are eight streams, more than the hardware's prefetchers follow well (the
+/// packing of a 7B file's first pass waited on its rows' loads).
+#[inline(always)]
+fn prefetch_ahead(data: &[u8], at: [usize; GROUP_ROWS], bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for a in at {
+        for l in (0..bytes).step_by(64) {
+            let p = data.as_ptr().wrapping_add(a + PREFETCH_AHEAD + l);
+            // SAFETY: SSE is part of x86-64; a prefetch dereferences nothing (`wrapping_add`:
+            // one past the data's end is a hint that reads nothing).
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+            };
+        }
+    }
+    let _ = (data, at, bytes);
+}
+
+/// Row groups `gs` of `w` (as the file stores it) packed into the start of `buf`, grown to
+/// hold them (never shrunk, so that it is zeroed once): the bytes a packed matrix holds for
+/// these groups.
+pub(super) fn pack_groups<'b>(
+    w: &QMatrix,
+    gs: std::ops::Range<usize>,
+    buf: &'b mut Vec<u8>,
+) -> &'b [u8] {
+    let gb = (w.cols / block_len(w.ty)) * group_block_bytes(w.ty);
+    let len = gs.len() * gb;
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    for (g, dst) in gs.zip(buf[..len].chunks_exact_mut(gb)) {
+        pack_group(w, g, dst);
+    }
+    &buf[..len]
+}
+
 /// Packs `w` again into `into`'s memory, a packed matrix of `w`'s type and shape that owns its
 /// bytes (for `examples/pack_bench.rs`: the packing's own cost, without fresh pages'); `None`
-/// when the two differ or `into` is mapped from a file.
+/// when the two differ, or `into` is mapped from a file or waits to be packed.
 pub fn repack_into(w: &QMatrix, mut into: PackedMatrix) -> Option<PackedMatrix> {
     if (into.ty, into.rows, into.cols) != (w.ty, w.rows, w.cols) {
         return None;
     }
-    if matches!(into.data, Store::Mapped { .. }) {
-        return None;
-    }
-    fill(w, into.data.owned_mut(), &|_, _| {});
+    let store = into
+        .data
+        .get_mut()
+        .filter(|s| !matches!(s, Store::Mapped { .. }))?;
+    fill(w, store.owned_mut(), &|_, _| {});
     Some(into)
 }
 

@@ -7,10 +7,29 @@ use super::x86;
 #[cfg(target_arch = "x86_64")]
 use super::{amx, wide, wide_stored, TileUse};
 use super::{
-    q6_k, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
+    pack, q6_k, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
     TILE_TOKENS, TOKEN_BLOCK,
 };
 use crate::quant::GgmlType;
+
+/// The packed bytes of a work item's row groups: the matrix's own, or (a matrix waiting to be
+/// packed) the item's groups packed for it alone.
+#[derive(Clone, Copy)]
+struct Groups<'a> {
+    bytes: &'a [u8],
+    /// The first group `bytes` holds.
+    first: usize,
+    /// Bytes per group.
+    size: usize,
+}
+
+impl<'a> Groups<'a> {
+    /// The packed bytes of group `g`.
+    fn get(&self, g: usize) -> &'a [u8] {
+        let i = g - self.first;
+        &self.bytes[i * self.size..(i + 1) * self.size]
+    }
+}
 
 impl Product<'_> {
     /// The tile of tokens `t..t + nx` against group `g`: their activation rows and prepared
@@ -50,32 +69,66 @@ impl Product<'_> {
     pub(super) fn run_chunk(
         &self,
         c: usize,
-        (x, acts, tile_acts): (&QuantizedActs, &PackedActs, &[Lines]),
+        inputs: (&QuantizedActs, &PackedActs, &[Lines]),
         scratch: (&mut [f32], &mut [u8]),
     ) {
+        thread_local! {
+            static PACKED_HERE: std::cell::RefCell<Vec<u8>> = Default::default();
+        }
         let groups = self.w.rows() / GROUP_ROWS;
         let (g0, g1) = (
             c * self.chunk_groups,
             ((c + 1) * self.chunk_groups).min(groups),
         );
+        let size = self.w.group_bytes();
+        if let Some(bytes) = self.w.packed_raw() {
+            let src = Groups {
+                bytes,
+                first: 0,
+                size,
+            };
+            return self.run_groups(g0..g1, src, inputs, scratch);
+        }
+        // Packed here, into a buffer that stays in cache: the same bytes as the matrix's own
+        // will be, read by the same kernels.
+        PACKED_HERE.with_borrow_mut(|buf| {
+            let rows = self.w.file_rows().expect("an unpacked matrix has its rows");
+            let src = Groups {
+                bytes: pack::pack_groups(&rows, g0..g1, buf),
+                first: g0,
+                size,
+            };
+            self.run_groups(g0..g1, src, inputs, scratch)
+        })
+    }
+
+    /// [`Self::run_chunk`] for groups `gs`, whose packed bytes `src` holds.
+    fn run_groups(
+        &self,
+        gs: std::ops::Range<usize>,
+        src: Groups,
+        (x, acts, tile_acts): (&QuantizedActs, &PackedActs, &[Lines]),
+        scratch: (&mut [f32], &mut [u8]),
+    ) {
+        let (g0, g1) = (gs.start, gs.end);
         if x.n_tokens() <= TILE_TOKENS {
-            return self.decode_groups(g0..g1, x, acts, scratch);
+            return self.decode_groups(g0..g1, src, x, acts, scratch);
         }
         #[cfg(target_arch = "x86_64")]
         match self.tiles {
             TileUse::Hardware => {
                 let mut tiles = amx::Hardware::new();
-                return self.tiles_on(g0..g1, (x, acts, tile_acts), scratch, &mut tiles);
+                return self.tiles_on(g0..g1, src, (x, acts, tile_acts), scratch, &mut tiles);
             }
             TileUse::Emulated => {
                 let mut tiles = amx::Emulated::default();
-                return self.tiles_on(g0..g1, (x, acts, tile_acts), scratch, &mut tiles);
+                return self.tiles_on(g0..g1, src, (x, acts, tile_acts), scratch, &mut tiles);
             }
             TileUse::No => {}
         }
         #[cfg(target_arch = "x86_64")]
         if self.wide {
-            return self.wide_tiles(g0..g1, x, acts, scratch);
+            return self.wide_tiles(g0..g1, src, x, acts, scratch);
         }
         #[cfg(target_arch = "x86_64")]
         if self.q5_stored_many {
@@ -85,18 +138,19 @@ impl Product<'_> {
                     let tile = self.tile(x, acts, g, tb, (nt - tb).min(x86::MANY_TOKENS));
                     // SAFETY: as for the tiles of `token_tiles`, with tokens tb..tb + nx, nx
                     // at most MANY_TOKENS; `q5_stored_many` implies AVX2 and F16C.
-                    unsafe { x86::tile_q5_many(self.w.group(g), &tile) };
+                    unsafe { x86::tile_q5_many(src.get(g), &tile) };
                 }
             }
             return;
         }
-        self.token_tiles(g0..g1, x, acts, scratch)
+        self.token_tiles(g0..g1, src, x, acts, scratch)
     }
 
     /// One tile of tokens (decode) against groups `gs`, a group at a time.
     fn decode_groups(
         &self,
         gs: std::ops::Range<usize>,
+        src: Groups,
         x: &QuantizedActs,
         acts: &PackedActs,
         (scales, unpacked): (&mut [f32], &mut [u8]),
@@ -115,8 +169,8 @@ impl Product<'_> {
             // `wide_decode` implies AVX-512 VNNI (and FMA, F16C).
             unsafe {
                 match w.ty() {
-                    GgmlType::Q3_K => wide_stored::q3_k_pair(w.group(g), w.group(g + 1), &tile),
-                    _ => wide_stored::q4_k_pair(w.group(g), w.group(g + 1), &tile, self.q4k_pairs),
+                    GgmlType::Q3_K => wide_stored::q3_k_pair(src.get(g), src.get(g + 1), &tile),
+                    _ => wide_stored::q4_k_pair(src.get(g), src.get(g + 1), &tile, self.q4k_pairs),
                 }
             };
             gs.start += 2;
@@ -130,7 +184,7 @@ impl Product<'_> {
                 // group g holds `blocks` blocks; outputs 8g..8g+8 of each token lie in
                 // this product's `y`, written by this thread only; `stored` implies
                 // AVX2 (and F16C, part of our AVX2 level).
-                let stored = w.group(g);
+                let stored = src.get(g);
                 match w.ty() {
                     GgmlType::Q5_0 => unsafe { x86::tile_q5_stored(stored, &tile) },
                     GgmlType::Q4_0 => unsafe { x86::tile_q4_stored(stored, &tile) },
@@ -142,7 +196,7 @@ impl Product<'_> {
                 continue;
             }
             let (s, u) = (&mut scales[..sl], &mut unpacked[..ul]);
-            let view = GroupView::new(w.ty(), blocks, w.group(g), s, u, self.unpack);
+            let view = GroupView::new(w.ty(), blocks, src.get(g), s, u, self.unpack);
             // SAFETY: as for the tiles of `token_tiles`, with tokens 0..nt.
             unsafe { (self.tile_fn)(&view, &tile) };
         }
@@ -153,6 +207,7 @@ impl Product<'_> {
     fn views<'s>(
         &'s self,
         gs: std::ops::Range<usize>,
+        src: Groups<'s>,
         scales: &'s mut [f32],
         unpacked: &'s mut [u8],
     ) -> Vec<GroupView<'s>> {
@@ -167,7 +222,7 @@ impl Product<'_> {
             views.push(GroupView::new(
                 w.ty(),
                 blocks,
-                w.group(g),
+                src.get(g),
                 s,
                 u,
                 self.unpack,
@@ -183,16 +238,17 @@ impl Product<'_> {
     fn token_tiles(
         &self,
         gs: std::ops::Range<usize>,
+        src: Groups,
         x: &QuantizedActs,
         acts: &PackedActs,
         (scales, unpacked): (&mut [f32], &mut [u8]),
     ) {
-        let (w, nt) = (self.w, x.n_tokens());
+        let nt = x.n_tokens();
         let stored_tiles = self.q8_stored_tiles;
         let views = if stored_tiles {
             Vec::new()
         } else {
-            self.views(gs.clone(), scales, unpacked)
+            self.views(gs.clone(), src, scales, unpacked)
         };
         for tb in (0..nt).step_by(TOKEN_BLOCK) {
             let te = (tb + TOKEN_BLOCK).min(nt);
@@ -210,7 +266,7 @@ impl Product<'_> {
                     if stored_tiles {
                         // SAFETY: as above, the stored group g holding `blocks` blocks;
                         // `q8_stored_tiles` implies AVX2 and F16C.
-                        unsafe { x86::tile_q8_stored(w.group(g), &tile) };
+                        unsafe { x86::tile_q8_stored(src.get(g), &tile) };
                         t += nx;
                         continue;
                     }
@@ -228,6 +284,7 @@ impl Product<'_> {
     fn wide_tiles(
         &self,
         gs: std::ops::Range<usize>,
+        src: Groups,
         x: &QuantizedActs,
         acts: &PackedActs,
         scratch: (&mut [f32], &mut [u8]),
@@ -242,7 +299,7 @@ impl Product<'_> {
             buf.resize(pairs * pair_bytes, 0);
             for (p, dst) in buf.chunks_exact_mut(pair_bytes).enumerate() {
                 let g = gs.start + 2 * p;
-                let pair = [w.group(g), w.group(g + 1)];
+                let pair = [src.get(g), src.get(g + 1)];
                 wide::unpack(w.ty(), blocks, pair, dst);
             }
             for tb in (0..nt).step_by(TOKEN_BLOCK) {
@@ -270,7 +327,7 @@ impl Product<'_> {
             }
         });
         if gs.len() % 2 == 1 {
-            self.token_tiles(gs.end - 1..gs.end, x, acts, scratch);
+            self.token_tiles(gs.end - 1..gs.end, src, x, acts, scratch);
         }
     }
 
@@ -280,6 +337,7 @@ impl Product<'_> {
     fn tiles_on<T: amx::Tiles>(
         &self,
         gs: std::ops::Range<usize>,
+        src: Groups,
         (x, acts, tile_acts): (&QuantizedActs, &PackedActs, &[Lines]),
         (scales, unpacked): (&mut [f32], &mut [u8]),
         tiles: &mut T,
@@ -289,12 +347,12 @@ impl Product<'_> {
         }
         let (w, blocks, nt) = (self.w, self.blocks, x.n_tokens());
         assert!(gs.len() <= amx::ITEM_ROWS / GROUP_ROWS);
-        let views = self.views(gs.clone(), scales, unpacked);
+        let views = self.views(gs.clone(), src, scales, unpacked);
         let views: Vec<&GroupView> = views.iter().collect();
         ITEM.with_borrow_mut(|item| {
             match w.ty() {
                 GgmlType::Q4_K => {
-                    let stored: Vec<&[u8]> = gs.clone().map(|g| w.group(g)).collect();
+                    let stored: Vec<&[u8]> = gs.clone().map(|g| src.get(g)).collect();
                     item.q4_k(&stored, blocks)
                 }
                 GgmlType::Q6_K => item.q6_k(&views, blocks),

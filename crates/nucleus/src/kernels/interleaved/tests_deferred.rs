@@ -1,0 +1,151 @@
+//! A matrix that waits to be packed ([`PackedMatrix::deferred`]) computes the packed matrix's
+//! bits: every type, token count, float chain and kernel family (scalar, AVX2, 512-bit, AMX
+//! tiles emulated), and after [`PackedMatrix::finish`] it holds the bytes [`pack`] writes.
+
+use std::sync::{Arc, Mutex};
+
+use super::pack::pack;
+use super::tests::{matrix, wide_q8_k_acts};
+use super::*;
+use crate::kernels::matmul::QMatrix;
+use crate::kernels::test_rng::Rng;
+
+/// Rows held in memory, standing in for a mapped file; records what was released.
+#[derive(Debug)]
+struct Rows {
+    data: Vec<u8>,
+    released: Arc<Mutex<usize>>,
+}
+
+impl FileRows for Rows {
+    fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+    fn release(&self, _offset: usize, len: usize) {
+        *self.released.lock().unwrap() += len;
+    }
+}
+
+const TYPES: [GgmlType; 10] = [
+    GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q4_0,
+    GgmlType::IQ4_NL,
+    GgmlType::MXFP4,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+];
+
+/// `nt` token rows of the activation type `ty`'s packed products read, and their prepared sums.
+fn acts_for(rng: &mut Rng, ty: GgmlType, nt: usize, cols: usize) -> (QuantizedActs, PackedActs) {
+    if packed_act_type(ty) == GgmlType::Q8_K {
+        (wide_q8_k_acts(rng, nt, cols), PackedActs::new())
+    } else {
+        super::tests::acts(rng, nt, cols)
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+#[test]
+fn a_waiting_matrix_computes_the_packed_bits() {
+    let mut rng = Rng(41);
+    let pool = ThreadPool::new(2);
+    for ty in TYPES {
+        let cols = if pack::block_len(ty) == 256 { 768 } else { 160 };
+        // 136 rows: 17 groups, an odd count (the 512-bit kernels' pairs leave one).
+        let rows = 136;
+        let data = matrix(&mut rng, ty, rows, cols);
+        let q = QMatrix {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        };
+        let packed = pack(&q).unwrap();
+        let source = Box::new(Rows {
+            data: data.clone(),
+            released: Default::default(),
+        });
+        let waiting = PackedMatrix::deferred(ty, rows, cols, source).unwrap();
+        for nt in [1, 3, 4, 5, 9, 17, 40] {
+            let (x, xa) = acts_for(&mut rng, ty, nt, cols);
+            for (simd, chain, ask) in [
+                (true, Chain::Default, TileAsk::Auto),
+                (false, Chain::Default, TileAsk::Auto),
+                (true, Chain::Q4kPairs, TileAsk::Auto),
+                (true, Chain::Default, TileAsk::Emulated),
+                (true, Chain::Q4kPairs, TileAsk::Emulated),
+            ] {
+                let mut want = vec![f32::NAN; nt * rows];
+                let mut got = vec![f32::NAN; nt * rows];
+                matmul_packed_tiles(
+                    &pool,
+                    &mut [(&packed, &mut want)],
+                    &x,
+                    &xa,
+                    simd,
+                    chain,
+                    ask,
+                );
+                matmul_packed_tiles(
+                    &pool,
+                    &mut [(&waiting, &mut got)],
+                    &x,
+                    &xa,
+                    simd,
+                    chain,
+                    ask,
+                );
+                assert!(!waiting.is_packed(), "a product must not pack the matrix");
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{ty} {nt} tokens, simd {simd}, {chain:?}, {ask:?}"
+                );
+            }
+        }
+        waiting.finish();
+        assert!(waiting.is_packed());
+        assert_eq!(waiting.raw(), packed.raw(), "{ty}: the packed bytes");
+    }
+}
+
+#[test]
+fn finishing_releases_every_row_once_and_sizes_are_checked() {
+    let mut rng = Rng(42);
+    let (ty, rows, cols) = (GgmlType::Q4_K, 64, 512);
+    let data = matrix(&mut rng, ty, rows, cols);
+    let released = Arc::new(Mutex::new(0));
+    let source = Box::new(Rows {
+        data: data.clone(),
+        released: Arc::clone(&released),
+    });
+    let w = PackedMatrix::deferred(ty, rows, cols, source).unwrap();
+    // Two threads finish it at once: one packs, the other waits, and the rows are read once.
+    std::thread::scope(|s| {
+        s.spawn(|| w.finish());
+        s.spawn(|| w.finish());
+    });
+    assert_eq!(
+        *released.lock().unwrap(),
+        data.len(),
+        "every row released once"
+    );
+    assert_eq!(w.raw(), pack(&w.file_rows().unwrap()).unwrap().raw());
+    let short = Box::new(Rows {
+        data: data[..data.len() - 1].to_vec(),
+        released: Default::default(),
+    });
+    assert!(PackedMatrix::deferred(ty, rows, cols, short).is_none());
+    let unpackable = Box::new(Rows {
+        data,
+        released: Default::default(),
+    });
+    assert!(PackedMatrix::deferred(ty, rows + 1, cols, unpackable).is_none());
+}
