@@ -10,7 +10,8 @@ For every file: read twice first (a file benchmarked while the page cache still 
 runs at half speed), then ROUNDS rounds, each running llama-bench, nucleus and nucleus --exact
 one after the other (alternating, so that a noisy neighbour hits both), each round's figure kept:
 a cell shows the range over the rounds. Load: seconds from the command's start to its exit after
-one generated token (llama-simple and `nucleus run -n 1`, page cache warm), LOAD_ROUNDS
+one generated token (llama-simple and `nucleus run -n 1`, page cache warm; nucleus's one pass
+packs each work item's weights as it reads them, docs/src/pack-cache.md), LOAD_ROUNDS
 alternating rounds (a range), and the peak RSS; "mapped": nucleus with NUCLEUS_PACK_CACHE, the
 packed weights mapped from the file an earlier load wrote (docs/src/pack-cache.md); "huge":
 nucleus with NUCLEUS_HUGE_PAGES=1, its packed weights in 2 MiB pages (`nucleus serve`'s default,
@@ -131,11 +132,11 @@ def timed(cmd, env=None):
 
 
 def load_times(nucleus, bin_dir, path):
-    """LOAD_ROUNDS alternating rounds of llama-simple, nucleus run packing the model, and
-    nucleus run mapping its packed weights from a file of them (NUCLEUS_PACK_CACHE, written
-    once beforehand, untimed), the model file and that file re-read into the page cache before
-    each round: their (seconds, peak RSS) lists. One sample each moved by a second or more from
-    run to run on this VM (the cost of fresh memory varies with the host)."""
+    """LOAD_ROUNDS alternating rounds of llama-simple, nucleus run (its one pass packing as it
+    goes), and nucleus run mapping its packed weights from a file of them (NUCLEUS_PACK_CACHE,
+    written once beforehand, untimed), the model file and that file re-read into the page cache
+    before each round: their (seconds, peak RSS) lists. One sample each moved by a second or
+    more from run to run on this VM (the cost of fresh memory varies with the host)."""
     cache = ROOT / ".bench/pack-cache"
     for old in cache.glob(f"{path.stem}-*.nucpack"):
         old.unlink()
