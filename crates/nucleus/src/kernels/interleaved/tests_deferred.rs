@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use super::pack::pack;
 use super::tests::{matrix, wide_q8_k_acts};
 use super::*;
-use crate::kernels::matmul::QMatrix;
 use crate::kernels::test_rng::Rng;
 
 /// Rows held in memory, standing in for a mapped file; records what was released.
@@ -15,6 +14,15 @@ use crate::kernels::test_rng::Rng;
 struct Rows {
     data: Vec<u8>,
     released: Arc<Mutex<usize>>,
+}
+
+impl Rows {
+    fn boxed(data: &[u8]) -> Box<Rows> {
+        Box::new(Rows {
+            data: data.to_vec(),
+            released: Default::default(),
+        })
+    }
 }
 
 impl FileRows for Rows {
@@ -61,18 +69,8 @@ fn a_waiting_matrix_computes_the_packed_bits() {
         // 136 rows: 17 groups, an odd count (the 512-bit kernels' pairs leave one).
         let rows = 136;
         let data = matrix(&mut rng, ty, rows, cols);
-        let q = QMatrix {
-            ty,
-            data: &data,
-            rows,
-            cols,
-        };
-        let packed = pack(&q).unwrap();
-        let source = Box::new(Rows {
-            data: data.clone(),
-            released: Default::default(),
-        });
-        let waiting = PackedMatrix::deferred(ty, rows, cols, source).unwrap();
+        let packed = super::tests::packed(ty, &data, rows, cols);
+        let waiting = PackedMatrix::deferred(ty, rows, cols, Rows::boxed(&data)).unwrap();
         for nt in [1, 3, 4, 5, 9, 17, 40] {
             let (x, xa) = acts_for(&mut rng, ty, nt, cols);
             for (simd, chain, ask) in [
@@ -138,14 +136,7 @@ fn finishing_releases_every_row_once_and_sizes_are_checked() {
         "every row released once"
     );
     assert_eq!(w.raw(), pack(&w.file_rows().unwrap()).unwrap().raw());
-    let short = Box::new(Rows {
-        data: data[..data.len() - 1].to_vec(),
-        released: Default::default(),
-    });
+    let short = Rows::boxed(&data[..data.len() - 1]);
     assert!(PackedMatrix::deferred(ty, rows, cols, short).is_none());
-    let unpackable = Box::new(Rows {
-        data,
-        released: Default::default(),
-    });
-    assert!(PackedMatrix::deferred(ty, rows + 1, cols, unpackable).is_none());
+    assert!(PackedMatrix::deferred(ty, rows + 1, cols, Rows::boxed(&data)).is_none());
 }
