@@ -65,55 +65,64 @@ pub fn chat(
         reasoning,
     } = opts;
     let Loaded { model, tokenizer } = load(&args, name.as_deref())?;
-    // Packed before the first reply, not in the pause after its first token.
-    model.finish_packing();
-    let req = sampling.request(max_tokens, false, model.hp.n_vocab)?;
-    let method = speculate.method(req.beams)?;
-    let draft = speculate.load_draft(method, args.threads)?;
-    let source = tokenizer
-        .chat_template()
-        .ok_or(nucleus::chat::ChatError::NoTemplate)?;
-    let text_of = |id: Option<TokenId>| {
-        id.and_then(|i| tokenizer.token_text(i))
-            .unwrap_or("")
-            .to_string()
-    };
-    let template = ChatTemplate::new(source, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?;
-    let n_ctx = context_size(&args, &model)?;
-    // Beams do not stream: with --beams the default stays `error`.
-    let default = if req.beams > 1 {
-        ContextPolicy::Error
-    } else {
-        ContextPolicy::Stream
-    };
-    let policy = policy_of(&args, default);
-    let session = session_for(&args, &model, n_ctx, &req, policy)?;
-    let speculator =
-        speculate.speculator(method, draft.as_ref(), &tokenizer, n_ctx, args.kv_type)?;
-    let mut chat = Chat {
-        tokenizer: &tokenizer,
-        template,
-        session,
-        speculator,
-        req,
-        policy,
-        n_ctx,
-        parse_special: parse_special_in_messages,
-        messages: Vec::new(),
-        turns: 0,
-        reasoning,
-        color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-        interrupt: Arc::new(AtomicBool::new(false)),
-    };
-    if let Some(s) = system {
-        chat.messages.push(Message::new("system", &s));
+    let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    if !interactive {
+        // Packed before the first reply, not in the pause after its first token.
+        model.finish_packing();
     }
-    let name = model.hp.arch.name();
-    if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
-        repl(&mut chat, name)
-    } else {
-        piped(&mut chat, name)
-    }
+    std::thread::scope(|scope| {
+        let req = sampling.request(max_tokens, false, model.hp.n_vocab)?;
+        let method = speculate.method(req.beams)?;
+        let draft = speculate.load_draft(method, args.threads)?;
+        let source = tokenizer
+            .chat_template()
+            .ok_or(nucleus::chat::ChatError::NoTemplate)?;
+        let text_of = |id: Option<TokenId>| {
+            id.and_then(|i| tokenizer.token_text(i))
+                .unwrap_or("")
+                .to_string()
+        };
+        let template =
+            ChatTemplate::new(source, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?;
+        let n_ctx = context_size(&args, &model)?;
+        // Beams do not stream: with --beams the default stays `error`.
+        let default = if req.beams > 1 {
+            ContextPolicy::Error
+        } else {
+            ContextPolicy::Stream
+        };
+        let policy = policy_of(&args, default);
+        let session = session_for(&args, &model, n_ctx, &req, policy)?;
+        let speculator =
+            speculate.speculator(method, draft.as_ref(), &tokenizer, n_ctx, args.kv_type)?;
+        let mut chat = Chat {
+            tokenizer: &tokenizer,
+            template,
+            session,
+            speculator,
+            req,
+            policy,
+            n_ctx,
+            parse_special: parse_special_in_messages,
+            messages: Vec::new(),
+            turns: 0,
+            reasoning,
+            color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+            interrupt: Arc::new(AtomicBool::new(false)),
+        };
+        if let Some(s) = system {
+            chat.messages.push(Message::new("system", &s));
+        }
+        let name = model.hp.arch.name();
+        if interactive {
+            // Packed while the first message is typed; a reply begun before the packing
+            // ends packs what it reads as it goes, with the same bits.
+            scope.spawn(|| model.finish_packing());
+            repl(&mut chat, name)
+        } else {
+            piped(&mut chat, name)
+        }
+    })
 }
 
 /// One message per line from a pipe; an empty line or the end ends the chat.
