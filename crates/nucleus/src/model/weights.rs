@@ -19,7 +19,8 @@ pub struct Matrix {
     pub rows: usize,
     pub cols: usize,
     /// The matrix repacked for nucleus's own arithmetic (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4 and Q4_K with
-    /// whole groups of rows, when the model runs in [`Arithmetic::Fast`]).
+    /// whole groups of rows, when the model runs in [`Arithmetic::Fast`]), packed or waiting to
+    /// be ([`Weights::finish_packing`]).
     pub packed: Option<Arc<PackedMatrix>>,
 }
 

@@ -8,7 +8,7 @@ use crate::quant::{simd_level, SimdLevel};
 
 /// Interleaves the first `words` four-byte words of each of `rows` into `dst[..32 * words]`.
 /// Every byte of that stretch of `dst` is written, none read (it may be fresh memory: see
-/// `pack::pack_releasing`).
+/// `pack::packed_store`).
 ///
 /// # Panics
 /// When a row is shorter than `4 * words` bytes or `dst` than `32 * words`.

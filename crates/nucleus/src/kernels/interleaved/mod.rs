@@ -108,7 +108,7 @@ pub use amx::{amx_refusal, uses_amx};
 #[cfg(test)]
 use choice::tile_use;
 use choice::{How, TileAsk, TileUse};
-pub use pack::{pack, pack_releasing, repack_into, FileRows, PackedMatrix};
+pub use pack::{pack, repack_into, FileRows, PackedMatrix};
 
 /// Why prompts do not run on AMX tiles here (always, on other architectures).
 #[cfg(not(target_arch = "x86_64"))]

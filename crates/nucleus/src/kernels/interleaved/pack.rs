@@ -183,9 +183,7 @@ impl PackedMatrix {
                 .as_deref()
                 .expect("an unpacked matrix has its rows");
             let w = self.file_rows().expect("an unpacked matrix has its rows");
-            let mut store = Store::fresh(self.bytes());
-            fill(&w, store.owned_mut(), &|at, len| source.release(at, len));
-            store
+            packed_store(&w, &|at, len| source.release(at, len))
         });
     }
 
@@ -202,7 +200,7 @@ impl PackedMatrix {
 
     /// Bytes of one packed row group.
     pub(super) fn group_bytes(&self) -> usize {
-        group_block_bytes(self.ty) * (self.cols / block_len(self.ty))
+        group_len(self.ty, self.cols)
     }
 
     /// The packed matrix of `ty`, `rows` × `cols` whose bytes lie at `offset` in `map` (written
@@ -238,7 +236,12 @@ impl PackedMatrix {
 
 /// Bytes of a packed `rows` × `cols` matrix of `ty` (a shape [`can_pack`] takes).
 fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> usize {
-    rows / GROUP_ROWS * (cols / block_len(ty)) * group_block_bytes(ty)
+    rows / GROUP_ROWS * group_len(ty, cols)
+}
+
+/// Bytes of one packed row group of `cols` inputs of `ty`.
+fn group_len(ty: GgmlType, cols: usize) -> usize {
+    (cols / block_len(ty)) * group_block_bytes(ty)
 }
 
 /// Whether a matrix can be packed: Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K or
@@ -254,7 +257,7 @@ pub fn can_pack(ty: GgmlType, rows: usize, cols: usize) -> bool {
 }
 
 /// The 32 values of a Q5_0 block (weight + 16, 0..=31) and its f16 scale bits. (Q8_0, Q4_0,
-/// IQ4_NL and MXFP4 blocks move whole bytes, see [`pack_releasing`].)
+/// IQ4_NL and MXFP4 blocks move whole bytes, see [`pack_block`].)
 fn q5_0_values(block: &[u8]) -> (u16, [u8; QK]) {
     let mut q = [0u8; QK];
     let d = u16::from_le_bytes([block[0], block[1]]);
@@ -289,35 +292,36 @@ fn mxfp4_packs(data: &[u8]) -> bool {
 
 /// Repacks `w`, or `None` when [`can_pack`] says no.
 pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
-    pack_releasing(w, &|_, _| {})
-}
-
-/// [`pack`], calling `done(offset, len)` as each stretch of `w.data` has been read (so that a
-/// caller may drop a large matrix's file pages as it goes, instead of holding both copies).
-pub fn pack_releasing(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Option<PackedMatrix> {
     if !can_pack(w.ty, w.rows, w.cols) || (w.ty == GgmlType::MXFP4 && !mxfp4_packs(w.data)) {
         return None;
     }
+    Some(PackedMatrix {
+        ty: w.ty,
+        rows: w.rows,
+        cols: w.cols,
+        data: OnceLock::from(packed_store(w, &|_, _| {})),
+        source: None,
+    })
+}
+
+/// `w` packed into memory of its own, calling `done(offset, len)` as each stretch of `w.data`
+/// has been read (so that a caller may drop a large matrix's file pages as it goes, instead of
+/// holding both copies).
+fn packed_store(w: &QMatrix, done: &(dyn Fn(usize, usize) + Sync)) -> Store {
     // Zeroed pages, fresh from the kernel: every packing below writes a byte before it reads
     // it (a read first would map the zero page and make the write a copy-on-write fault with
     // a TLB flush on every core: it was most of a 7B file's load time).
     let mut store = Store::fresh(packed_len(w.ty, w.rows, w.cols));
     fill(w, store.owned_mut(), done);
-    Some(PackedMatrix {
-        ty: w.ty,
-        rows: w.rows,
-        cols: w.cols,
-        data: OnceLock::from(store),
-        source: None,
-    })
+    store
 }
 
-/// Packs `w` into `data` (its packed length), calling `done` as [`pack_releasing`] says.
+/// Packs `w` into `data` (its packed length), calling `done` as [`packed_store`] says.
 fn fill(w: &QMatrix, data: &mut [u8], done: &(dyn Fn(usize, usize) + Sync)) {
     let rb =
         w.ty.row_bytes(w.cols)
             .expect("a packed shape has whole blocks");
-    let group_bytes = (w.cols / block_len(w.ty)) * group_block_bytes(w.ty);
+    let group_bytes = group_len(w.ty, w.cols);
     let pack_group = |g: usize, out: &mut [u8]| pack_group(w, g, out);
     // A large matrix (an output projection: 145–180 MB) is spread over the cores; the layers'
     // matrices are already packed several at a time (`Weights::pack`).
@@ -397,7 +401,7 @@ pub(super) fn pack_groups<'b>(
     gs: std::ops::Range<usize>,
     buf: &'b mut Vec<u8>,
 ) -> &'b [u8] {
-    let gb = (w.cols / block_len(w.ty)) * group_block_bytes(w.ty);
+    let gb = group_len(w.ty, w.cols);
     let len = gs.len() * gb;
     if buf.len() < len {
         buf.resize(len, 0);
@@ -425,7 +429,7 @@ pub fn repack_into(w: &QMatrix, mut into: PackedMatrix) -> Option<PackedMatrix> 
 
 /// One block of a group into `dst`, in the group layout: `row(j)` is the block's bytes in row
 /// `j` of the group. Every byte of `dst` is written before any is read (fresh memory: see
-/// [`pack_releasing`]).
+/// [`packed_store`]).
 #[inline]
 fn pack_block<'a>(ty: GgmlType, row: impl Fn(usize) -> &'a [u8], dst: &mut [u8]) {
     match ty {

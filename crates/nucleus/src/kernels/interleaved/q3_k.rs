@@ -33,7 +33,7 @@ pub(crate) const HIGH: usize = LOW + 16 * 32;
 pub(crate) const GROUP_BLOCK: usize = HIGH + 8 * 32;
 
 /// Writes group-block `dst` (GROUP_BLOCK bytes) from the eight file blocks `rows[r]`. Every
-/// byte is written before any is read (fresh memory: see `pack::pack_releasing`).
+/// byte is written before any is read (fresh memory: see `pack::packed_store`).
 pub(crate) fn pack_group_block(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
     // Row r's words: vector v of the low plane, of the high plane.
     let (mut low, mut high) = ([[0u8; 64]; GROUP_ROWS], [[0u8; 32]; GROUP_ROWS]);
