@@ -27,6 +27,8 @@ fn main() {
         GgmlType::Q3_K,
         GgmlType::IQ4_XS,
         GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_0,
     ];
     let rounds: usize = std::env::args()
         .nth(2)

@@ -22,6 +22,11 @@ pub(super) fn interleave_rows(rows: [&[u8]; GROUP_ROWS], words: usize, dst: &mut
         unsafe { interleave_avx2(rows, dst) };
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if words.is_multiple_of(4) {
+        interleave_sse2(rows, dst);
+        return;
+    }
     interleave_scalar(rows, dst);
 }
 
@@ -112,6 +117,52 @@ fn interleave_scalar(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
     }
 }
 
+/// Four words of the eight rows at a time (Q4_0's and Q5_0's 16 bytes of nibbles a block).
+#[cfg(target_arch = "x86_64")]
+fn interleave_sse2(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
+    use std::arch::x86_64::*;
+    for (q, out) in dst.chunks_exact_mut(128).enumerate() {
+        let rows: [&[u8]; GROUP_ROWS] = rows.map(|r| &r[16 * q..16 * q + 16]);
+        // SAFETY: SSE2 is part of x86_64; every row slice holds 16 bytes and `out` 128
+        // (unaligned loads and stores).
+        unsafe {
+            let v = std::array::from_fn(|r| _mm_loadu_si128(rows[r].as_ptr().cast()));
+            for (k, halves) in transpose_sse2(v).iter().enumerate() {
+                for (h, t) in halves.iter().enumerate() {
+                    _mm_storeu_si128(out.as_mut_ptr().add(32 * k + 16 * h).cast(), *t);
+                }
+            }
+        }
+    }
+}
+
+/// Eight rows' four words (row `r` in `v[r]`) as four chunks of eight words, each in two
+/// halves (rows 0–3, rows 4–7): two 4×4 transposes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn transpose_sse2(
+    v: [std::arch::x86_64::__m128i; GROUP_ROWS],
+) -> [[std::arch::x86_64::__m128i; 2]; 4] {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of x86_64; register operations only.
+    unsafe {
+        let quad = |v: &[__m128i]| {
+            let a0 = _mm_unpacklo_epi32(v[0], v[1]);
+            let a1 = _mm_unpackhi_epi32(v[0], v[1]);
+            let a2 = _mm_unpacklo_epi32(v[2], v[3]);
+            let a3 = _mm_unpackhi_epi32(v[2], v[3]);
+            [
+                _mm_unpacklo_epi64(a0, a2),
+                _mm_unpackhi_epi64(a0, a2),
+                _mm_unpacklo_epi64(a1, a3),
+                _mm_unpackhi_epi64(a1, a3),
+            ]
+        };
+        let (lo, hi) = (quad(&v[..4]), quad(&v[4..]));
+        std::array::from_fn(|k| [lo[k], hi[k]])
+    }
+}
+
 /// # Safety
 /// AVX2 must be available; every row holds `dst.len() / 8` bytes, a multiple of 32.
 #[cfg(target_arch = "x86_64")]
@@ -124,38 +175,48 @@ unsafe fn interleave_avx2(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
         unsafe {
             let v: [__m256i; 8] =
                 std::array::from_fn(|r| _mm256_loadu_si256(rows[r].as_ptr().add(32 * q).cast()));
-            // Words (r, k) → (k, r): pairs of rows, then quads, then the two 128-bit halves.
-            let a0 = _mm256_unpacklo_epi32(v[0], v[1]);
-            let a1 = _mm256_unpackhi_epi32(v[0], v[1]);
-            let a2 = _mm256_unpacklo_epi32(v[2], v[3]);
-            let a3 = _mm256_unpackhi_epi32(v[2], v[3]);
-            let a4 = _mm256_unpacklo_epi32(v[4], v[5]);
-            let a5 = _mm256_unpackhi_epi32(v[4], v[5]);
-            let a6 = _mm256_unpacklo_epi32(v[6], v[7]);
-            let a7 = _mm256_unpackhi_epi32(v[6], v[7]);
-            let b0 = _mm256_unpacklo_epi64(a0, a2);
-            let b1 = _mm256_unpackhi_epi64(a0, a2);
-            let b2 = _mm256_unpacklo_epi64(a1, a3);
-            let b3 = _mm256_unpackhi_epi64(a1, a3);
-            let b4 = _mm256_unpacklo_epi64(a4, a6);
-            let b5 = _mm256_unpackhi_epi64(a4, a6);
-            let b6 = _mm256_unpacklo_epi64(a5, a7);
-            let b7 = _mm256_unpackhi_epi64(a5, a7);
-            let t = [
-                _mm256_permute2x128_si256::<0x20>(b0, b4),
-                _mm256_permute2x128_si256::<0x20>(b1, b5),
-                _mm256_permute2x128_si256::<0x20>(b2, b6),
-                _mm256_permute2x128_si256::<0x20>(b3, b7),
-                _mm256_permute2x128_si256::<0x31>(b0, b4),
-                _mm256_permute2x128_si256::<0x31>(b1, b5),
-                _mm256_permute2x128_si256::<0x31>(b2, b6),
-                _mm256_permute2x128_si256::<0x31>(b3, b7),
-            ];
-            for (k, t) in t.iter().enumerate() {
+            for (k, t) in transpose_avx2(v).iter().enumerate() {
                 _mm256_storeu_si256(out.as_mut_ptr().add(32 * k).cast(), *t);
             }
         }
     }
+}
+
+/// Eight rows' eight words (row `r` in `v[r]`) as eight chunks of eight words (word `k` of
+/// every row in chunk `k`): pairs of rows, then quads, then the two 128-bit halves.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn transpose_avx2(
+    v: [std::arch::x86_64::__m256i; GROUP_ROWS],
+) -> [std::arch::x86_64::__m256i; GROUP_ROWS] {
+    use std::arch::x86_64::*;
+    let a0 = _mm256_unpacklo_epi32(v[0], v[1]);
+    let a1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    let a2 = _mm256_unpacklo_epi32(v[2], v[3]);
+    let a3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    let a4 = _mm256_unpacklo_epi32(v[4], v[5]);
+    let a5 = _mm256_unpackhi_epi32(v[4], v[5]);
+    let a6 = _mm256_unpacklo_epi32(v[6], v[7]);
+    let a7 = _mm256_unpackhi_epi32(v[6], v[7]);
+    let b0 = _mm256_unpacklo_epi64(a0, a2);
+    let b1 = _mm256_unpackhi_epi64(a0, a2);
+    let b2 = _mm256_unpacklo_epi64(a1, a3);
+    let b3 = _mm256_unpackhi_epi64(a1, a3);
+    let b4 = _mm256_unpacklo_epi64(a4, a6);
+    let b5 = _mm256_unpackhi_epi64(a4, a6);
+    let b6 = _mm256_unpacklo_epi64(a5, a7);
+    let b7 = _mm256_unpackhi_epi64(a5, a7);
+    [
+        _mm256_permute2x128_si256::<0x20>(b0, b4),
+        _mm256_permute2x128_si256::<0x20>(b1, b5),
+        _mm256_permute2x128_si256::<0x20>(b2, b6),
+        _mm256_permute2x128_si256::<0x20>(b3, b7),
+        _mm256_permute2x128_si256::<0x31>(b0, b4),
+        _mm256_permute2x128_si256::<0x31>(b1, b5),
+        _mm256_permute2x128_si256::<0x31>(b2, b6),
+        _mm256_permute2x128_si256::<0x31>(b3, b7),
+    ]
 }
 
 #[cfg(test)]
@@ -165,7 +226,7 @@ mod tests {
     #[test]
     fn simd_interleaving_has_the_scalar_bytes() {
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        for words in [4usize, 8, 16, 32, 40] {
+        for words in [4usize, 6, 8, 12, 16, 32, 40] {
             let rows: Vec<Vec<u8>> = (0..GROUP_ROWS)
                 .map(|_| {
                     (0..4 * words + 3)

@@ -79,6 +79,8 @@ mod interleave;
 mod iq4_xs;
 mod lines;
 mod pack;
+#[cfg(target_arch = "x86_64")]
+mod pack_small;
 mod q3_k;
 mod q4_k;
 mod q5_k;

@@ -256,22 +256,6 @@ pub fn can_pack(ty: GgmlType, rows: usize, cols: usize) -> bool {
         && rows > 0
 }
 
-/// The 32 values of a Q5_0 block (weight + 16, 0..=31) and its f16 scale bits. (Q8_0, Q4_0,
-/// IQ4_NL and MXFP4 blocks move whole bytes, see [`pack_block`].)
-fn q5_0_values(block: &[u8]) -> (u16, [u8; QK]) {
-    let mut q = [0u8; QK];
-    let d = u16::from_le_bytes([block[0], block[1]]);
-    // ggml's block_q5_0: d, qh (32 fifth bits), qs (value i in the low nibble of byte i, value
-    // i + 16 in its high nibble).
-    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-    let qs = &block[6..22];
-    for i in 0..16 {
-        q[i] = (qs[i] & 0x0F) | (((qh >> i) & 1) << 4) as u8;
-        q[i + 16] = (qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4) as u8;
-    }
-    (d, q)
-}
-
 /// An MXFP4 block's scale 2^(e − 128) as f16 bits, when f16 holds it exactly; 0 for a block
 /// whose values are all zero (its scale multiplies nothing); `None` otherwise.
 fn mxfp4_scale_f16(block: &[u8]) -> Option<u16> {
@@ -363,34 +347,52 @@ fn pack_group(w: &QMatrix, g: usize, out: &mut [u8]) {
     let rb =
         w.ty.row_bytes(w.cols)
             .expect("a packed shape has whole blocks");
-    let bb = rb / (w.cols / block_len(w.ty));
-    for (b, dst) in out.chunks_exact_mut(group_block_bytes(w.ty)).enumerate() {
-        let at = |j: usize| (g * GROUP_ROWS + j) * rb + b * bb;
-        prefetch_ahead(w.data, std::array::from_fn(at), bb);
-        pack_block(w.ty, |j| &w.data[at(j)..at(j) + bb], dst);
+    let rows: [&[u8]; GROUP_ROWS] =
+        std::array::from_fn(|j| &w.data[(g * GROUP_ROWS + j) * rb..][..rb]);
+    #[cfg(target_arch = "x86_64")]
+    if super::pack_small::pack_group(w.ty, rows, out) {
+        return;
+    }
+    pack_group_by_blocks(w.ty, rows, out);
+}
+
+/// The group whose rows are `rows` packed into `out` one block at a time (what
+/// `pack_small`'s packings are tested against).
+pub(super) fn pack_group_by_blocks(ty: GgmlType, rows: [&[u8]; GROUP_ROWS], out: &mut [u8]) {
+    let gbb = group_block_bytes(ty);
+    let bb = rows[0].len() / (out.len() / gbb);
+    for (b, dst) in out.chunks_exact_mut(gbb).enumerate() {
+        let at = b * bb;
+        prefetch_ahead(rows, at, bb);
+        pack_block(ty, |j| &rows[j][at..at + bb], dst);
     }
 }
 
 /// How far ahead of the block it packs the packing asks for each row's bytes.
 const PREFETCH_AHEAD: usize = 512;
 
-/// Asks for the `bytes` at [`PREFETCH_AHEAD`] past each of `at` in `data`: eight rows read
+/// Asks for the cache lines that start within the `bytes` at [`PREFETCH_AHEAD`] past `at` in
+/// each of `rows` (each line once as the blocks go by, however small they are): eight rows read
 /// side by side are eight streams, more than the hardware's prefetchers follow well (the
 /// packing of a 7B file's first pass waited on its rows' loads).
 #[inline(always)]
-fn prefetch_ahead(data: &[u8], at: [usize; GROUP_ROWS], bytes: usize) {
+pub(super) fn prefetch_ahead(rows: [&[u8]; GROUP_ROWS], at: usize, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
-    for a in at {
-        for l in (0..bytes).step_by(64) {
-            let p = data.as_ptr().wrapping_add(a + PREFETCH_AHEAD + l);
+    for row in rows {
+        let from = row.as_ptr().wrapping_add(at + PREFETCH_AHEAD);
+        let mut l = from.align_offset(64);
+        while l < bytes {
             // SAFETY: SSE is part of x86-64; a prefetch dereferences nothing (`wrapping_add`:
-            // one past the data's end is a hint that reads nothing).
+            // past the row's end it is a hint that may read nothing).
             unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    from.wrapping_add(l).cast(),
+                )
             };
+            l += 64;
         }
     }
-    let _ = (data, at, bytes);
+    let _ = (rows, at, bytes);
 }
 
 /// Row groups `gs` of `w` (as the file stores it) packed into the start of `buf`, grown to
@@ -461,23 +463,31 @@ fn pack_block<'a>(ty: GgmlType, row: impl Fn(usize) -> &'a [u8], dst: &mut [u8])
             }
             interleave_rows(std::array::from_fn(|j| &row(j)[at..]), 4, &mut dst[16..]);
         }
-        _ => {
-            // Q5_0 ORs its bits in: the block written first, so that no read of fresh memory
-            // maps the zero page (see `q6_k::pack_group_block`).
-            dst.fill(0);
+        GgmlType::Q5_0 => {
+            // ggml's block_q5_0: d, qh (bit i: value i's fifth bit), qs (byte i: values i and
+            // i + 16, the nibbles as Q4_0 holds them, which the layout keeps). The fifth bits:
+            // byte 4j + m of the stretch after the nibbles, bit k holding value 4k + m's.
             for j in 0..GROUP_ROWS {
-                let (d, q) = q5_0_values(row(j));
-                dst[2 * j..2 * j + 2].copy_from_slice(&d.to_le_bytes());
-                // Q5_0: the low four bits as Q4_0's nibbles, the fifth bits apart.
-                for (i, &v) in q.iter().enumerate() {
-                    let (k, m) = (i / 4, i % 4);
-                    let nib = 16 + 32 * (k % 4) + 4 * j + m;
-                    dst[nib] |= (v & 0x0F) << (4 * (k / 4));
-                    dst[16 + 128 + 4 * j + m] |= ((v >> 4) & 1) << k;
+                let src = row(j);
+                dst[2 * j..2 * j + 2].copy_from_slice(&src[..2]);
+                let qh = u32::from_le_bytes([src[2], src[3], src[4], src[5]]);
+                for m in 0..4 {
+                    dst[16 + 128 + 4 * j + m] = every_fourth_bit(qh >> m);
                 }
             }
+            interleave_rows(std::array::from_fn(|j| &row(j)[6..]), 4, &mut dst[16..]);
         }
+        _ => unreachable!("{ty:?} is not packed"),
     }
+}
+
+/// Bits 0, 4, 8, …, 28 of `x` as bits 0..8.
+#[inline(always)]
+pub(super) fn every_fourth_bit(x: u32) -> u8 {
+    let y = x & 0x1111_1111;
+    let y = (y | y >> 3) & 0x0303_0303;
+    let y = (y | y >> 6) & 0x000F_000F;
+    ((y | y >> 12) & 0xFF) as u8
 }
 
 /// Unpacks one stored group into f32 scales (`8 * blocks`) and, but for Q8_0, 256 value bytes

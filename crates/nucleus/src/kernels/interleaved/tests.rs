@@ -137,6 +137,33 @@ fn packing_keeps_every_value_and_scale() {
     }
 }
 
+/// The group packings of the 32-value types (`pack_small`: one loop a group, SIMD transposes)
+/// write the bytes of the block-by-block packing, for row lengths of 1 to 40 blocks.
+#[test]
+fn small_groups_pack_as_blocks_do() {
+    use super::pack::{group_block_bytes, pack_group_by_blocks};
+    let mut rng = Rng(29);
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_0,
+        GgmlType::IQ4_NL,
+    ] {
+        for blocks in [1, 2, 3, 7, 28, 40] {
+            let cols = QK * blocks;
+            let data = matrix(&mut rng, ty, 16, cols);
+            let p = packed(ty, &data, 16, cols);
+            let rb = ty.row_bytes(cols).unwrap();
+            for g in 0..2 {
+                let rows = std::array::from_fn(|j| &data[(8 * g + j) * rb..][..rb]);
+                let mut want = vec![0xA5u8; blocks * group_block_bytes(ty)];
+                pack_group_by_blocks(ty, rows, &mut want);
+                assert!(p.group(g) == want, "{ty}, {blocks} blocks, group {g}");
+            }
+        }
+    }
+}
+
 #[test]
 fn only_the_repacked_types_with_whole_groups_are_packed() {
     assert!(can_pack(GgmlType::Q5_0, 896, 4864));
