@@ -10,7 +10,7 @@
 # ../shared/tokenizer-vectors. Each target starts from its committed seeds (fuzz/seeds/TARGET)
 # and the corpus of earlier runs (fuzz/corpus/TARGET, not committed); an input that crashes is
 # saved under fuzz/artifacts/TARGET/ (reproduce it with `cargo +nightly fuzz run -O TARGET
-# FILE`, then make it a test in crates/*/tests/fuzz_regressions.rs). Exits non-zero when a
+# FILE`, then make it a test in crates/nucleus/tests/suite/fuzz_regressions.rs). Exits non-zero when a
 # target crashed.
 set -uo pipefail
 cd "$(dirname "$0")/../fuzz"

@@ -20,7 +20,7 @@
 5. Checks a SentencePiece-style tokenizer.json (Llama 2's kind: "▁", byte fallback) on the
    llama weights: `nucleus tokenize DIR TEXT --add-special` against transformers' ids.
 6. With --write-fixtures DIR, writes the checkpoints and a reference JSON (ids, greedy tokens
-   and each position's top logits; the ids of a chat prompt from apply_chat_template) there, for the Rust test `tests/hf_checkpoint.rs`.
+   and each position's top logits; the ids of a chat prompt from apply_chat_template) there, for the Rust test `tests/suite/hf_checkpoint.rs`.
 """
 
 import argparse

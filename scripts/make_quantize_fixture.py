@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Makes the fixtures of `crates/nucleus/tests/quantize.rs`: a tiny random llama-shaped GGUF
+"""Makes the fixtures of `crates/nucleus/tests/suite/quantize.rs`: a tiny random llama-shaped GGUF
 (F16 and a few F32 tensors, rows of 256, 512, 96 and 80 to hit llama-quantize's fallbacks,
 blocks of zeros, constants, outliers and near-zero values to hit the quantizers' edge cases),
 and, for every type nucleus writes, what llama.cpp's llama-quantize makes of it: the whole

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tiny random-weight GGUFs of the architectures nucleus runs beyond its catalog models, and
 llama.cpp's outputs for them in the golden format (../shared/golden/README.md), as test fixtures
-in crates/nucleus/tests/data/arch/ (read by crates/nucleus/tests/golden_models.rs).
+in crates/nucleus/tests/data/arch/ (read by crates/nucleus/tests/suite/golden_models.rs).
 
 Deterministic: the same seed gives the same bytes. Needs numpy and pyyaml (for the vendored
 gguf-py) and llama.cpp built from the vendored source (scripts/build_llama_cpp.sh):

@@ -1,5 +1,5 @@
 //! `nucleus run DIR` on a Hugging Face checkpoint directory: the tiny transformers-made
-//! checkpoints of `crates/nucleus/tests/data/hf` (see `tests/hf_checkpoint.rs` there), and
+//! checkpoints of `crates/nucleus/tests/data/hf` (see `tests/suite/hf_checkpoint.rs` there), and
 //! one-line errors for directories that are not checkpoints and for what is not built yet.
 
 mod common;

@@ -5,7 +5,7 @@
 //! Protocol): `nucleus_requests_waiting` (TotalQueuedRequests), `nucleus_requests_running`
 //! (TotalRunningRequests), `nucleus_kv_cache_usage_ratio` (KVCacheUtilization, 0 to 1) and
 //! `nucleus_cache_config_info` (BlockSize and the number of blocks, as labels).
-//! `deploy/kubernetes/epp.yaml` names them; `tests/model_server_protocol.rs` keeps the two in step.
+//! `deploy/kubernetes/epp.yaml` names them; `tests/http/model_server_protocol.rs` keeps the two in step.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -380,7 +380,7 @@ impl<'t> Sequence<'t> {
 #[cfg(test)]
 mod tests {
     // The Sequence needs a real vocabulary; it is exercised end to end on real models in
-    // tests/generate.rs. Here: request validation.
+    // tests/suite/generate.rs. Here: request validation.
     use super::*;
 
     #[test]

@@ -211,7 +211,7 @@ impl Shards {
         if b > a {
             // SAFETY: the map is private and read-only, so nothing was ever written to these
             // pages: dropping them loses nothing, and a later read faults the file's bytes back
-            // in (tests/hf_checkpoint.rs reads every tensor again after to_gguf released it).
+            // in (tests/suite/hf_checkpoint.rs reads every tensor again after to_gguf released it).
             // An error (such as a page size above 4 KiB making the range unaligned) only means
             // the pages stay.
             let _ = unsafe {

@@ -1,5 +1,5 @@
 //! Round trips through the dequantizers, and the checks of `quantize_rows`. Byte equality with
-//! llama-quantize is tested on committed fixtures in `tests/quantize.rs`.
+//! llama-quantize is tested on committed fixtures in `tests/suite/quantize.rs`.
 
 use super::*;
 use crate::quant::dequantize_row;

@@ -1,5 +1,5 @@
 //! The grammar stage on a small synthetic vocabulary: the 256 byte tokens, a few multi-byte
-//! pieces and special tokens. (Real models: `tests/grammar.rs`.)
+//! pieces and special tokens. (Real models: `tests/suite/grammar.rs`.)
 
 use serde_json::json;
 
