@@ -65,6 +65,7 @@ fn engine(
 
 #[test]
 fn truncate_drops_the_oldest_prompt_tokens_after_the_sinks() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = real("qwen2.5-coder-0.5b-instruct-q4_k_m") else {
         return;
     };
@@ -151,11 +152,13 @@ fn stream_past_the_window(name: &str) {
 
 #[test]
 fn stream_past_the_window_qwen() {
+    let _one = crate::common::one_at_a_time();
     stream_past_the_window("qwen2.5-coder-0.5b-instruct-q4_k_m");
 }
 
 #[test]
 fn stream_past_the_window_gemma() {
+    let _one = crate::common::one_at_a_time();
     stream_past_the_window("gemma-3-270m-q4_k_m");
 }
 
@@ -164,6 +167,7 @@ fn stream_past_the_window_gemma() {
 /// session with the same tokens at those positions must agree, to f16 rounding.
 #[test]
 fn moved_keys_are_rotated_to_their_new_positions() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = real("qwen2.5-coder-0.5b-instruct-q4_k_m") else {
         return;
     };
@@ -207,6 +211,7 @@ fn moved_keys_are_rotated_to_their_new_positions() {
 /// request again, prefix cache on): it takes at most a window of cached blocks and runs.
 #[test]
 fn a_cached_prompt_longer_than_the_window_streams() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load(
         common::shared_dir().join("golden/tiny-llama-random.gguf"),
         "the tiny random model",

@@ -22,6 +22,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn embedding_is_the_normalized_mean_of_the_hidden_states() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load("tiny-llama-random") else {
         return;
     };
@@ -65,6 +66,7 @@ fn embedding_is_the_normalized_mean_of_the_hidden_states() {
 
 #[test]
 fn similar_sentences_are_closer_on_qwen() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load("qwen2.5-coder-0.5b-instruct-q4_k_m") else {
         return;
     };

@@ -14,6 +14,7 @@ use nucleus::tokenizer::Tokenizer;
 
 #[test]
 fn perplexity_and_kl_against_a_saved_base() {
+    let _one = crate::common::one_at_a_time();
     let path = common::models_dir().join("gemma-3-270m-q4_k_m.gguf");
     let corpus = common::shared_dir().join("corpus/gpl-3.txt");
     if !common::require(&path, "gemma-3-270m") || !common::require(&corpus, "the corpus") {
@@ -102,6 +103,7 @@ fn perplexity_and_kl_against_a_saved_base() {
 /// token is among the golden top 8), to the files' six decimals.
 #[test]
 fn nll_matches_llama_cpp_log_softmax_on_the_golden_prompts() {
+    let _one = crate::common::one_at_a_time();
     use nucleus::engine::Session;
     use nucleus::eval::perplexity::nll_of;
     use nucleus::tokenizer::TokenId;

@@ -87,6 +87,7 @@ fn sampled(seed: u64, max_tokens: usize) -> GenerateRequest {
 
 #[test]
 fn same_seed_same_output_different_seed_different_output() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load(QWEN) else {
         return;
     };
@@ -113,6 +114,7 @@ fn same_seed_same_output_different_seed_different_output() {
 /// gives llama.cpp's greedy tokens (up to the first near-tie of the reference).
 #[test]
 fn temperature_zero_is_golden_greedy() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load(QWEN) else {
         return;
     };
@@ -188,6 +190,7 @@ fn beams_n(model: &Model, tok: &Tokenizer, prompt: &[u32], width: usize, n: usiz
 
 #[test]
 fn one_beam_is_greedy() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load(GEMMA) else {
         return;
     };
@@ -216,6 +219,7 @@ fn one_beam_is_greedy() {
 /// same beams, and a stop string cuts a hypothesis's text without steering the search.
 #[test]
 fn beam_choices_are_the_n_best_hypotheses() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load(GEMMA) else {
         return;
     };
@@ -265,6 +269,7 @@ fn beam_choices_are_the_n_best_hypotheses() {
 /// (8 tokens): each beam step computes B rows of the large output projection.
 #[test]
 fn four_beams_tie_or_beat_greedy() {
+    let _one = crate::common::one_at_a_time();
     const N: usize = 8;
     let (mut wins, mut total) = (0, 0);
     for name in [QWEN, GEMMA] {
@@ -291,6 +296,7 @@ fn four_beams_tie_or_beat_greedy() {
 /// prompt's blocks plus a few per beam, far below B copies of the prompt.
 #[test]
 fn beams_share_prompt_blocks() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load(GEMMA) else {
         return;
     };
@@ -335,6 +341,7 @@ fn beams_share_prompt_blocks() {
 /// and no part of it is ever streamed.
 #[test]
 fn stop_string_across_tokens_never_leaks() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load(QWEN) else {
         return;
     };
@@ -379,6 +386,7 @@ fn stop_string_across_tokens_never_leaks() {
 
 #[test]
 fn max_tokens_finishes_with_length() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load(GEMMA) else {
         return;
     };
@@ -408,6 +416,7 @@ fn max_tokens_finishes_with_length() {
 /// is loaded), one row at a time.
 #[test]
 fn sequence_drives_from_logits_alone() {
+    let _one = crate::common::one_at_a_time();
     use nucleus::engine::Sequence;
     let path = common::golden_model_path(QWEN);
     if !common::require(&path, "model") {
@@ -481,6 +490,7 @@ fn sequence_drives_from_logits_alone() {
 /// same logits at every position however it is chunked.
 #[test]
 fn long_prompt_logits_do_not_depend_on_chunking() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = load(QWEN) else {
         return;
     };
@@ -503,6 +513,7 @@ fn long_prompt_logits_do_not_depend_on_chunking() {
 /// position, to the bit, on both sides of llama.cpp's 64-token switch to tiled attention.
 #[test]
 fn own_arithmetic_gives_prompt_and_generated_tokens_the_same_bits() {
+    let _one = crate::common::one_at_a_time();
     for name in [QWEN, GEMMA] {
         let path = common::golden_model_path(name);
         if !common::require(&path, "model") {

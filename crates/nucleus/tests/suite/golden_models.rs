@@ -254,16 +254,19 @@ fn check_opened(
 
 #[test]
 fn tiny_llama_random_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_model("tiny-llama-random");
 }
 
 #[test]
 fn qwen2_5_coder_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_model("qwen2.5-coder-0.5b-instruct-q4_k_m");
 }
 
 #[test]
 fn gemma3_270m_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_model("gemma-3-270m-q4_k_m");
 }
 
@@ -333,16 +336,19 @@ fn check_fast_opened(golden_name: &str, (model, tok, cases): (Model, Tokenizer, 
 
 #[test]
 fn tiny_llama_random_fast_arithmetic_stays_close() {
+    let _one = crate::common::one_at_a_time();
     check_fast("tiny-llama-random");
 }
 
 #[test]
 fn qwen2_5_coder_fast_arithmetic_stays_close() {
+    let _one = crate::common::one_at_a_time();
     check_fast("qwen2.5-coder-0.5b-instruct-q4_k_m");
 }
 
 #[test]
 fn gemma3_270m_fast_arithmetic_stays_close() {
+    let _one = crate::common::one_at_a_time();
     check_fast("gemma-3-270m-q4_k_m");
 }
 
@@ -374,6 +380,7 @@ const MOE_FIXTURES: [&str; 5] = ["qwen3moe", "qwen3moe-q4km", "mixtral", "olmoe"
 /// [`arch_fixtures_fast_arithmetic_stays_close`] for the MoE fixtures.
 #[test]
 fn moe_fixtures_fast_arithmetic_stays_close() {
+    let _one = crate::common::one_at_a_time();
     for stem in MOE_FIXTURES {
         let (golden, model) = arch_fixture(stem);
         if moe_reference_missing(&golden) {
@@ -388,6 +395,7 @@ fn moe_fixtures_fast_arithmetic_stays_close() {
 /// fixture, within check_fast's bounds.
 #[test]
 fn arch_fixtures_fast_arithmetic_stays_close() {
+    let _one = crate::common::one_at_a_time();
     for stem in ARCH_FIXTURES {
         let (golden, model) = arch_fixture(stem);
         let opened = open_at(&golden, &model, Arithmetic::Fast).expect("committed fixture");
@@ -432,31 +440,37 @@ const AVX2_TILED_TOL: f32 = 0.1;
 
 #[test]
 fn gemma2_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_arch("gemma2");
 }
 
 #[test]
 fn qwen3_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_arch("qwen3");
 }
 
 #[test]
 fn llama3_bpe_vocabulary_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_arch("llama3-bpe");
 }
 
 #[test]
 fn smollm2_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_arch("smollm2");
 }
 
 #[test]
 fn phi3_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_arch("phi3");
 }
 
 #[test]
 fn mistral_sliding_window_is_ignored_as_llama_cpp_does() {
+    let _one = crate::common::one_at_a_time();
     check_arch("mistral-swa");
 }
 
@@ -467,6 +481,7 @@ fn mistral_sliding_window_is_ignored_as_llama_cpp_does() {
 /// (an AVX2 build takes its own 8-lane `expf`, other bits), as nucleus's does.
 #[test]
 fn qwen3moe_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_moe("qwen3moe");
 }
 
@@ -474,16 +489,19 @@ fn qwen3moe_matches_llama_cpp() {
 /// Q5_0 gate and up experts (their 64-wide rows' fallback), the types of the real files.
 #[test]
 fn qwen3moe_q4_k_m_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_moe("qwen3moe-q4km");
 }
 
 #[test]
 fn mixtral_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_moe("mixtral");
 }
 
 #[test]
 fn olmoe_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_moe("olmoe");
 }
 
@@ -492,6 +510,7 @@ fn olmoe_matches_llama_cpp() {
 /// with the clamped SwiGLU, attention sinks, a sliding window of 8 on the even layers, YaRN.
 #[test]
 fn gpt_oss_matches_llama_cpp() {
+    let _one = crate::common::one_at_a_time();
     check_moe("gpt-oss");
 }
 

@@ -158,6 +158,7 @@ fn constrained(prompt: Vec<TokenId>, spec: GrammarSpec, seed: u64, max: usize) -
 
 #[test]
 fn every_sample_validates_against_its_schema() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = qwen() else {
         return;
     };
@@ -190,6 +191,7 @@ fn every_sample_validates_against_its_schema() {
 
 #[test]
 fn regex_and_lark_grammars() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = qwen() else {
         return;
     };
@@ -224,6 +226,7 @@ fn regex_and_lark_grammars() {
 
 #[test]
 fn same_output_alone_and_in_a_batch_with_speculation() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = qwen() else {
         return;
     };
@@ -287,6 +290,7 @@ fn same_output_alone_and_in_a_batch_with_speculation() {
 
 #[test]
 fn session_with_and_without_a_speculator() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = qwen() else {
         return;
     };

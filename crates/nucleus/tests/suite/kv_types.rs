@@ -21,6 +21,7 @@ fn drain(rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> Vec<TokenId> {
 
 #[test]
 fn q8_0_cache_is_batch_invariant_and_sensible() {
+    let _one = crate::common::one_at_a_time();
     let path = common::models_dir().join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
     if !common::require(&path, "qwen2.5-coder-0.5b-instruct") {
         return;

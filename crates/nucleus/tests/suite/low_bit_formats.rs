@@ -110,6 +110,7 @@ fn logits(path: &std::path::Path) -> Vec<f32> {
 
 #[test]
 fn models_with_low_bit_tensors_match_their_dequantized_copies() {
+    let _one = crate::common::one_at_a_time();
     let Some(file) = tiny_model() else { return };
     for ty in [
         GgmlType::Q2_K,
@@ -201,6 +202,7 @@ fn prompt_logits_in(path: &std::path::Path, arithmetic: Arithmetic) -> Vec<f32> 
 /// order of 1.
 #[test]
 fn fast_arithmetic_on_the_repacked_low_bit_types_has_exacts_bits() {
+    let _one = crate::common::one_at_a_time();
     let Some(file) = tiny_model() else { return };
     for ty in [
         GgmlType::Q4_0,
@@ -233,6 +235,7 @@ fn fast_arithmetic_on_the_repacked_low_bit_types_has_exacts_bits() {
 
 #[test]
 fn a_type_nucleus_cannot_compute_still_gives_a_clear_error() {
+    let _one = crate::common::one_at_a_time();
     let Some(file) = tiny_model() else { return };
     let mut rng = Rng(7);
     let path = rewrite(&file, |info| {

@@ -192,11 +192,13 @@ fn cached_equals_fresh(name: &str) {
 
 #[test]
 fn cached_equals_fresh_qwen() {
+    let _one = crate::common::one_at_a_time();
     cached_equals_fresh("qwen2.5-coder-0.5b-instruct-q4_k_m");
 }
 
 #[test]
 fn cached_equals_fresh_gemma() {
+    let _one = crate::common::one_at_a_time();
     cached_equals_fresh("gemma-3-270m-q4_k_m");
 }
 
@@ -204,6 +206,7 @@ fn cached_equals_fresh_gemma() {
 /// once, the others wait for its blocks, and every choice is what it would be alone.
 #[test]
 fn identical_prompts_together_compute_the_prefix_once() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok, text)) = real("gemma-3-270m-q4_k_m") else {
         return;
     };
@@ -240,6 +243,7 @@ fn identical_prompts_together_compute_the_prefix_once() {
 /// earlier prompt of the session and gives what a fresh session gives, sampling and beams alike.
 #[test]
 fn session_reuses_earlier_prompts_with_the_same_output() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok, text)) = real("qwen2.5-coder-0.5b-instruct-q4_k_m") else {
         return;
     };

@@ -122,6 +122,7 @@ fn check_batch_invariance(model: &Arc<Model>, tok: &Arc<Tokenizer>, n_gen: usize
 
 #[test]
 fn batch_invariance_tiny_model() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = tiny() else { return };
     check_batch_invariance(&model, &tok, 32, &(0..16).collect::<Vec<_>>());
 }
@@ -132,6 +133,7 @@ fn batch_invariance_tiny_model() {
 /// are bit-identical and greedy decoding cannot flip.
 #[test]
 fn batch_invariance_qwen() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = real("qwen2.5-coder-0.5b-instruct-q4_k_m") else {
         return;
     };
@@ -140,6 +142,7 @@ fn batch_invariance_qwen() {
 
 #[test]
 fn preemption_under_a_tiny_kv_pool_keeps_every_request_correct() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = tiny() else { return };
     let ps: Vec<Vec<TokenId>> = prompts(&tok, 8)
         .into_iter()
@@ -190,6 +193,7 @@ fn preemption_under_a_tiny_kv_pool_keeps_every_request_correct() {
 
 #[test]
 fn dropping_the_receiver_cancels_and_frees_blocks() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = tiny() else { return };
     let h = start(&model, &tok, EngineConfig::default());
     let p = prompts(&tok, 1).remove(0);
@@ -225,6 +229,7 @@ fn small_queue() -> Option<(EngineHandle, Vec<TokenId>)> {
 
 #[test]
 fn a_full_queue_rejects_and_accepted_requests_complete() {
+    let _one = crate::common::one_at_a_time();
     let Some((h, p)) = small_queue() else { return };
     let mut accepted = Vec::new();
     let mut rejected = 0;
@@ -252,6 +257,7 @@ fn a_full_queue_rejects_and_accepted_requests_complete() {
 /// by the scheduler's next step when it had taken them), while the running one goes on.
 #[test]
 fn abandoned_queued_requests_free_their_places() {
+    let _one = crate::common::one_at_a_time();
     let Some((h, p)) = small_queue() else { return };
     let running = h.submit(greedy(p.clone(), 1500)).unwrap();
     wait_until(&h, "the first request to run", |h| h.stats().running == 1);
@@ -285,6 +291,7 @@ fn abandoned_queued_requests_free_their_places() {
 
 #[test]
 fn bad_requests_are_refused_at_submit() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = tiny() else { return };
     let cfg = EngineConfig {
         n_ctx: 64,
@@ -307,6 +314,7 @@ fn bad_requests_are_refused_at_submit() {
 
 #[test]
 fn stop_strings_and_seeded_sampling_per_request() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = tiny() else { return };
     let h = start(&model, &tok, EngineConfig::default());
     let p = prompts(&tok, 1).remove(0);

@@ -142,11 +142,13 @@ fn config(kv_tokens: usize) -> EngineConfig {
 
 #[test]
 fn draft_speculation_changes_no_output_in_a_batch_qwen() {
+    let _one = crate::common::one_at_a_time();
     check_same_output(QWEN);
 }
 
 #[test]
 fn draft_speculation_changes_no_output_in_a_batch_gemma() {
+    let _one = crate::common::one_at_a_time();
     // Gemma has sliding-window layers: the draft's cache has a window pool too (these
     // sequences stay inside the window: its trimming is not reached).
     check_same_output(GEMMA);
@@ -227,6 +229,7 @@ fn wait_until(h: &EngineHandle, what: &str, f: impl Fn(&EngineStats) -> bool) {
 
 #[test]
 fn cancelled_sequences_free_their_draft_blocks() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = real(QWEN) else {
         return;
     };
@@ -262,6 +265,7 @@ fn cancelled_sequences_free_their_draft_blocks() {
 
 #[test]
 fn a_draft_with_another_vocabulary_is_refused() {
+    let _one = crate::common::one_at_a_time();
     let (Some((qwen, qwen_tok)), Some((gemma, gemma_tok))) = (real(QWEN), real(GEMMA)) else {
         return;
     };

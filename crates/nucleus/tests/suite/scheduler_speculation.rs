@@ -196,17 +196,20 @@ fn check_same_output(name: &str, chat: Chat) {
 
 #[test]
 fn same_output_in_a_batch_qwen() {
+    let _one = crate::common::one_at_a_time();
     check_same_output(QWEN, Chat::ChatMl);
 }
 
 #[test]
 fn same_output_in_a_batch_gemma() {
+    let _one = crate::common::one_at_a_time();
     // Gemma's sliding-window layers: rolled-back drafts must leave its window intact.
     check_same_output(GEMMA, Chat::Gemma);
 }
 
 #[test]
 fn a_streamed_window_slides_as_without_speculation() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = real(QWEN) else {
         return;
     };
@@ -242,6 +245,7 @@ fn a_streamed_window_slides_as_without_speculation() {
 /// would not touch alone, which must not change them.
 #[test]
 fn same_output_in_a_batch_moe_fixtures() {
+    let _one = crate::common::one_at_a_time();
     use nucleus::model::Arithmetic;
     const GEN: usize = 160;
     for stem in ["qwen3moe", "qwen3moe-q4km", "gpt-oss"] {

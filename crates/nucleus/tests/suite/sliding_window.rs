@@ -48,6 +48,7 @@ fn greedy(n: usize) -> GenerateRequest {
 
 #[test]
 fn long_prompt_same_logits_with_less_memory() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, _, text)) = gemma() else {
         return;
     };
@@ -101,6 +102,7 @@ fn long_prompt_same_logits_with_less_memory() {
 
 #[test]
 fn streamed_context_past_the_window_same_tokens() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok, text)) = gemma() else {
         return;
     };
@@ -128,6 +130,7 @@ fn streamed_context_past_the_window_same_tokens() {
 /// generates what a fresh engine generates.
 #[test]
 fn prefix_cache_across_the_window_engine() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok, text)) = gemma() else {
         return;
     };

@@ -94,16 +94,19 @@ fn same_output_with_ngram(name: &str) {
 
 #[test]
 fn same_output_with_ngram_qwen() {
+    let _one = crate::common::one_at_a_time();
     same_output_with_ngram(QWEN);
 }
 
 #[test]
 fn same_output_with_ngram_gemma() {
+    let _one = crate::common::one_at_a_time();
     same_output_with_ngram(GEMMA);
 }
 
 #[test]
 fn code_edits_accept_most_proposals() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = real(QWEN) else {
         return;
     };
@@ -122,6 +125,7 @@ fn code_edits_accept_most_proposals() {
 
 #[test]
 fn stop_strings_are_not_overshot() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = real(QWEN) else {
         return;
     };
@@ -147,6 +151,7 @@ fn stop_strings_are_not_overshot() {
 
 #[test]
 fn a_draft_model_gives_the_same_output() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = real(QWEN) else {
         return;
     };
@@ -166,6 +171,7 @@ fn a_draft_model_gives_the_same_output() {
 
 #[test]
 fn a_draft_with_another_vocabulary_is_refused() {
+    let _one = crate::common::one_at_a_time();
     let (Some((qwen, qtok)), Some((gemma, gtok))) = (real(QWEN), real(GEMMA)) else {
         return;
     };
@@ -178,6 +184,7 @@ fn a_draft_with_another_vocabulary_is_refused() {
 
 #[test]
 fn a_streamed_context_slides_as_without_speculation() {
+    let _one = crate::common::one_at_a_time();
     let Some((model, tok)) = real(GEMMA) else {
         return;
     };
