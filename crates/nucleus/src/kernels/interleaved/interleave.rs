@@ -123,28 +123,23 @@ fn interleave_sse2(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
     use std::arch::x86_64::*;
     for (q, out) in dst.chunks_exact_mut(128).enumerate() {
         let rows: [&[u8]; GROUP_ROWS] = rows.map(|r| &r[16 * q..16 * q + 16]);
-        // SAFETY: SSE2 is part of x86_64; every row slice holds 16 bytes and `out` 128
-        // (unaligned loads and stores).
-        unsafe {
-            let v = std::array::from_fn(|r| _mm_loadu_si128(rows[r].as_ptr().cast()));
-            for (k, halves) in transpose_sse2(v).iter().enumerate() {
-                for (h, t) in halves.iter().enumerate() {
-                    _mm_storeu_si128(out.as_mut_ptr().add(32 * k + 16 * h).cast(), *t);
-                }
-            }
-        }
+        // SAFETY: SSE2 is part of x86_64; every row slice holds 16 bytes (unaligned loads).
+        let v = std::array::from_fn(|r| unsafe { _mm_loadu_si128(rows[r].as_ptr().cast()) });
+        store_transposed_sse2(v, out);
     }
 }
 
-/// Eight rows' four words (row `r` in `v[r]`) as four chunks of eight words, each in two
-/// halves (rows 0–3, rows 4–7): two 4×4 transposes.
+/// Eight rows' four words (row `r` in `v[r]`) to `dst[..128]` as four chunks of eight words
+/// (word `k` of row `r` at `32k + 4r`): two 4×4 transposes, rows 0–3 and rows 4–7.
+///
+/// # Panics
+/// When `dst` is shorter than 128 bytes.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) fn transpose_sse2(
-    v: [std::arch::x86_64::__m128i; GROUP_ROWS],
-) -> [[std::arch::x86_64::__m128i; 2]; 4] {
+pub(super) fn store_transposed_sse2(v: [std::arch::x86_64::__m128i; GROUP_ROWS], dst: &mut [u8]) {
     use std::arch::x86_64::*;
-    // SAFETY: SSE2 is part of x86_64; register operations only.
+    let dst = &mut dst[..128];
+    // SAFETY: SSE2 is part of x86_64; `dst` holds 128 bytes (unaligned stores).
     unsafe {
         let quad = |v: &[__m128i]| {
             let a0 = _mm_unpacklo_epi32(v[0], v[1]);
@@ -159,7 +154,10 @@ pub(super) fn transpose_sse2(
             ]
         };
         let (lo, hi) = (quad(&v[..4]), quad(&v[4..]));
-        std::array::from_fn(|k| [lo[k], hi[k]])
+        for k in 0..4 {
+            _mm_storeu_si128(dst.as_mut_ptr().add(32 * k).cast(), lo[k]);
+            _mm_storeu_si128(dst.as_mut_ptr().add(32 * k + 16).cast(), hi[k]);
+        }
     }
 }
 
@@ -171,26 +169,26 @@ unsafe fn interleave_avx2(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
     use std::arch::x86_64::*;
     for (q, out) in dst.chunks_exact_mut(256).enumerate() {
         // SAFETY: bytes 32q..32q + 32 of every row are in bounds (`rows[r].len() ==
-        // dst.len() / 8`), and `out` holds 256 bytes; unaligned loads and stores.
-        unsafe {
-            let v: [__m256i; 8] =
-                std::array::from_fn(|r| _mm256_loadu_si256(rows[r].as_ptr().add(32 * q).cast()));
-            for (k, t) in transpose_avx2(v).iter().enumerate() {
-                _mm256_storeu_si256(out.as_mut_ptr().add(32 * k).cast(), *t);
-            }
-        }
+        // dst.len() / 8`); unaligned loads.
+        let v: [__m256i; 8] = std::array::from_fn(|r| unsafe {
+            _mm256_loadu_si256(rows[r].as_ptr().add(32 * q).cast())
+        });
+        store_transposed_avx2(v, out);
     }
 }
 
-/// Eight rows' eight words (row `r` in `v[r]`) as eight chunks of eight words (word `k` of
-/// every row in chunk `k`): pairs of rows, then quads, then the two 128-bit halves.
+/// Eight rows' eight words (row `r` in `v[r]`) to `dst[..256]` as eight chunks of eight
+/// words (word `k` of row `r` at `32k + 4r`): pairs of rows, then quads, then the two 128-bit
+/// halves.
+///
+/// # Panics
+/// When `dst` is shorter than 256 bytes.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(super) fn transpose_avx2(
-    v: [std::arch::x86_64::__m256i; GROUP_ROWS],
-) -> [std::arch::x86_64::__m256i; GROUP_ROWS] {
+pub(super) fn store_transposed_avx2(v: [std::arch::x86_64::__m256i; GROUP_ROWS], dst: &mut [u8]) {
     use std::arch::x86_64::*;
+    let dst = &mut dst[..256];
     let a0 = _mm256_unpacklo_epi32(v[0], v[1]);
     let a1 = _mm256_unpackhi_epi32(v[0], v[1]);
     let a2 = _mm256_unpacklo_epi32(v[2], v[3]);
@@ -207,7 +205,7 @@ pub(super) fn transpose_avx2(
     let b5 = _mm256_unpackhi_epi64(a4, a6);
     let b6 = _mm256_unpacklo_epi64(a5, a7);
     let b7 = _mm256_unpackhi_epi64(a5, a7);
-    [
+    let t = [
         _mm256_permute2x128_si256::<0x20>(b0, b4),
         _mm256_permute2x128_si256::<0x20>(b1, b5),
         _mm256_permute2x128_si256::<0x20>(b2, b6),
@@ -216,7 +214,11 @@ pub(super) fn transpose_avx2(
         _mm256_permute2x128_si256::<0x31>(b1, b5),
         _mm256_permute2x128_si256::<0x31>(b2, b6),
         _mm256_permute2x128_si256::<0x31>(b3, b7),
-    ]
+    ];
+    for (k, t) in t.iter().enumerate() {
+        // SAFETY: `dst` holds 256 bytes (unaligned stores).
+        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().add(32 * k).cast(), *t) };
+    }
 }
 
 #[cfg(test)]

@@ -471,9 +471,7 @@ fn pack_block<'a>(ty: GgmlType, row: impl Fn(usize) -> &'a [u8], dst: &mut [u8])
                 let src = row(j);
                 dst[2 * j..2 * j + 2].copy_from_slice(&src[..2]);
                 let qh = u32::from_le_bytes([src[2], src[3], src[4], src[5]]);
-                for m in 0..4 {
-                    dst[16 + 128 + 4 * j + m] = every_fourth_bit(qh >> m);
-                }
+                dst[16 + 128 + 4 * j..][..4].copy_from_slice(&q5_0_fifth_bits(qh));
             }
             interleave_rows(std::array::from_fn(|j| &row(j)[6..]), 4, &mut dst[16..]);
         }
@@ -481,13 +479,16 @@ fn pack_block<'a>(ty: GgmlType, row: impl Fn(usize) -> &'a [u8], dst: &mut [u8])
     }
 }
 
-/// Bits 0, 4, 8, …, 28 of `x` as bits 0..8.
+/// A Q5_0 block's fifth bits (`qh`, bit i for value i) in the layout's four bytes: byte `m`,
+/// bit `k` holds value 4k + m's (bits m, m + 4, …, m + 28 of `qh` gathered).
 #[inline(always)]
-pub(super) fn every_fourth_bit(x: u32) -> u8 {
-    let y = x & 0x1111_1111;
-    let y = (y | y >> 3) & 0x0303_0303;
-    let y = (y | y >> 6) & 0x000F_000F;
-    ((y | y >> 12) & 0xFF) as u8
+pub(super) fn q5_0_fifth_bits(qh: u32) -> [u8; 4] {
+    std::array::from_fn(|m| {
+        let y = (qh >> m) & 0x1111_1111;
+        let y = (y | y >> 3) & 0x0303_0303;
+        let y = (y | y >> 6) & 0x000F_000F;
+        ((y | y >> 12) & 0xFF) as u8
+    })
 }
 
 /// Unpacks one stored group into f32 scales (`8 * blocks`) and, but for Q8_0, 256 value bytes

@@ -6,8 +6,8 @@
 
 use std::arch::x86_64::*;
 
-use super::interleave::{transpose_avx2, transpose_sse2};
-use super::pack::{every_fourth_bit, prefetch_ahead};
+use super::interleave::{store_transposed_avx2, store_transposed_sse2};
+use super::pack::{prefetch_ahead, q5_0_fifth_bits};
 use super::GROUP_ROWS;
 use crate::quant::{simd_level, GgmlType, SimdLevel};
 
@@ -61,15 +61,12 @@ unsafe fn q8_0_avx2(rows: [&[u8]; GROUP_ROWS], out: &mut [u8]) {
         let at = 34 * b;
         prefetch_ahead(rows, at, 34);
         // SAFETY: bytes `at..at + 34` of every row are in bounds (the contract) and `dst`
-        // holds 272; unaligned loads and stores.
-        unsafe {
+        // holds 272; unaligned loads.
+        let v = unsafe {
             scales(&rows, at, dst.as_mut_ptr());
-            let v =
-                std::array::from_fn(|r| _mm256_loadu_si256(rows[r].as_ptr().add(at + 2).cast()));
-            for (k, t) in transpose_avx2(v).iter().enumerate() {
-                _mm256_storeu_si256(dst.as_mut_ptr().add(16 + 32 * k).cast(), *t);
-            }
-        }
+            std::array::from_fn(|r| _mm256_loadu_si256(rows[r].as_ptr().add(at + 2).cast()))
+        };
+        store_transposed_avx2(v, &mut dst[16..]);
     }
 }
 
@@ -87,23 +84,16 @@ unsafe fn nibbles_sse2<const B: usize>(rows: [&[u8]; GROUP_ROWS], out: &mut [u8]
         let at = B * b;
         prefetch_ahead(rows, at, B);
         // SAFETY: bytes `at..at + B` of every row are in bounds (the contract) and `dst` holds
-        // `group_block`; unaligned loads and stores.
-        unsafe {
+        // `group_block`; unaligned loads.
+        let v = unsafe {
             scales(&rows, at, dst.as_mut_ptr());
-            let v =
-                std::array::from_fn(|r| _mm_loadu_si128(rows[r].as_ptr().add(at + B - 16).cast()));
-            for (k, halves) in transpose_sse2(v).iter().enumerate() {
-                for (h, t) in halves.iter().enumerate() {
-                    _mm_storeu_si128(dst.as_mut_ptr().add(16 + 32 * k + 16 * h).cast(), *t);
-                }
-            }
-        }
+            std::array::from_fn(|r| _mm_loadu_si128(rows[r].as_ptr().add(at + B - 16).cast()))
+        };
+        store_transposed_sse2(v, &mut dst[16..]);
         if B == 22 {
             for (j, row) in rows.iter().enumerate() {
                 let qh = u32::from_le_bytes(row[at + 2..at + 6].try_into().unwrap());
-                for m in 0..4 {
-                    dst[16 + 128 + 4 * j + m] = every_fourth_bit(qh >> m);
-                }
+                dst[16 + 128 + 4 * j..][..4].copy_from_slice(&q5_0_fifth_bits(qh));
             }
         }
     }
