@@ -3,11 +3,12 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use nucleus::engine::scheduler::{Event, Finished, TokenEvent};
 use nucleus::kernels::PromptSlot;
 use nucleus::model::{Batch, ForwardState, Model};
-use nucleus::tokenizer::TokenId;
+use nucleus::tokenizer::{TokenId, Tokenizer};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// Taken first by every test that runs a real model: one such test already keeps both cores
@@ -32,6 +33,22 @@ pub fn models_dir() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_default();
     home.join(".cache/nucleus/models")
+}
+
+/// The model at `path` (2 threads where the machine has them) and its tokenizer, shared as the
+/// engine takes them; `None` (a skip) when the file is absent outside CI.
+pub fn load_shared(path: PathBuf, what: &str) -> Option<(Arc<Model>, Arc<Tokenizer>)> {
+    if !require(&path, what) {
+        return None;
+    }
+    let model = Model::load(&path, 0).expect("load model");
+    let tok = Tokenizer::from_gguf(&model.file.metadata).expect("tokenizer");
+    Some((Arc::new(model), Arc::new(tok)))
+}
+
+/// A model `nucleus pull` put in the models directory, by its file stem, as [`load_shared`].
+pub fn pulled(name: &str) -> Option<(Arc<Model>, Arc<Tokenizer>)> {
+    load_shared(models_dir().join(format!("{name}.gguf")), name)
 }
 
 /// The GGUF a golden file describes: the tiny model sits beside it, the real ones are pulled.

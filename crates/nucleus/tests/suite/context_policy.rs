@@ -17,19 +17,6 @@ use nucleus::sampling::SamplingParams;
 use nucleus::tokenizer::{TokenId, Tokenizer};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-fn load(path: std::path::PathBuf, what: &str) -> Option<(Arc<Model>, Arc<Tokenizer>)> {
-    if !common::require(&path, what) {
-        return None;
-    }
-    let model = Model::load(&path, 0).expect("load model");
-    let tok = Tokenizer::from_gguf(&model.file.metadata).expect("tokenizer");
-    Some((Arc::new(model), Arc::new(tok)))
-}
-
-fn real(name: &str) -> Option<(Arc<Model>, Arc<Tokenizer>)> {
-    load(common::models_dir().join(format!("{name}.gguf")), name)
-}
-
 fn corpus(tok: &Tokenizer) -> Vec<TokenId> {
     let text = std::fs::read_to_string(common::shared_dir().join("corpus/gpl-3.txt"))
         .expect("read the corpus");
@@ -66,7 +53,7 @@ fn engine(
 #[test]
 fn truncate_drops_the_oldest_prompt_tokens_after_the_sinks() {
     let _one = crate::common::one_at_a_time();
-    let Some((model, tok)) = real("qwen2.5-coder-0.5b-instruct-q4_k_m") else {
+    let Some((model, tok)) = common::pulled("qwen2.5-coder-0.5b-instruct-q4_k_m") else {
         return;
     };
     let text = corpus(&tok);
@@ -91,7 +78,7 @@ fn truncate_drops_the_oldest_prompt_tokens_after_the_sinks() {
 /// stays within the window, the first tokens equal the unbounded run's, and a session with
 /// the same policy gives the same tokens.
 fn stream_past_the_window(name: &str) {
-    let Some((model, tok)) = real(name) else {
+    let Some((model, tok)) = common::pulled(name) else {
         return;
     };
     let text = corpus(&tok);
@@ -168,7 +155,7 @@ fn stream_past_the_window_gemma() {
 #[test]
 fn moved_keys_are_rotated_to_their_new_positions() {
     let _one = crate::common::one_at_a_time();
-    let Some((model, tok)) = real("qwen2.5-coder-0.5b-instruct-q4_k_m") else {
+    let Some((model, tok)) = common::pulled("qwen2.5-coder-0.5b-instruct-q4_k_m") else {
         return;
     };
     let text = corpus(&tok);
@@ -212,7 +199,7 @@ fn moved_keys_are_rotated_to_their_new_positions() {
 #[test]
 fn a_cached_prompt_longer_than_the_window_streams() {
     let _one = crate::common::one_at_a_time();
-    let Some((model, tok)) = load(
+    let Some((model, tok)) = common::load_shared(
         common::shared_dir().join("golden/tiny-llama-random.gguf"),
         "the tiny random model",
     ) else {

@@ -23,16 +23,6 @@ use nucleus::tokenizer::{TokenId, Tokenizer};
 
 const QWEN: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m";
 
-fn qwen() -> Option<(Arc<Model>, Arc<Tokenizer>)> {
-    let path = common::models_dir().join(format!("{QWEN}.gguf"));
-    if !common::require(&path, QWEN) {
-        return None;
-    }
-    let model = Model::load(&path, 0).expect("load model");
-    let tok = Tokenizer::from_gguf(&model.file.metadata).expect("tokenizer");
-    Some((Arc::new(model), Arc::new(tok)))
-}
-
 fn chat(tok: &Tokenizer, user: &str) -> Vec<TokenId> {
     let text = format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n");
     tok.encode(&text, true, true).unwrap()
@@ -159,7 +149,7 @@ fn constrained(prompt: Vec<TokenId>, spec: GrammarSpec, seed: u64, max: usize) -
 #[test]
 fn every_sample_validates_against_its_schema() {
     let _one = crate::common::one_at_a_time();
-    let Some((model, tok)) = qwen() else {
+    let Some((model, tok)) = common::pulled(QWEN) else {
         return;
     };
     let prompt = chat(&tok, PERSON_PROMPT);
@@ -192,7 +182,7 @@ fn every_sample_validates_against_its_schema() {
 #[test]
 fn regex_and_lark_grammars() {
     let _one = crate::common::one_at_a_time();
-    let Some((model, tok)) = qwen() else {
+    let Some((model, tok)) = common::pulled(QWEN) else {
         return;
     };
     let date = GrammarSpec::Regex(r"[0-9]{4}-[0-9]{2}-[0-9]{2}".into());
@@ -227,7 +217,7 @@ fn regex_and_lark_grammars() {
 #[test]
 fn same_output_alone_and_in_a_batch_with_speculation() {
     let _one = crate::common::one_at_a_time();
-    let Some((model, tok)) = qwen() else {
+    let Some((model, tok)) = common::pulled(QWEN) else {
         return;
     };
     let prompt = chat(&tok, PERSON_PROMPT);
@@ -291,7 +281,7 @@ fn same_output_alone_and_in_a_batch_with_speculation() {
 #[test]
 fn session_with_and_without_a_speculator() {
     let _one = crate::common::one_at_a_time();
-    let Some((model, tok)) = qwen() else {
+    let Some((model, tok)) = common::pulled(QWEN) else {
         return;
     };
     let prompt = chat(&tok, PERSON_PROMPT);

@@ -27,16 +27,6 @@ use nucleus::tokenizer::{TokenId, Tokenizer};
 const QWEN: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m";
 const GEMMA: &str = "gemma-3-270m-q4_k_m";
 
-fn real(name: &str) -> Option<(Arc<Model>, Arc<Tokenizer>)> {
-    let path = common::models_dir().join(format!("{name}.gguf"));
-    if !common::require(&path, name) {
-        return None;
-    }
-    let model = Model::load(&path, 0).expect("load model");
-    let tok = Tokenizer::from_gguf(&model.file.metadata).expect("tokenizer");
-    Some((Arc::new(model), Arc::new(tok)))
-}
-
 const CODE: &str = "def word_counts(path):\n    counts = {}\n    with open(path) as f:\n        \
     for line in f:\n            for word in line.split():\n                \
     counts[word] = counts.get(word, 0) + 1\n    return counts\n";
@@ -155,7 +145,7 @@ fn draft_speculation_changes_no_output_in_a_batch_gemma() {
 }
 
 fn check_same_output(name: &str) {
-    let Some((model, tok)) = real(name) else {
+    let Some((model, tok)) = common::pulled(name) else {
         return;
     };
     let max_tokens = 48;
@@ -230,7 +220,7 @@ fn wait_until(h: &EngineHandle, what: &str, f: impl Fn(&EngineStats) -> bool) {
 #[test]
 fn cancelled_sequences_free_their_draft_blocks() {
     let _one = crate::common::one_at_a_time();
-    let Some((model, tok)) = real(QWEN) else {
+    let Some((model, tok)) = common::pulled(QWEN) else {
         return;
     };
     let h = start(&model, &tok, config(8192), true);
@@ -266,7 +256,9 @@ fn cancelled_sequences_free_their_draft_blocks() {
 #[test]
 fn a_draft_with_another_vocabulary_is_refused() {
     let _one = crate::common::one_at_a_time();
-    let (Some((qwen, qwen_tok)), Some((gemma, gemma_tok))) = (real(QWEN), real(GEMMA)) else {
+    let (Some((qwen, qwen_tok)), Some((gemma, gemma_tok))) =
+        (common::pulled(QWEN), common::pulled(GEMMA))
+    else {
         return;
     };
     let err = DraftModel::new(gemma, &gemma_tok, &qwen_tok)

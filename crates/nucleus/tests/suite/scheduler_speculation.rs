@@ -21,16 +21,6 @@ use nucleus::tokenizer::{TokenId, Tokenizer};
 const QWEN: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m";
 const GEMMA: &str = "gemma-3-270m-q4_k_m";
 
-fn real(name: &str) -> Option<(Arc<Model>, Arc<Tokenizer>)> {
-    let path = common::models_dir().join(format!("{name}.gguf"));
-    if !common::require(&path, name) {
-        return None;
-    }
-    let model = Model::load(&path, 0).expect("load model");
-    let tok = Tokenizer::from_gguf(&model.file.metadata).expect("tokenizer");
-    Some((Arc::new(model), Arc::new(tok)))
-}
-
 /// Code the edits below make the model repeat.
 const FUNCTIONS: [&str; 4] = [
     "def merge(a, b):\n    out = []\n    i = j = 0\n    while i < len(a) and j < len(b):\n        \
@@ -145,7 +135,7 @@ fn config(kv_tokens: usize, speculation: Option<SpecConfig>) -> EngineConfig {
 const NGRAM: Option<SpecConfig> = Some(SpecConfig { max_draft: 16 });
 
 fn check_same_output(name: &str, chat: Chat) {
-    let Some((model, tok)) = real(name) else {
+    let Some((model, tok)) = common::pulled(name) else {
         return;
     };
     let reqs = requests(&tok, chat, 96);
@@ -210,7 +200,7 @@ fn same_output_in_a_batch_gemma() {
 #[test]
 fn a_streamed_window_slides_as_without_speculation() {
     let _one = crate::common::one_at_a_time();
-    let Some((model, tok)) = real(QWEN) else {
+    let Some((model, tok)) = common::pulled(QWEN) else {
         return;
     };
     // 300 tokens through a 128-token window, with code that the answer repeats.
