@@ -22,7 +22,13 @@
 # matmul_bench, and the library's unit tests as nucleus-lib-tests); without it cargo builds them.
 #
 #   LLAMA_BENCH_DIR=DIR [BIN=DIR] [OLD_MATMUL=FILE] [OLD_NUCLEUS=FILE] [ROUNDS=1] [MODES="all 0"]
-#     [FILES="NAME ..."] [ONLY_MODELS=1] scripts/bench_amx.sh
+#     [FILES="NAME ..."] [ONLY_MODELS=1] [MM_TYPES=TYPES] [MM_TYPES_TALL=TYPES] [SKIP_COSTS=1]
+#     [WRITE_CPUS=4-15]
+#     scripts/bench_amx.sh
+#
+# MM_TYPES and MM_TYPES_TALL: the types of step 2 on the 3584×18944 and 18944×3584 shapes;
+# SKIP_COSTS=1 leaves out the one-thread timings of steps 2 and 3; WRITE_CPUS: where the files
+# are written, beside the unit tests (not on CPUS).
 #
 # Writing the files needs numpy and the vendored llama.cpp source (scripts/real_shapes.py;
 # LLAMA_CPP_SRC and QWEN_VOCAB where the catalog model and .bench/ are not at hand: the latter
@@ -47,6 +53,15 @@ lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^Core|^Socket|^L1d|^L2|^L3|^NUMA 
 grep -o -w -E "avx512[a-z_0-9]*|amx[a-z_0-9]*|avx_vnni" /proc/cpuinfo | sort -u | tr '\n' ' '; echo
 lscpu -e=CPU,CORE,SOCKET,L2 2>/dev/null | head -5
 
+# The files are written first, on the CPUs the timings do not use, while the unit tests run;
+# every timing waits for them (a file being written back slows what runs beside it).
+files=${FILES:-qwen2.5-7b-q4_k_m llama-3.1-8b-q4_k_m}
+echo "== files: writing $files ($(date -u +%H:%M) UTC)"
+for f in $files; do
+  [ -f "$out/$f-random.gguf" ] || taskset -c "${WRITE_CPUS:-4-15}" \
+    $py scripts/real_shapes.py --out "$out" "$f" &
+done
+
 if [ -z "${ONLY_MODELS:-}" ]; then
 echo "== tile kernels against the vector, scalar and one-token kernels (bits)"
 "$unit" --test-threads 4 kernels:: quant:: 2>&1 | grep -E "FAILED|panicked|test result"
@@ -57,32 +72,33 @@ mm() { # NUCLEUS_AMX value, shape, types, binary
   NUCLEUS_AMX=$1 MATMUL_CHAIN=pairs MATMUL_FAST_ONLY=1 MATMUL_SHAPE=$2 \
     MATMUL_ROWS=${MATMUL_ROWS:-32,128,512} pin timeout 120 "$4" 2 "$3" | grep -E "rows="
 }
-echo "== products: G MAC/s, tiles (all) and vectors (0)"
-for amx in all 0; do mm $amx 3584,18944 Q4_K,Q6_K,Q8_0,MXFP4 "$matmul"; done
+wait
+sync
+echo "== products: G MAC/s, tiles (all) and vectors (0) ($(date -u +%H:%M) UTC)"
+for amx in all 0; do mm $amx 3584,18944 "${MM_TYPES:-Q4_K,Q6_K,Q8_0,MXFP4}" "$matmul"; done
 [ -n "${OLD_MATMUL:-}" ] && mm all 3584,18944 Q4_K,Q6_K,Q8_0 "$OLD_MATMUL"
-for amx in all 0; do mm $amx 18944,3584 Q4_K,Q6_K "$matmul"; done
+for amx in all 0; do mm $amx 18944,3584 "${MM_TYPES_TALL:-Q4_K,Q6_K}" "$matmul"; done
+if [ -z "${SKIP_COSTS:-}" ]; then
 echo "-- one thread, tiles: NUCLEUS_AMX=all 3584,18944 Q6_K,Q4_K, 512 tokens"
 NUCLEUS_AMX=all MATMUL_CHAIN=pairs MATMUL_FAST_ONLY=1 MATMUL_SHAPE=3584,18944 MATMUL_ROWS=512 \
   taskset -c "${cpus%%,*}" timeout 60 "$matmul" 1 Q6_K,Q4_K | grep -E "rows="
-
+fi
 echo "== ceilings"
 if cc -O3 -march=native -pthread scripts/machine_limits.c -o /tmp/machine_limits; then
   pin timeout 60 /tmp/machine_limits 2 | tail -4
 fi
+if [ -z "${SKIP_COSTS:-}" ]; then
 echo "== one thread: the tile kernels' parts (G MAC/s), and the tile instruction mixes"
 taskset -c "${cpus%%,*}" timeout 120 "$unit" --ignored --nocapture tile_costs 2>&1 | grep -E "Q4_K|Q6_K"
 if cc -O2 -march=native scripts/amx_loops.c -o /tmp/amx_loops; then
   taskset -c "${cpus%%,*}" timeout 60 /tmp/amx_loops
 fi
 fi
+fi
 
-echo "== files ($(date -u +%H:%M) UTC)"
-files=${FILES:-qwen2.5-7b-q4_k_m llama-3.1-8b-q4_k_m}
-for f in $files; do
-  [ -f "$out/$f-random.gguf" ] || $py scripts/real_shapes.py --out "$out" "$f" &
-done
 wait
 sync
+echo "== models ($(date -u +%H:%M) UTC)"
 
 nb() { # NUCLEUS_AMX value (empty: unset), file[, binary]
   echo -n "nucleus${3:+ ($3)} AMX=${1:-default}: "

@@ -17,12 +17,14 @@
 //!
 //! Blocks of 32 (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4) take one product per block, as llama.cpp's
 //! AMX kernels do; unsigned values (Q5_0 + 16, Q4_0 + 8) are positive bytes, their offsets
-//! coming off as in the vector kernels. The K-quants' scales change every 32 (Q4_K) or 16
-//! (Q6_K) values, too often to fold a tile each time; so their weights carry them: Q4_K's
-//! `sc·q` (at most 945) and Q6_K's `sc·(q − 32)` (−4064 to 4096) are split into two planes of
+//! coming off as in the vector kernels. The K-quants' scales change every 32 (Q4_K, Q5_K,
+//! IQ4_XS) or 16 (Q6_K) values, too often to fold a tile each time; so their weights carry
+//! them: Q4_K's `sc·q` (at most 945), Q5_K's (at most 1953), Q6_K's `sc·(q − 32)` (−3968 to
+//! 4096) and IQ4_XS's `(ls − 32)·kvalues[q]` (−3937 to 4064) are split into two planes of
 //! signed bytes, `2^s·hi + lo`, and the tiles sum each plane over a pair of sub-blocks (Q4_K in
-//! the pair chain) or a whole super-block (Q6_K, and Q4_K in the one-row kernel's chain),
-//! exactly the integers the vector kernels add in 32 bits.
+//! the pair chain) or a whole super-block (the others, and Q4_K in the one-row kernel's
+//! chain), exactly the integers the vector kernels add in 32 bits. IQ4_XS's chain is Q6_K's,
+//! so Q6_K's kernel computes it.
 //!
 //! The tile registers are reached through [`Tiles`]: [`Hardware`] issues the instructions,
 //! [`Emulated`] computes the same sums in plain code, so that the folds, the addressing and
@@ -243,8 +245,10 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
     let mut sb = SuperBlock {
         dv: [[zero_ps; 2]; ITEM_TOKENS],
         dminv: [[zero_ps; 2]; ITEM_TOKENS],
-        pair_sums: [[0; 4]; ITEM_TOKENS],
-        mins: [[_mm512_setzero_si512(); 2]; 4],
+        mins: Mins {
+            pair_sums: [[0; 4]; ITEM_TOKENS],
+            mins: [[_mm512_setzero_si512(); 2]; 4],
+        },
     };
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
@@ -257,7 +261,7 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
                     tiles.planes(job.a_tiles(4 * b + p, 64), 64, b_at, 1, c.as_mut_ptr());
                     for t in 0..job.m {
                         for h in 0..2 {
-                            let (sum, min) = (plane_sum::<5>(&c, t, h), sb.min_sum(t, h, p));
+                            let (sum, min) = (plane_sum::<5>(&c, t, h), sb.mins.pair(t, h, p));
                             sb.fold(&mut acc[t][h], &mut acc_min[t][h], (t, h), sum, min);
                         }
                     }
@@ -267,11 +271,7 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
                 tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
                 for t in 0..job.m {
                     for h in 0..2 {
-                        let min = _mm512_add_epi32(
-                            _mm512_add_epi32(sb.min_sum(t, h, 0), sb.min_sum(t, h, 1)),
-                            _mm512_add_epi32(sb.min_sum(t, h, 2), sb.min_sum(t, h, 3)),
-                        );
-                        let sum = plane_sum::<5>(&c, t, h);
+                        let (sum, min) = (plane_sum::<5>(&c, t, h), sb.mins.all(t, h));
                         sb.fold(&mut acc[t][h], &mut acc_min[t][h], (t, h), sum, min);
                     }
                 }
@@ -287,30 +287,66 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
     }
 }
 
-/// One Q4_K super-block's numbers for [`q4_k`]'s folds, per token and half of the item's rows.
-struct SuperBlock {
-    /// `d·dy` and `dmin·dy`, rounded as the vector kernels round them.
-    dv: [[__m512; 2]; ITEM_TOKENS],
-    dminv: [[__m512; 2]; ITEM_TOKENS],
+/// Q5_K: the chain of [`super::q5_k::tile_scalar`], `r = fma(−dmin, imin, isum·d)`, then
+/// `acc = fma(r, dy, acc)` per super-block. The weights carry their sub-blocks' scales as
+/// Q4_K's do (two planes, [`ItemWeights::q4_k`] with the fifth bits), so four products of 64
+/// values per plane give `isum` exactly; `imin` comes from the activations' sums.
+///
+/// # Safety
+/// As [`block32`], the activations being Q8_K rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
+    let mut c: Sums = [0; 2048];
+    let mut mins = Mins {
+        pair_sums: [[0; 4]; ITEM_TOKENS],
+        mins: [[_mm512_setzero_si512(); 2]; 4],
+    };
+    // SAFETY: the caller's contract; tokens below job.m only.
+    unsafe {
+        tiles.configure(job.rows(), 64);
+        for b in 0..job.blocks {
+            mins.load(w, job, b);
+            let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
+            let (d, dmin) = (
+                [_mm512_loadu_ps(dd), _mm512_loadu_ps(dd.add(16))],
+                [
+                    _mm512_loadu_ps(dd.add(ITEM_ROWS)),
+                    _mm512_loadu_ps(dd.add(ITEM_ROWS + 16)),
+                ],
+            );
+            let b_at = w.b.as_ptr().add(16384 * b);
+            tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
+            for (t, acc) in acc.iter_mut().enumerate().take(job.m) {
+                let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
+                let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    let isum = _mm512_cvtepi32_ps(plane_sum::<5>(&c, t, h));
+                    let imin = _mm512_cvtepi32_ps(mins.all(t, h));
+                    let r = _mm512_fnmadd_ps(dmin[h], imin, _mm512_mul_ps(isum, d[h]));
+                    *acc = _mm512_fmadd_ps(r, dy, *acc);
+                }
+            }
+        }
+        write_out(&acc, job, w.groups);
+    }
+}
+
+/// One super-block's mins (Q4_K, Q5_K) and the tokens' activation sums they multiply.
+struct Mins {
     /// Per pair of sub-blocks, the token's sums of their 32 activations each, as two i16.
     pair_sums: [[i32; 4]; ITEM_TOKENS],
     /// Per pair, the rows' two mins as two i16.
     mins: [[__m512i; 2]; 4],
 }
 
-impl SuperBlock {
-    /// Super-block `b`'s numbers.
+impl Mins {
+    /// Super-block `b`'s.
     #[inline(always)]
     unsafe fn load(&mut self, w: &ItemWeights, job: &Job, b: usize) {
-        // SAFETY: the caller's contract: `w` holds d, dmin and the mins of `b`; tokens below
-        // job.m have Q8_K rows of `blocks` super-blocks (f32 d at 0, 16 i16 sums at 260).
+        // SAFETY: the caller's contract: `w` holds the mins of `b`; tokens below job.m have
+        // Q8_K rows of `blocks` super-blocks (16 i16 sums at 260).
         unsafe {
-            let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
-            let dw = [_mm512_loadu_ps(dd), _mm512_loadu_ps(dd.add(16))];
-            let dmw = [
-                _mm512_loadu_ps(dd.add(ITEM_ROWS)),
-                _mm512_loadu_ps(dd.add(ITEM_ROWS + 16)),
-            ];
             for (p, mins) in self.mins.iter_mut().enumerate() {
                 for (h, m) in mins.iter_mut().enumerate() {
                     *m = _mm512_loadu_si512(
@@ -320,11 +356,6 @@ impl SuperBlock {
             }
             for t in 0..job.m {
                 let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
-                let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
-                for h in 0..2 {
-                    self.dv[t][h] = _mm512_mul_ps(dw[h], dy);
-                    self.dminv[t][h] = _mm512_mul_ps(dmw[h], dy);
-                }
                 // Sub-block j's sum: Q8_K's sums of 16, 2j and 2j + 1; as i16, two a pair.
                 let sums16 = _mm256_loadu_si256(row.add(260) as *const __m256i);
                 let sums32 = _mm256_madd_epi16(sums16, _mm256_set1_epi16(1));
@@ -336,8 +367,54 @@ impl SuperBlock {
 
     /// Token `t`'s `Σ min·sum` of pair `p`, rows `16h..`.
     #[inline(always)]
-    unsafe fn min_sum(&self, t: usize, h: usize, p: usize) -> __m512i {
+    unsafe fn pair(&self, t: usize, h: usize, p: usize) -> __m512i {
         _mm512_madd_epi16(self.mins[p][h], _mm512_set1_epi32(self.pair_sums[t][p]))
+    }
+
+    /// Token `t`'s `Σ min·sum` over the super-block, rows `16h..`.
+    #[inline(always)]
+    unsafe fn all(&self, t: usize, h: usize) -> __m512i {
+        // SAFETY: AVX-512 (the callers' target features).
+        unsafe {
+            _mm512_add_epi32(
+                _mm512_add_epi32(self.pair(t, h, 0), self.pair(t, h, 1)),
+                _mm512_add_epi32(self.pair(t, h, 2), self.pair(t, h, 3)),
+            )
+        }
+    }
+}
+
+/// One Q4_K super-block's numbers for [`q4_k`]'s folds, per token and half of the item's rows.
+struct SuperBlock {
+    /// `d·dy` and `dmin·dy`, rounded as the vector kernels round them.
+    dv: [[__m512; 2]; ITEM_TOKENS],
+    dminv: [[__m512; 2]; ITEM_TOKENS],
+    mins: Mins,
+}
+
+impl SuperBlock {
+    /// Super-block `b`'s numbers.
+    #[inline(always)]
+    unsafe fn load(&mut self, w: &ItemWeights, job: &Job, b: usize) {
+        // SAFETY: the caller's contract: `w` holds d, dmin and the mins of `b`; tokens below
+        // job.m have Q8_K rows of `blocks` super-blocks (f32 d at 0).
+        unsafe {
+            let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
+            let dw = [_mm512_loadu_ps(dd), _mm512_loadu_ps(dd.add(16))];
+            let dmw = [
+                _mm512_loadu_ps(dd.add(ITEM_ROWS)),
+                _mm512_loadu_ps(dd.add(ITEM_ROWS + 16)),
+            ];
+            self.mins.load(w, job, b);
+            for t in 0..job.m {
+                let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
+                let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
+                for h in 0..2 {
+                    self.dv[t][h] = _mm512_mul_ps(dw[h], dy);
+                    self.dminv[t][h] = _mm512_mul_ps(dmw[h], dy);
+                }
+            }
+        }
     }
 
     /// `acc += sum·(d·dy)`, `acc_min += min·(dmin·dy)` for token `t`, rows `16h..`: the one
@@ -358,7 +435,8 @@ impl SuperBlock {
 
 /// Q6_K: the chain of [`super::q6_k::tile_scalar`]. The weights carry `sc·(q − 32)` (two
 /// planes, [`ItemWeights::q6_k`]), so four products of 64 values per plane give a super-block's
-/// `Σ sc·Σ (q − 32)·x`, exact, as the vector kernels add it in 32 bits.
+/// `Σ sc·Σ (q − 32)·x`, exact, as the vector kernels add it in 32 bits. IQ4_XS too, whose
+/// chain ([`super::iq4_xs::tile_scalar`]) is this one: its planes from [`ItemWeights::iq4_xs`].
 ///
 /// # Safety
 /// As [`block32`], the activations being Q8_K rows.

@@ -65,12 +65,18 @@ impl ItemWeights {
         }
     }
 
-    /// Q4_K, from the stored groups ([`q4_k`]'s layout): per super-block (16384 bytes) the
-    /// values times their 6-bit scales, `sc·q = 32·hi + lo`, as two planes (hi, then lo) of
+    /// Q4_K and Q5_K (`FIFTH`), from the stored groups ([`q4_k`]'s and [`super::q5_k`]'s
+    /// layouts, `stride` bytes a super-block): per super-block (16384 bytes) the values times
+    /// their 6-bit scales, `sc·q = 32·hi + lo` (at most 63·31), as two planes (hi, then lo) of
     /// four steps, one per pair of sub-blocks `p` (64 values, two B tiles): the layout of
     /// [`ItemWeights::q6_k`]; d and dmin; and the mins of each pair as two i16 in one i32
     /// (`mins[(4b + p)·32 + row]`, for `vpmaddwd`).
-    pub(crate) fn q4_k(&mut self, groups: &[&[u8]], blocks: usize) {
+    pub(crate) fn q4_k<const FIFTH: bool>(&mut self, groups: &[&[u8]], blocks: usize) {
+        let stride = if FIFTH {
+            super::q5_k::GROUP_BLOCK
+        } else {
+            q4_k::GROUP_BLOCK
+        };
         let f16 = |g: &[u8], at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).to_f32();
         assert!(crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512);
         self.reset(16384 * blocks, blocks, 2, groups.len());
@@ -78,31 +84,71 @@ impl ItemWeights {
         self.groups = groups.len();
         for (gi, g) in groups.iter().enumerate() {
             for b in 0..blocks {
-                let g = &g[q4_k::GROUP_BLOCK * b..q4_k::GROUP_BLOCK * (b + 1)];
+                let g = &g[stride * b..stride * (b + 1)];
                 for p in 0..4 {
                     let step = 16384 * b + 2048 * p;
                     for half in 0..2 {
-                        let sc = 32 + 8 * (2 * p + half);
+                        let sc = q4_k::SCALES + 8 * (2 * p + half);
                         let scales = std::array::from_fn(|i| g[sc + i / 4] as i16);
                         for c in 0..8 {
-                            let src = &g[160 + 256 * p + 32 * c..];
+                            let src = &g[q4_k::NIBBLES + 256 * p + 32 * c..];
+                            let values = if FIFTH {
+                                let at = super::q5_k::HIGH + 64 * p + 32 * half;
+                                Values::Q5 {
+                                    half,
+                                    fifth: &g[at..at + 32],
+                                    bit: c as u32,
+                                }
+                            } else {
+                                Values::Q4 { half }
+                            };
                             let at = step + b_at(64, gi, 8 * half + c);
                             let b = self.b.bytes_mut();
-                            scale_split::<5>(src, half as u32, &scales, b, at, at + 8192);
+                            scale_split::<5>(values, src, &scales, b, at, at + PLANE);
                         }
                     }
                     for r in 0..GROUP_ROWS {
-                        let (m0, m1) = (
-                            g[96 + 16 * p + 2 * r] as i32,
-                            g[96 + 16 * p + 2 * r + 1] as i32,
-                        );
-                        self.mins[ITEM_ROWS * (4 * b + p) + GROUP_ROWS * gi + r] = m0 | m1 << 16;
+                        let m = |e: usize| g[q4_k::MINS + 16 * p + 2 * r + e] as i32;
+                        self.mins[ITEM_ROWS * (4 * b + p) + GROUP_ROWS * gi + r] =
+                            m(0) | m(1) << 16;
                     }
                 }
                 for r in 0..GROUP_ROWS {
                     self.d[2 * ITEM_ROWS * b + GROUP_ROWS * gi + r] = f16(g, 2 * r);
                     self.d[2 * ITEM_ROWS * b + ITEM_ROWS + GROUP_ROWS * gi + r] =
                         f16(g, 16 + 2 * r);
+                }
+            }
+        }
+    }
+
+    /// IQ4_XS, from the stored groups ([`super::iq4_xs`]'s layout, whose nibbles sit as Q4_K's):
+    /// per super-block (16384 bytes) the table values times their signed scales,
+    /// `(ls − 32)·kvalues[q] = 64·hi + lo` (−3937 to 4064), as two planes laid out as
+    /// [`ItemWeights::q6_k`]'s; and d. Q6_K's tile kernel computes it: the same chain.
+    pub(crate) fn iq4_xs(&mut self, groups: &[&[u8]], blocks: usize) {
+        use super::iq4_xs::{GROUP_BLOCK, NIBBLES, SCALES};
+        assert!(crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512);
+        self.reset(16384 * blocks, blocks, 1, groups.len());
+        self.groups = groups.len();
+        for (gi, g) in groups.iter().enumerate() {
+            for b in 0..blocks {
+                let g = &g[GROUP_BLOCK * b..GROUP_BLOCK * (b + 1)];
+                for p in 0..4 {
+                    for half in 0..2 {
+                        let sc = SCALES + 8 * (2 * p + half);
+                        let scales = std::array::from_fn(|i| g[sc + i / 4] as i8 as i16);
+                        for c in 0..8 {
+                            let src = &g[NIBBLES + 256 * p + 32 * c..];
+                            let at = 16384 * b + 2048 * p + b_at(64, gi, 8 * half + c);
+                            let b = self.b.bytes_mut();
+                            scale_split::<6>(Values::Iq4 { half }, src, &scales, b, at, at + PLANE);
+                        }
+                    }
+                }
+                for r in 0..GROUP_ROWS {
+                    let d = half::f16::from_le_bytes([g[2 * r], g[2 * r + 1]]).to_f32();
+                    self.d[ITEM_ROWS * b + GROUP_ROWS * gi + r] = d;
                 }
             }
         }
@@ -123,7 +169,14 @@ impl ItemWeights {
                     for i in 0..4 {
                         let src = &v[144 + 128 * j + 32 * i..];
                         let at = 16384 * b + 2048 * (j / 4) + b_at(64, gi, 4 * (j % 4) + i);
-                        scale_split::<6>(src, 0, &scales, self.b.bytes_mut(), at, at + 8192);
+                        scale_split::<6>(
+                            Values::Q6,
+                            src,
+                            &scales,
+                            self.b.bytes_mut(),
+                            at,
+                            at + PLANE,
+                        );
                     }
                 }
                 for r in 0..GROUP_ROWS {
@@ -135,54 +188,98 @@ impl ItemWeights {
     }
 }
 
-/// 32 values (eight rows' four each: nibbles `4·half` up of `src` for Q4_K, `SHIFT` 5, or
-/// bytes less 32 for Q6_K, `SHIFT` 6) times their rows' scales (`scales[i]` for value `i`),
+/// The bytes from a unit's high plane to its low plane.
+const PLANE: usize = super::amx_tiles::PLANE_BYTES;
+
+/// How a chunk's 32 stored bytes (eight rows' four values each) hold their values.
+#[derive(Clone, Copy)]
+enum Values<'a> {
+    /// Q4_K: the nibbles `4·half` up.
+    Q4 { half: usize },
+    /// Q5_K: those nibbles, and the fifth bits at bit `bit` of `fifth`'s 32 bytes.
+    Q5 {
+        half: usize,
+        fifth: &'a [u8],
+        bit: u32,
+    },
+    /// Q6_K (unpacked): bytes less 32.
+    Q6,
+    /// IQ4_XS: `kvalues_iq4nl` of the nibbles `4·half` up.
+    Iq4 { half: usize },
+}
+
+/// 32 values (`values` of `src`) times their rows' scales (`scales[i]` for value `i`),
 /// `w = q·s`, written as `hi = w >> SHIFT` to `dst[hi_at..]` and `lo = w mod 2^SHIFT` to
 /// `dst[lo_at..]`, 32 bytes each: `w = 2^SHIFT·hi + lo` exactly, both in a signed byte as
-/// |w| ≤ 2^(SHIFT + 7).
+/// |w| ≤ 2^(SHIFT + 7) (`SHIFT` 5: Q4_K's and Q5_K's 0 ≤ w ≤ 63·31; 6: Q6_K's −3968 ≤ w ≤ 4096
+/// and IQ4_XS's −3937 ≤ w ≤ 4064).
 #[inline]
 fn scale_split<const SHIFT: u32>(
+    values: Values,
     src: &[u8],
-    half: u32,
     scales: &[i16; 32],
     dst: &mut [u8],
     hi_at: usize,
     lo_at: usize,
 ) {
     assert!(src.len() >= 32 && dst.len() >= hi_at.max(lo_at) + 32);
-    // SAFETY: 32 bytes read from src and written at hi_at and lo_at (checked above); the CPU
-    // has AVX-512 F/BW/VL: this private function's two callers assert it first.
+    if let Values::Q5 { fifth, .. } = values {
+        assert!(fifth.len() >= 32);
+    }
+    // SAFETY: 32 bytes read from src (and `fifth`) and written at hi_at and lo_at (checked
+    // above); the CPU has AVX-512 F/BW/VL: this private function's callers assert it first.
     unsafe {
         let dst = dst.as_mut_ptr();
-        scale_split_avx512::<SHIFT>(src.as_ptr(), half, scales, dst.add(hi_at), dst.add(lo_at))
+        let q = values_avx512(values, src.as_ptr());
+        split_avx512::<SHIFT>(q, scales, dst.add(hi_at), dst.add(lo_at))
     }
 }
 
-/// [`scale_split`]'s work.
+/// The 32 values of `values` at `src`, as signed bytes.
 ///
 /// # Safety
-/// 32 bytes readable at `src`, writable at `hi` and `lo`; AVX-512 F/BW/VL.
+/// 32 bytes readable at `src` and in `fifth`; AVX-512 F/BW/VL.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn scale_split_avx512<const SHIFT: u32>(
-    src: *const u8,
-    half: u32,
-    scales: &[i16; 32],
-    hi: *mut u8,
-    lo: *mut u8,
-) {
+unsafe fn values_avx512(values: Values, src: *const u8) -> __m256i {
     // SAFETY: the caller's contract.
     unsafe {
         let v = _mm256_loadu_si256(src as *const __m256i);
-        let q = if SHIFT == 5 {
+        let low = _mm256_set1_epi8(0x0F);
+        let nibbles = |half: usize| {
             let v = if half == 0 {
                 v
             } else {
                 _mm256_srli_epi16::<4>(v)
             };
-            _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
-        } else {
-            _mm256_sub_epi8(v, _mm256_set1_epi8(32))
+            _mm256_and_si256(v, low)
         };
+        match values {
+            Values::Q4 { half } => nibbles(half),
+            Values::Q5 { half, fifth, bit } => {
+                let h = _mm256_loadu_si256(fifth.as_ptr() as *const __m256i);
+                let h = _mm256_and_si256(
+                    _mm256_srl_epi16(h, _mm_cvtsi32_si128(bit as i32)),
+                    _mm256_set1_epi8(1),
+                );
+                _mm256_or_si256(nibbles(half), _mm256_slli_epi16::<4>(h))
+            }
+            Values::Q6 => _mm256_sub_epi8(v, _mm256_set1_epi8(32)),
+            Values::Iq4 { half } => {
+                let table = _mm_loadu_si128(crate::quant::KVALUES_IQ4NL.as_ptr() as *const __m128i);
+                _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nibbles(half))
+            }
+        }
+    }
+}
+
+/// [`scale_split`]'s product and split, of the values `q`.
+///
+/// # Safety
+/// 32 bytes writable at `hi` and `lo`; AVX-512 F/BW/VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn split_avx512<const SHIFT: u32>(q: __m256i, scales: &[i16; 32], hi: *mut u8, lo: *mut u8) {
+    // SAFETY: the caller's contract.
+    unsafe {
         let w = _mm512_mullo_epi16(
             _mm512_cvtepi8_epi16(q),
             _mm512_loadu_si512(scales.as_ptr() as *const _),

@@ -122,11 +122,16 @@ pub(super) const AMX_MIN_TOKENS: usize = TILE_TOKENS + 1;
 ///   337/160 (an earlier run: 146/188 at 32, 164/202 at 64); Q5_0 (an earlier run) no faster
 ///   than the vectors, 163/166 at 512, 143/169 at 128, so on them; MXFP4 (2026-11-27 morning)
 ///   143/71, 228/79, 264/62.
+/// - Q5_K (2026-11-28, 01:26–01:33), 3584×18944 at 32, 64, 128, 256, 512: 99/170, 222/243,
+///   178/225, 347/229, 316/243; 18944×3584 at 32, 128, 512: 153/177, 322/228, 333/231.
+/// - IQ4_XS (the same runs), 3584×18944: 184/132, 233/168, 362/190, 441/202, 500/238;
+///   18944×3584 at 32, 128, 512: 129/143, 249/191, 393/193.
 fn amx_min_tokens(ty: GgmlType) -> Option<usize> {
     match ty {
         GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => Some(32),
         GgmlType::Q6_K => Some(64),
-        GgmlType::Q4_0 => Some(128),
+        GgmlType::Q4_0 | GgmlType::IQ4_XS => Some(128),
+        GgmlType::Q5_K => Some(256),
         GgmlType::Q4_K => Some(512),
         _ => None,
     }
@@ -174,7 +179,9 @@ pub(super) fn tile_use(ty: GgmlType, nt: usize, simd: bool, ask: TileAsk) -> Til
             | GgmlType::IQ4_NL
             | GgmlType::MXFP4
             | GgmlType::Q4_K
+            | GgmlType::Q5_K
             | GgmlType::Q6_K
+            | GgmlType::IQ4_XS
     );
     if !simd || !typed || nt < AMX_MIN_TOKENS {
         return TileUse::No;

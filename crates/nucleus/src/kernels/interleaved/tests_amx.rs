@@ -5,6 +5,7 @@
 
 use super::lines::Lines;
 use super::tests::{acts, matrix, packed, random_q4_k, random_q6_k, wide_q8_k_acts};
+use super::tests_tiled::{random_iq4_xs, random_q5_k};
 use super::*;
 use crate::kernels::test_rng::Rng;
 
@@ -155,6 +156,35 @@ fn tiles_have_the_vector_kernels_bits_for_q4_k_and_q6_k() {
     }
 }
 
+/// Q5_K (Q4_K's planes with the fifth bits, its own chain) and IQ4_XS (Q6_K's planes and chain,
+/// the table's values times signed scales); both generators put every seventh block at the
+/// extremes (Q5_K: values 31 under scales and mins of 63; IQ4_XS: −127 under −32, 4064).
+#[test]
+fn tiles_have_the_vector_kernels_bits_for_q5_k_and_iq4_xs() {
+    if crate::quant::simd_level() < crate::quant::SimdLevel::Avx512 {
+        eprintln!("skipped: the tile folds need AVX-512");
+        return;
+    }
+    let mut rng = Rng(43);
+    let none = PackedActs::new();
+    for (rows, cols) in [(8, 256), (24, 768), (64, 2816), (1000, 256)] {
+        for nt in TOKENS {
+            let x = wide_q8_k_acts(&mut rng, nt, cols);
+            for (ty, random) in [
+                (
+                    GgmlType::Q5_K,
+                    random_q5_k as fn(&mut Rng, usize, usize) -> Vec<u8>,
+                ),
+                (GgmlType::IQ4_XS, random_iq4_xs),
+            ] {
+                let w = packed(ty, &random(&mut rng, rows, cols), rows, cols);
+                let what = format!("{ty:?} {rows}x{cols}, {nt} tokens");
+                check(&w, &x, &none, Chain::Default, &what);
+            }
+        }
+    }
+}
+
 /// The tiles take full-range values without saturating: weights and activations of −128 and
 /// 127 (Q8_0), the largest Q6_K scales.
 #[test]
@@ -251,6 +281,10 @@ fn amx_is_used_only_where_the_cpu_has_it() {
             (GgmlType::Q8_0, 32, on),
             (GgmlType::Q4_K, 512, on),
             (GgmlType::Q4_K, 256, TileUse::No),
+            (GgmlType::Q5_K, 256, on),
+            (GgmlType::Q5_K, 128, TileUse::No),
+            (GgmlType::IQ4_XS, 128, on),
+            (GgmlType::IQ4_XS, 64, TileUse::No),
             (GgmlType::Q8_0, 4, TileUse::No),
             (GgmlType::F16, 32, TileUse::No),
         ] {
@@ -284,7 +318,7 @@ fn prep_speed() {
     let reps = 50;
     let t = std::time::Instant::now();
     for _ in 0..reps {
-        item.q4_k(&groups, blocks);
+        item.q4_k::<false>(&groups, blocks);
     }
     let ns = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols) as f64;
     eprintln!("Q4_K: {ns:.3} ns per weight");
@@ -363,7 +397,7 @@ fn tile_costs_on<T: amx::Tiles>(tiles: &mut T, rounds: usize) {
             .map(|i| {
                 let mut it: [amx::ItemWeights; 2] = Default::default();
                 let groups: Vec<&[u8]> = (4 * i..4 * i + 4).map(|g| q4.group(g)).collect();
-                it[0].q4_k(&groups, blocks);
+                it[0].q4_k::<false>(&groups, blocks);
                 let (s, u) = (&mut scales[..], &mut values[..]);
                 let v = GroupView::new(GgmlType::Q6_K, blocks, q6.group(4 * i), s, u, unpack);
                 it[1].q6_k(&[&v], blocks);

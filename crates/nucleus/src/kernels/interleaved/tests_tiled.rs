@@ -30,7 +30,7 @@ fn random_blocks(
 /// Random Q5_K rows: scales of different sizes, any six-bit scales and mins, any values; every
 /// seventh block at the extremes (every value 31, every scale and min 63), where the 16-bit
 /// sums of the AVX2 kernel come closest to their limit.
-fn random_q5_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
+pub(super) fn random_q5_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
     random_blocks(rng, (rows, cols, 176), |i, b| {
         if i % 7 == 3 {
             b.fill(0xFF);
@@ -44,7 +44,7 @@ fn random_q5_k(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
 
 /// Random IQ4_XS rows: any nibbles and six-bit scales (−32..=31 once offset); every seventh
 /// block at the extremes (every index 1, the table's −127, and the scale −32).
-fn random_iq4_xs(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
+pub(super) fn random_iq4_xs(rng: &mut Rng, rows: usize, cols: usize) -> Vec<u8> {
     random_blocks(rng, (rows, cols, 136), |i, b| {
         if i % 7 == 3 {
             b[2..8].fill(0);

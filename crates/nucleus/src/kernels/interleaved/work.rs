@@ -349,12 +349,12 @@ impl Product<'_> {
         assert!(gs.len() <= amx::ITEM_ROWS / GROUP_ROWS);
         let views = self.views(gs.clone(), src, scales, unpacked);
         let views: Vec<&GroupView> = views.iter().collect();
+        let stored = || -> Vec<&[u8]> { gs.clone().map(|g| src.get(g)).collect() };
         ITEM.with_borrow_mut(|item| {
             match w.ty() {
-                GgmlType::Q4_K => {
-                    let stored: Vec<&[u8]> = gs.clone().map(|g| src.get(g)).collect();
-                    item.q4_k(&stored, blocks)
-                }
+                GgmlType::Q4_K => item.q4_k::<false>(&stored(), blocks),
+                GgmlType::Q5_K => item.q4_k::<true>(&stored(), blocks),
+                GgmlType::IQ4_XS => item.iq4_xs(&stored(), blocks),
                 GgmlType::Q6_K => item.q6_k(&views, blocks),
                 _ => item.block32(&views, blocks),
             }
@@ -393,7 +393,9 @@ impl Product<'_> {
                     match w.ty() {
                         GgmlType::Q4_K if self.q4k_pairs => amx::q4_k::<T, true>(tiles, item, &job),
                         GgmlType::Q4_K => amx::q4_k::<T, false>(tiles, item, &job),
-                        GgmlType::Q6_K => amx::q6_k(tiles, item, &job),
+                        GgmlType::Q5_K => amx::q5_k(tiles, item, &job),
+                        // IQ4_XS's chain is Q6_K's, on planes laid out as Q6_K's.
+                        GgmlType::Q6_K | GgmlType::IQ4_XS => amx::q6_k(tiles, item, &job),
                         GgmlType::Q5_0 => amx::block32::<T, 16>(tiles, item, &job),
                         GgmlType::Q4_0 => amx::block32::<T, 8>(tiles, item, &job),
                         _ => amx::block32::<T, 0>(tiles, item, &job),
