@@ -129,7 +129,8 @@ impl Model {
 
     /// Packs the matrices that wait to be packed. A model loads with its repacked matrices
     /// waiting (but those mapped from a file of packed weights): its first forward pass packs
-    /// each work item's groups into a buffer that stays in cache as it goes, which brings a
+    /// each work item's groups into a buffer that stays in cache as it goes (or, for a few
+    /// tokens, reads some types from the file: `project.rs`, `from_file`), which brings a
     /// one-shot command to its first token without the cost of packing the whole model into
     /// fresh memory (a 7B file's 2–3 s), and its second pass packs them all for good
     /// ([`Self::forward`] calls this). A server or a benchmark calls it at load. The bits
@@ -139,6 +140,12 @@ impl Model {
             self.weights.finish_packing();
             self.packed.store(true, Ordering::Release);
         }
+    }
+
+    /// Whether some repacked matrix still waits to be packed (until the second forward pass,
+    /// or [`Self::finish_packing`]).
+    pub fn packing_left(&self) -> bool {
+        !self.packed.load(Ordering::Acquire)
     }
 
     /// Called as a forward pass begins: the second one packs what waits.

@@ -14,6 +14,25 @@ use crate::kernels::interleaved::{
 /// per super-block; 0.00000 with this one). It costs 3–7 % of a Q4_K_M prefill since the 512-bit
 /// kernel folds the pairs after a super-block's integer work (12–15 % before; benchmarks log).
 const FAST_CHAIN: Chain = Chain::Q4kPairs;
+
+/// The most tokens whose product on a matrix that waits to be packed reads the file itself
+/// ([`from_file`]).
+const FILE_PASS_TOKENS: usize = 4;
+
+/// Whether the product of `n` tokens on `p`, a matrix that still waits to be packed (a
+/// one-shot command's first pass), computes from the file with llama.cpp's tiled kernel for its
+/// type rather than packing each work item's groups as it goes: the interleaved kernels of
+/// these types follow that kernel's chain (`kernels/interleaved/tests_tiled.rs`: the same bits
+/// for any number of tokens), and a few tokens read the file once either way, so packing them
+/// is work the first token waits for (the 7B Q5_K_M shape: half the first pass's time).
+fn from_file(p: &PackedMatrix, n: usize) -> bool {
+    n <= FILE_PASS_TOKENS
+        && !p.is_packed()
+        && matches!(
+            p.ty(),
+            GgmlType::Q3_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
+        )
+}
 use crate::kernels::matmul::{
     matmul_rows, PromptSlot, QuantizedActs, CLASS_UBATCH_8, CLASS_WHOLE_FOUR,
 };
@@ -112,6 +131,11 @@ impl Model {
             return self.project_exact(acts, w, p, (x, slots), n, y);
         }
         if let Some(p) = &w.packed {
+            if from_file(p, n) {
+                let q = acts.get(&self.pool, x, n, w.cols, vec_dot_type(w.info.ty));
+                let batched = [PromptSlot::BATCHED; FILE_PASS_TOKENS];
+                return matmul_rows(&self.pool, &w.q(&self.file), q, y, &batched[..n]);
+            }
             if packed_act_type(p.ty()) == GgmlType::Q8_K {
                 let q = acts.get(&self.pool, x, n, w.cols, GgmlType::Q8_K);
                 let none = PackedActs::new();
@@ -214,7 +238,10 @@ impl Model {
         let first = products.first().and_then(|(w, _)| act_type(w));
         let packed = self.arithmetic == Arithmetic::Fast
             && first.is_some()
-            && products.iter().all(|(w, _)| act_type(w) == first);
+            && products.iter().all(|(w, _)| act_type(w) == first)
+            && !products
+                .iter()
+                .any(|(w, _)| w.packed.as_deref().is_some_and(|p| from_file(p, n)));
         if !packed {
             for (w, y) in products {
                 self.project(acts, w, (x, slots), n, y);
