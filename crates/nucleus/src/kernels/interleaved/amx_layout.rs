@@ -65,13 +65,23 @@ impl ItemWeights {
         }
     }
 
-    /// Q4_K and Q5_K (`FIFTH`), from the stored groups ([`q4_k`]'s and [`super::q5_k`]'s
-    /// layouts, `stride` bytes a super-block): per super-block (16384 bytes) the values times
-    /// their 6-bit scales, `sc·q = 32·hi + lo` (at most 63·31), as two planes (hi, then lo) of
-    /// four steps, one per pair of sub-blocks `p` (64 values, two B tiles): the layout of
-    /// [`ItemWeights::q6_k`]; d and dmin; and the mins of each pair as two i16 in one i32
-    /// (`mins[(4b + p)·32 + row]`, for `vpmaddwd`).
-    pub(crate) fn q4_k<const FIFTH: bool>(&mut self, groups: &[&[u8]], blocks: usize) {
+    /// Q4_K, from the stored groups ([`q4_k`]'s layout): per super-block (16384 bytes) the
+    /// values times their 6-bit scales, `sc·q = 32·hi + lo` (at most 63·15; Q5_K's 63·31), as
+    /// two planes (hi, then lo) of four steps, one per pair of sub-blocks `p` (64 values, two B
+    /// tiles): the layout of [`ItemWeights::q6_k`]; d and dmin; and the mins of each pair as two
+    /// i16 in one i32 (`mins[(4b + p)·32 + row]`, for `vpmaddwd`).
+    pub(crate) fn q4_k(&mut self, groups: &[&[u8]], blocks: usize) {
+        self.scaled_nibbles::<false>(groups, blocks)
+    }
+
+    /// Q5_K, from the stored groups ([`super::q5_k`]'s layout: Q4_K's and the fifth bits):
+    /// [`Self::q4_k`] with each value's fifth bit.
+    pub(crate) fn q5_k(&mut self, groups: &[&[u8]], blocks: usize) {
+        self.scaled_nibbles::<true>(groups, blocks)
+    }
+
+    /// [`Self::q4_k`] (`FIFTH`: [`Self::q5_k`]).
+    fn scaled_nibbles<const FIFTH: bool>(&mut self, groups: &[&[u8]], blocks: usize) {
         let stride = if FIFTH {
             super::q5_k::GROUP_BLOCK
         } else {

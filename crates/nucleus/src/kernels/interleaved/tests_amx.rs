@@ -318,7 +318,7 @@ fn prep_speed() {
     let reps = 50;
     let t = std::time::Instant::now();
     for _ in 0..reps {
-        item.q4_k::<false>(&groups, blocks);
+        item.q4_k(&groups, blocks);
     }
     let ns = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols) as f64;
     eprintln!("Q4_K: {ns:.3} ns per weight");
@@ -397,7 +397,7 @@ fn tile_costs_on<T: amx::Tiles>(tiles: &mut T, rounds: usize) {
             .map(|i| {
                 let mut it: [amx::ItemWeights; 2] = Default::default();
                 let groups: Vec<&[u8]> = (4 * i..4 * i + 4).map(|g| q4.group(g)).collect();
-                it[0].q4_k::<false>(&groups, blocks);
+                it[0].q4_k(&groups, blocks);
                 let (s, u) = (&mut scales[..], &mut values[..]);
                 let v = GroupView::new(GgmlType::Q6_K, blocks, q6.group(4 * i), s, u, unpack);
                 it[1].q6_k(&[&v], blocks);

@@ -352,8 +352,8 @@ impl Product<'_> {
         let stored = || -> Vec<&[u8]> { gs.clone().map(|g| src.get(g)).collect() };
         ITEM.with_borrow_mut(|item| {
             match w.ty() {
-                GgmlType::Q4_K => item.q4_k::<false>(&stored(), blocks),
-                GgmlType::Q5_K => item.q4_k::<true>(&stored(), blocks),
+                GgmlType::Q4_K => item.q4_k(&stored(), blocks),
+                GgmlType::Q5_K => item.q5_k(&stored(), blocks),
                 GgmlType::IQ4_XS => item.iq4_xs(&stored(), blocks),
                 GgmlType::Q6_K => item.q6_k(&views, blocks),
                 _ => item.block32(&views, blocks),
