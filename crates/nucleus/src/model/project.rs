@@ -15,6 +15,15 @@ use crate::kernels::interleaved::{
 /// kernel folds the pairs after a super-block's integer work (12–15 % before; benchmarks log).
 const FAST_CHAIN: Chain = Chain::Q4kPairs;
 
+use crate::kernels::matmul::{
+    matmul_rows, PromptSlot, QuantizedActs, CLASS_UBATCH_8, CLASS_WHOLE_FOUR,
+};
+use crate::kernels::pool::ThreadPool;
+use crate::quant::{vec_dot_type, GgmlType};
+
+use super::weights::Matrix;
+use super::Model;
+
 /// The most tokens whose product on a matrix that waits to be packed reads the file itself
 /// ([`from_file`]).
 const FILE_PASS_TOKENS: usize = 4;
@@ -33,14 +42,6 @@ fn from_file(p: &PackedMatrix, n: usize) -> bool {
             GgmlType::Q3_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
         )
 }
-use crate::kernels::matmul::{
-    matmul_rows, PromptSlot, QuantizedActs, CLASS_UBATCH_8, CLASS_WHOLE_FOUR,
-};
-use crate::kernels::pool::ThreadPool;
-use crate::quant::{vec_dot_type, GgmlType};
-
-use super::weights::Matrix;
-use super::Model;
 
 /// Activations quantized for the matrix products, one buffer per vec-dot type, reused until the
 /// input changes (q, k and v share one quantization of the normed input; so do gate and up).

@@ -307,14 +307,7 @@ pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
         tiles.configure(job.rows(), 64);
         for b in 0..job.blocks {
             mins.load(w, job, b);
-            let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
-            let (d, dmin) = (
-                [_mm512_loadu_ps(dd), _mm512_loadu_ps(dd.add(16))],
-                [
-                    _mm512_loadu_ps(dd.add(ITEM_ROWS)),
-                    _mm512_loadu_ps(dd.add(ITEM_ROWS + 16)),
-                ],
-            );
+            let [d, dmin] = d_dmin(w, b);
             let b_at = w.b.as_ptr().add(16384 * b);
             tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
             for (t, acc) in acc.iter_mut().enumerate().take(job.m) {
@@ -329,6 +322,25 @@ pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
             }
         }
         write_out(&acc, job, w.groups);
+    }
+}
+
+/// Super-block `b`'s d and dmin of the item's rows (Q4_K, Q5_K), each as two halves of 16.
+///
+/// # Safety
+/// `w` holds d and dmin of `b` ([`ItemWeights::q4_k`]); AVX-512F.
+#[inline(always)]
+unsafe fn d_dmin(w: &ItemWeights, b: usize) -> [[__m512; 2]; 2] {
+    // SAFETY: the caller's contract: 2·32 floats for super-block b.
+    unsafe {
+        let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
+        let half = |at: usize| {
+            [
+                _mm512_loadu_ps(dd.add(at)),
+                _mm512_loadu_ps(dd.add(at + 16)),
+            ]
+        };
+        [half(0), half(ITEM_ROWS)]
     }
 }
 
@@ -399,12 +411,7 @@ impl SuperBlock {
         // SAFETY: the caller's contract: `w` holds d, dmin and the mins of `b`; tokens below
         // job.m have Q8_K rows of `blocks` super-blocks (f32 d at 0).
         unsafe {
-            let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
-            let dw = [_mm512_loadu_ps(dd), _mm512_loadu_ps(dd.add(16))];
-            let dmw = [
-                _mm512_loadu_ps(dd.add(ITEM_ROWS)),
-                _mm512_loadu_ps(dd.add(ITEM_ROWS + 16)),
-            ];
+            let [dw, dmw] = d_dmin(w, b);
             self.mins.load(w, job, b);
             for t in 0..job.m {
                 let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
