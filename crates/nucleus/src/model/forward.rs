@@ -177,7 +177,7 @@ impl Model {
             state.logits.clear();
             return Ok(());
         }
-        self.pass_begins();
+        self.pass_begins(n);
         let st = state;
         self.size_buffers(st, n);
         self.embed_tokens(batch, st);

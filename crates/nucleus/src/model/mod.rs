@@ -148,10 +148,21 @@ impl Model {
         !self.packed.load(Ordering::Acquire)
     }
 
-    /// Called as a forward pass begins: the second one packs what waits.
-    fn pass_begins(&self) {
-        if !self.packed.load(Ordering::Acquire) && self.passes.fetch_add(1, Ordering::AcqRel) > 0 {
+    /// Called as a forward pass of `n` tokens begins: the second one and every later one packs
+    /// what waits, but a pass of a few tokens leaves the types that decode faster from the file
+    /// (`project.rs`, `decodes_from_file`): a one-shot command's decoding never packs them.
+    fn pass_begins(&self, n: usize) {
+        if self.packed.load(Ordering::Acquire) || self.passes.fetch_add(1, Ordering::AcqRel) == 0 {
+            return;
+        }
+        if n > project::FILE_PASS_TOKENS {
             self.finish_packing();
+        } else {
+            self.weights
+                .finish_packing_where(|p| !project::decodes_from_file(p.ty()));
+            if !self.weights.packing_left() {
+                self.packed.store(true, Ordering::Release);
+            }
         }
     }
 

@@ -26,7 +26,26 @@ use super::Model;
 
 /// The most tokens whose product on a matrix that waits to be packed reads the file itself
 /// ([`from_file`]).
-const FILE_PASS_TOKENS: usize = 4;
+pub(super) const FILE_PASS_TOKENS: usize = 4;
+
+/// The types whose few-token products read the file while their matrix waits to be packed
+/// ([`from_file`]).
+fn reads_from_file(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q3_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
+    )
+}
+
+/// The types that decode faster from the file than packed, so that a pass of a few tokens
+/// leaves them waiting ([`super::Model::finish_packing`]): `nucleus run -n 33`, the same text,
+/// 2026-11-28 on the Cascade Lake Xeon, with them left waiting / packed at the second pass: the
+/// 7B Q5_K_M shape 8.20–8.39 s / 9.92–10.20, the 7B Q4_K_M (its Q6_K) 6.67–6.70 / 7.53–8.69,
+/// the 1.5B Q6_K 1.81–1.84 / 2.51–2.69, the 1.5B Q5_K_M 2.02–2.08 / 2.02–2.07; Q3_K and
+/// IQ4_XS (not among them) 3.07–3.12 / 2.65–2.75 and 2.87–2.88 / 2.59–2.73.
+pub(super) fn decodes_from_file(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q5_K | GgmlType::Q6_K)
+}
 
 /// Whether the product of `n` tokens on `p`, a matrix that still waits to be packed (a
 /// one-shot command's first pass), computes from the file with llama.cpp's tiled kernel for its
@@ -35,12 +54,7 @@ const FILE_PASS_TOKENS: usize = 4;
 /// for any number of tokens), and a few tokens read the file once either way, so packing them
 /// is work the first token waits for (the 7B Q5_K_M shape: half the first pass's time).
 fn from_file(p: &PackedMatrix, n: usize) -> bool {
-    n <= FILE_PASS_TOKENS
-        && !p.is_packed()
-        && matches!(
-            p.ty(),
-            GgmlType::Q3_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS
-        )
+    n <= FILE_PASS_TOKENS && !p.is_packed() && reads_from_file(p.ty())
 }
 
 /// Activations quantized for the matrix products, one buffer per vec-dot type, reused until the

@@ -493,6 +493,11 @@ impl Weights {
     /// Products running meanwhile on other threads are not disturbed: a matrix is either
     /// read packed or packed by the work item that reads it, with the same bits.
     pub fn finish_packing(&self) {
+        self.finish_packing_where(|_| true)
+    }
+
+    /// [`Self::finish_packing`] for the waiting matrices that `pick` picks.
+    pub(super) fn finish_packing_where(&self, pick: impl Fn(&PackedMatrix) -> bool) {
         let mut todo = self.waiting();
         // The output projection (not `--exact`'s) is packed last, on every core (`finish`
         // spreads one matrix this large over the cores): its decode tiles read the groups as
@@ -503,6 +508,8 @@ impl Weights {
         if out.is_some() {
             todo.pop();
         }
+        todo.retain(|p| pick(p));
+        let out = out.filter(|p| pick(p));
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = todo.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
