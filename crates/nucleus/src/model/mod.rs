@@ -132,9 +132,10 @@ impl Model {
     /// each work item's groups into a buffer that stays in cache as it goes (or, for a few
     /// tokens, reads some types from the file: `project.rs`, `from_file`), which brings a
     /// one-shot command to its first token without the cost of packing the whole model into
-    /// fresh memory (a 7B file's 2–3 s), and its second pass packs them all for good
-    /// ([`Self::forward`] calls this). A server or a benchmark calls it at load. The bits
-    /// are the same either way: the same packed bytes go through the same kernels.
+    /// fresh memory (a 7B file's 2–3 s), and its second pass packs them for good (a pass of a
+    /// few tokens all but the types it decodes faster from the file: [`Self::pass_begins`]).
+    /// A server or a benchmark calls it at load. The bits are the same either way: the same
+    /// packed bytes go through the same kernels, or the file's through kernels of their chain.
     pub fn finish_packing(&self) {
         if !self.packed.load(Ordering::Acquire) {
             self.weights.finish_packing();
@@ -142,8 +143,8 @@ impl Model {
         }
     }
 
-    /// Whether some repacked matrix still waits to be packed (until the second forward pass,
-    /// or [`Self::finish_packing`]).
+    /// Whether some repacked matrix still waits to be packed (until a forward pass after the
+    /// first packs them all, or [`Self::finish_packing`]).
     pub fn packing_left(&self) -> bool {
         !self.packed.load(Ordering::Acquire)
     }
