@@ -159,9 +159,10 @@ impl Model {
         if n > project::FILE_PASS_TOKENS {
             self.finish_packing();
         } else {
-            self.weights
+            let left = self
+                .weights
                 .finish_packing_where(|p| !project::decodes_from_file(p.ty()));
-            if !self.weights.packing_left() {
+            if !left {
                 self.packed.store(true, Ordering::Release);
             }
         }

@@ -493,11 +493,12 @@ impl Weights {
     /// Products running meanwhile on other threads are not disturbed: a matrix is either
     /// read packed or packed by the work item that reads it, with the same bits.
     pub fn finish_packing(&self) {
-        self.finish_packing_where(|_| true)
+        self.finish_packing_where(|_| true);
     }
 
-    /// [`Self::finish_packing`] for the waiting matrices that `pick` picks.
-    pub(super) fn finish_packing_where(&self, pick: impl Fn(&PackedMatrix) -> bool) {
+    /// [`Self::finish_packing`] for the waiting matrices that `pick` picks; whether some
+    /// matrix still waits (one it passed over).
+    pub(super) fn finish_packing_where(&self, pick: impl Fn(&PackedMatrix) -> bool) -> bool {
         let mut todo = self.waiting();
         // The output projection (not `--exact`'s) is packed last, on every core (`finish`
         // spreads one matrix this large over the cores): its decode tiles read the groups as
@@ -508,8 +509,10 @@ impl Weights {
         if out.is_some() {
             todo.pop();
         }
+        let waiting = todo.len() + usize::from(out.is_some());
         todo.retain(|p| pick(p));
         let out = out.filter(|p| pick(p));
+        let passed_over = waiting > todo.len() + usize::from(out.is_some());
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = todo.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
@@ -520,6 +523,7 @@ impl Weights {
         if let Some(out) = out {
             out.finish();
         }
+        passed_over
     }
 
     fn index(file: &GgufFile, hp: &HParams) -> Result<Weights, ModelError> {
