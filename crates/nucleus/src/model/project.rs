@@ -14,7 +14,6 @@ use crate::kernels::interleaved::{
 /// per super-block; 0.00000 with this one). It costs 3–7 % of a Q4_K_M prefill since the 512-bit
 /// kernel folds the pairs after a super-block's integer work (12–15 % before; benchmarks log).
 const FAST_CHAIN: Chain = Chain::Q4kPairs;
-
 use crate::kernels::matmul::{
     matmul_rows, PromptSlot, QuantizedActs, CLASS_UBATCH_8, CLASS_WHOLE_FOUR,
 };
