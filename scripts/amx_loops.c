@@ -36,6 +36,7 @@ int main(void) {
   if (syscall(SYS_arch_prctl, 0x1023, 18)) { puts("no AMX"); return 1; }
   struct tilecfg cfg = {.palette = 1};
   for (int t = 0; t < 8; t++) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
+  __asm__ volatile("" : : "r"(&cfg) : "memory"); // keep the stores: GCC 12 misses that ldtilecfg reads them
   _tile_loadconfig(&cfg);
   memset(A, 1, sizeof A); memset(Bm, 1, sizeof Bm);
   double t;

@@ -30,6 +30,7 @@ static void conf(int k) {
   for (int t = 0; t < 2; t++) c.colsb[t] = k, c.rows[t] = 16;        // A
   for (int t = 2; t < 4; t++) c.colsb[t] = 64, c.rows[t] = k / 4;    // B
   for (int t = 4; t < 8; t++) c.colsb[t] = 64, c.rows[t] = 16;       // C
+  __asm__ volatile("" : : "r"(&c) : "memory"); // keep the stores: GCC 12 misses that ldtilecfg reads them
   _tile_loadconfig(&c);
 }
 #define STORE4(c) do { _tile_stored(4, (c), 64); _tile_stored(5, (c) + 256, 64); _tile_stored(6, (c) + 512, 64); _tile_stored(7, (c) + 768, 64); } while (0)

@@ -145,6 +145,10 @@ static void *amx_units(void *p) {
     struct tilecfg cfg = {.palette = 1};
     for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
     static int8_t src[1024] __attribute__((aligned(64)));
+    // GCC does not see that `ldtilecfg` reads the config, and drops the stores of the shapes
+    // above as dead (then the first tile load faults with SIGILL: seen with Debian's gcc on an
+    // Emerald Rapids guest, 2026-11-28); the barrier keeps them.
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
     _tile_loadd(4, src, 64);
     _tile_loadd(5, src, 64);
