@@ -13,8 +13,9 @@
 #   4. prefill and decode of the 7B and 8B Q4_K_M shapes (scripts/real_shapes.py), nucleus with
 #      the thresholds of choice.rs, and in the first round with each NUCLEUS_AMX value of MODES
 #      (default "all 0": every product on tiles, and none), beside llama.cpp's llama-bench
-#      (LLAMA_BENCH_DIR: a build without AMX; its AMX build died with SIGILL on the lent
-#      machine) and OLD_NUCLEUS (a build before, where given); ROUNDS rounds, the second and
+#      (LLAMA_BENCH_DIR: its native build, with its own AMX kernels since
+#      scripts/build_llama_cpp.sh turns off GCC's dead-store passes that broke them, or a build
+#      without AMX) and OLD_NUCLEUS (a build before, where given); ROUNDS rounds, the second and
 #      later of nucleus (thresholds), llama.cpp and the build before alone, in the other order,
 #      round by round over the files. ONLY_MODELS=1 runs step 4 alone.
 # Not run in CI (no AMX there). The figures in BENCHMARKS.md came from these steps on the lent
