@@ -150,13 +150,26 @@ impl Job {
 #[repr(C, align(64))]
 struct Sums([i32; 2 * 4 * 256]);
 
+impl Sums {
+    fn new() -> Self {
+        Sums([0; 2 * 4 * 256])
+    }
+
+    /// Where the tiles store plane 0's C tiles (plane 1's 1024 sums on).
+    fn as_mut_ptr(&mut self) -> *mut i32 {
+        self.0.as_mut_ptr()
+    }
+}
+
+/// Plane `plane`'s sums of token `t`, rows `16h..`.
 #[inline(always)]
-unsafe fn load_c(c: &Sums, t: usize, h: usize) -> __m512i {
-    // SAFETY: t < 32, h < 2: inside the 4 KB of sums.
+unsafe fn load_c(c: &Sums, plane: usize, t: usize, h: usize) -> __m512i {
+    // SAFETY: plane < 2, t < 32, h < 2: inside the 8 KB of sums.
     unsafe {
         _mm512_loadu_si512(
             c.0.as_ptr()
-                .add(256 * (2 * (t / TILE_M) + h) + 16 * (t % TILE_M)) as *const _,
+                .add(1024 * plane + 256 * (2 * (t / TILE_M) + h) + 16 * (t % TILE_M))
+                as *const _,
         )
     }
 }
@@ -189,14 +202,14 @@ unsafe fn write_out(acc: &[[__m512; 2]], job: &Job, groups: usize) {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
-    let mut c = Sums([0; 2048]);
+    let mut c = Sums::new();
     let blocks = job.blocks;
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
         tiles.configure(job.rows(), 32);
         for b in 0..blocks {
             let b_at = w.b.as_ptr().add(1024 * b);
-            tiles.products(job.a_tiles(b, 32), 32, b_at, c.0.as_mut_ptr());
+            tiles.products(job.a_tiles(b, 32), 32, b_at, c.as_mut_ptr());
             let dw = [
                 _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b)),
                 _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b + 16)),
@@ -209,7 +222,7 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
                     0
                 });
                 for h in 0..2 {
-                    let isum = _mm512_sub_epi32(load_c(&c, t, h), off);
+                    let isum = _mm512_sub_epi32(load_c(&c, 0, t, h), off);
                     acc[h] =
                         _mm512_fmadd_ps(_mm512_mul_ps(dw[h], dx), _mm512_cvtepi32_ps(isum), acc[h]);
                 }
@@ -222,14 +235,9 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
 /// The exact sum `2^SHIFT·hi + lo` of the two planes' C tiles for token `t`, rows `16h..`.
 #[inline(always)]
 unsafe fn plane_sum<const SHIFT: u32>(c: &Sums, t: usize, h: usize) -> __m512i {
-    // SAFETY: t < 32, h < 2: inside the two planes' 8 KB of sums.
+    // SAFETY: t < 32, h < 2 (the callers' loops).
     unsafe {
-        let hi = load_c(c, t, h);
-        let lo = _mm512_loadu_si512(
-            c.0.as_ptr()
-                .add(1024 + 256 * (2 * (t / TILE_M) + h) + 16 * (t % TILE_M))
-                as *const _,
-        );
+        let (hi, lo) = (load_c(c, 0, t, h), load_c(c, 1, t, h));
         _mm512_add_epi32(_mm512_slli_epi32::<SHIFT>(hi), lo)
     }
 }
@@ -246,7 +254,7 @@ unsafe fn plane_sum<const SHIFT: u32>(c: &Sums, t: usize, h: usize) -> __m512i {
 pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     let zero_ps = _mm512_setzero_ps();
     let (mut acc, mut acc_min) = ([[zero_ps; 2]; ITEM_TOKENS], [[zero_ps; 2]; ITEM_TOKENS]);
-    let mut c = Sums([0; 2048]);
+    let mut c = Sums::new();
     let mut sb = SuperBlock {
         dv: [[zero_ps; 2]; ITEM_TOKENS],
         dminv: [[zero_ps; 2]; ITEM_TOKENS],
@@ -263,7 +271,7 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
             if PAIRS {
                 for p in 0..4 {
                     let b_at = w.b.as_ptr().add(16384 * b + 2048 * p);
-                    tiles.planes(job.a_tiles(4 * b + p, 64), 64, b_at, 1, c.0.as_mut_ptr());
+                    tiles.planes(job.a_tiles(4 * b + p, 64), 64, b_at, 1, c.as_mut_ptr());
                     for t in 0..job.m {
                         for h in 0..2 {
                             let (sum, min) = (plane_sum::<5>(&c, t, h), sb.mins.pair(t, h, p));
@@ -273,7 +281,7 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
                 }
             } else {
                 let b_at = w.b.as_ptr().add(16384 * b);
-                tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.0.as_mut_ptr());
+                tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
                 for t in 0..job.m {
                     for h in 0..2 {
                         let (sum, min) = (plane_sum::<5>(&c, t, h), sb.mins.all(t, h));
@@ -302,7 +310,7 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
-    let mut c = Sums([0; 2048]);
+    let mut c = Sums::new();
     let mut mins = Mins {
         pair_sums: [[0; 4]; ITEM_TOKENS],
         mins: [[_mm512_setzero_si512(); 2]; 4],
@@ -314,7 +322,7 @@ pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
             mins.load(w, job, b);
             let [d, dmin] = d_dmin(w, b);
             let b_at = w.b.as_ptr().add(16384 * b);
-            tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.0.as_mut_ptr());
+            tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
             for (t, acc) in acc.iter_mut().enumerate().take(job.m) {
                 let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
                 let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
@@ -456,7 +464,7 @@ impl SuperBlock {
 pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     const ACT: usize = q4_k::ACT_BLOCK;
     let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
-    let mut c = Sums([0; 2048]);
+    let mut c = Sums::new();
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
         tiles.configure(job.rows(), 64);
@@ -466,7 +474,7 @@ pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
                 64,
                 w.b.as_ptr().add(16384 * b),
                 4,
-                c.0.as_mut_ptr(),
+                c.as_mut_ptr(),
             );
             for (t, acc) in acc.iter_mut().enumerate().take(job.m) {
                 let dy = _mm512_set1_ps((job.x_row(t).add(ACT * b) as *const f32).read_unaligned());
