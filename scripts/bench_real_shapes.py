@@ -25,9 +25,10 @@ measured DRAM read bandwidth from 2 MiB pages (from 4 KiB pages where the kernel
 Environment: THREADS (default 2), PP (512), TG (64), ROUNDS (2), LOAD_ROUNDS (3), MAPPED (1;
 0 skips the mapped load, for files whose packed copy would not fit in the page cache beside
 them), NUCLEUS
-(default: built here, release), LLAMA_CPP_ROOT (default .bench/llama.cpp-avx512 when it exists, else .bench/llama.cpp;
-built by scripts/build_llama_cpp.sh when missing, which needs LLAMA_CPP_CMAKE_ARGS for a
-non-native build: see that script).
+(default: built here, release), LLAMA_CPP_ROOT (default .bench/llama.cpp: llama.cpp's native
+build, with its AMX kernels where the CPU has them; built by scripts/build_llama_cpp.sh when
+missing; .bench/llama.cpp-avx512 for its build without AMX, the peer of the tables before
+2026-11-28: see that script).
 """
 
 import json
@@ -64,10 +65,7 @@ def tools():
     if not nucleus:
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "nucleus-cli"], cwd=ROOT, check=True)
         nucleus = str(ROOT / "target/release/nucleus")
-    env = dict(os.environ)
-    if "LLAMA_CPP_ROOT" not in env and (ROOT / ".bench/llama.cpp-avx512").exists():
-        env["LLAMA_CPP_ROOT"] = str(ROOT / ".bench/llama.cpp-avx512")
-    src = Path(sh([str(ROOT / "scripts/build_llama_cpp.sh")], env=env).strip())
+    src = Path(sh([str(ROOT / "scripts/build_llama_cpp.sh")]).strip())
     limits = ROOT / ".bench/machine_limits"
     subprocess.run(["cc", "-O3", "-march=native", "-pthread", str(ROOT / "scripts/machine_limits.c"),
                     "-o", str(limits)], check=True)
