@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs each fuzz target (fuzz/fuzz_targets/*.rs, libFuzzer through `cargo fuzz`) for SECONDS
-# seconds, one after the other, and prints the executions and the crashes of each.
+# seconds, one per core side by side, and prints the executions and the crashes of each.
 #
 #   scripts/fuzz.sh SECONDS [TARGET...]     (default: every target of `cargo fuzz list`)
 #
@@ -29,28 +29,49 @@ fi
 
 cargo +nightly fuzz build -O || exit 1
 
-failed=0
-summary=()
-for t in "${targets[@]}"; do
+# One target per core at a time (FUZZ_JOBS, default nproc): each libFuzzer process runs on one
+# thread, so on CI's two cores two targets side by side take half the time, each still fuzzed
+# for SECONDS on a core of its own.
+jobs=${FUZZ_JOBS:-$(nproc)}
+
+# Runs target $1 and writes its summary line to artifacts/$1/last-run.line.
+run_one() {
+    local t=$1
     mkdir -p "corpus/$t" "artifacts/$t"
-    log="artifacts/$t/last-run.log"
-    echo "== $t: ${secs}s"
+    local log="artifacts/$t/last-run.log"
     # -timeout: an input that takes more than 30 s is a hang (reported as a crash).
     cargo +nightly fuzz run -O "$t" "corpus/$t" "seeds/$t" -- \
         -max_total_time="$secs" -timeout=30 -print_final_stats=1 >"$log" 2>&1
-    rc=$?
+    local rc=$?
+    local runs crashes corpus
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
     crashes=$(find "artifacts/$t" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'leak-*' \) | wc -l)
     corpus=$(find "corpus/$t" -type f | wc -l)
-    line="$t: ${runs:-?} executions in ${secs}s, corpus $corpus, exit $rc, artifacts $crashes"
+    local line="$t: ${runs:-?} executions in ${secs}s, corpus $corpus, exit $rc, artifacts $crashes"
     if [[ $rc -ne 0 ]]; then
-        failed=1
-        line+="  <-- CRASH (see fuzz/$log)"
-        grep -m5 -E 'panicked|ERROR|SUMMARY' "$log" | sed 's/^/    /'
+        line+="  <-- CRASH (see fuzz/$log)"$'\n'
+        line+=$(grep -m5 -E 'panicked|ERROR|SUMMARY' "$log" | sed 's/^/    /')
     fi
-    echo "$line"
-    summary+=("$line")
+    printf '%s\n' "$line" >"artifacts/$t/last-run.line"
+    return $rc
+}
+
+running=0
+for t in "${targets[@]}"; do
+    if [[ $running -ge $jobs ]]; then
+        wait -n
+        running=$((running - 1))
+    fi
+    echo "== $t: ${secs}s"
+    run_one "$t" &
+    running=$((running + 1))
 done
+wait
+
+failed=0
 echo "== summary"
-printf '%s\n' "${summary[@]}"
+for t in "${targets[@]}"; do
+    cat "artifacts/$t/last-run.line"
+    grep -q -- '<-- CRASH' "artifacts/$t/last-run.line" && failed=1
+done
 exit $failed
