@@ -158,13 +158,18 @@ impl Arithmetic {
 }
 
 /// How far ahead, in bytes, the decode kernels ask for the weights they stream: into L1 two
-/// Q4_K group-blocks ahead, into L2 ten (about 12 KB), so that enough lines are in flight for a
-/// core to read near DRAM's pace. `nucleus bench` on the 7B Q4_K_M shape (decode, 2 threads,
-/// Xeon with 30.7 GB/s of DRAM read bandwidth, 2026-11-26): one block ahead into L1 only,
-/// 5.11–5.14 tok/s; two, 5.34–5.38; two into L1 and 8–12 into L2, 6.05–6.14 (26.5–26.8 GB/s of
-/// weights, 86–87 % of the bandwidth); 16–32 into L2, 5.94–6.03.
+/// Q4_K group-blocks ahead (about 2 KB), into L2 three. Farther into L2 only competes with the
+/// hardware's own streamer. `nucleus bench` on the 7B Q4_K_M shape (decode, 2 threads, weights
+/// in huge pages, Xeon with 30.4 GB/s of DRAM read from 2 MiB pages, 2026-12-06), L2 distance
+/// in Q4_K group-blocks: 10 (the distance before), 5.84–5.96 tok/s; 5, 5.86–5.91; 4, 6.06; 3,
+/// 6.24–6.46 (27.3–28.2 GB/s of weights, 90–93 %); on the 8B shape 10: 5.46–5.50, 3:
+/// 6.01–6.10. `decode_stream` (18944×3584, the same machine): Q6_K's one-row product 86–88 %
+/// of the read at 10, 93–95 % at 3; Q4_K's 88–91 % and 94–96 %. (2026-11-26 on a machine of
+/// the same kind, whose DRAM read 30.7 GB/s: one block ahead into L1 only, 5.11–5.14 tok/s; two,
+/// 5.34–5.38; two into L1 and 8–12 into L2, 6.05–6.14; 16–32 into L2, 5.94–6.03. Three into L2
+/// was not tried then.)
 pub(crate) const PREFETCH_L1: usize = 2 * q4_k::GROUP_BLOCK;
-pub(crate) const PREFETCH_L2: usize = 10 * q4_k::GROUP_BLOCK;
+pub(crate) const PREFETCH_L2: usize = 3 * q4_k::GROUP_BLOCK;
 
 /// Rows interleaved in one group.
 pub const GROUP_ROWS: usize = 8;
