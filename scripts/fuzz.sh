@@ -56,6 +56,7 @@ run_one() {
     return $rc
 }
 
+pids=()
 running=0
 for t in "${targets[@]}"; do
     if [[ $running -ge $jobs ]]; then
@@ -64,14 +65,17 @@ for t in "${targets[@]}"; do
     fi
     echo "== $t: ${secs}s"
     run_one "$t" &
+    pids+=($!)
     running=$((running + 1))
 done
-wait
 
+# Each target's exit status (bash keeps a status that `wait -n` collected for `wait PID`).
 failed=0
+for pid in "${pids[@]}"; do
+    wait "$pid" || failed=1
+done
 echo "== summary"
 for t in "${targets[@]}"; do
     cat "artifacts/$t/last-run.line"
-    grep -q -- '<-- CRASH' "artifacts/$t/last-run.line" && failed=1
 done
 exit $failed
