@@ -271,7 +271,7 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
             if PAIRS {
                 for p in 0..4 {
                     let b_at = w.b.as_ptr().add(16384 * b + 2048 * p);
-                    tiles.planes(job.a_tiles(4 * b + p, 64), 64, b_at, 1, c.as_mut_ptr());
+                    tiles.pair_planes(job.a_tiles(4 * b + p, 64), 64, b_at, c.as_mut_ptr());
                     for t in 0..job.m {
                         for h in 0..2 {
                             let (sum, min) = (plane_sum::<5>(&c, t, h), sb.mins.pair(t, h, p));

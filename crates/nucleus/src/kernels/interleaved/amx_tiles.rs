@@ -37,6 +37,17 @@ pub(crate) trait Tiles {
         steps: usize,
         c: *mut i32,
     );
+    /// [`Tiles::planes`] with one step (Q4_K's pairs of sub-blocks): the same sums.
+    unsafe fn pair_planes(
+        &mut self,
+        a: [*const u8; 2],
+        a_stride: usize,
+        b: *const u8,
+        c: *mut i32,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { self.planes(a, a_stride, b, 1, c) }
+    }
 }
 
 /// The AMX instructions. Only where [`uses_amx`] (the tile state granted to this process).
@@ -126,6 +137,11 @@ impl Tiles for Hardware {
         }
     }
 
+    unsafe fn pair_planes(&mut self, a: [*const u8; 2], sa: usize, b: *const u8, c: *mut i32) {
+        // SAFETY: the caller's contract.
+        unsafe { self.pair_planes_hw(a, sa, b, c) }
+    }
+
     unsafe fn planes(
         &mut self,
         a: [*const u8; 2],
@@ -144,6 +160,87 @@ impl Tiles for Hardware {
 }
 
 impl Hardware {
+    /// [`Tiles::pair_planes`]: the A tiles loaded once for both planes, then per plane and B
+    /// tile two products, their C tiles alternating between two sets (tmm4 and tmm6, tmm5
+    /// and tmm7: the configured shapes) so that one set's stores overlap the next products;
+    /// with one step per plane, zeroing, adding and storing the same four C tiles serialized
+    /// the stores and the products (`tile_costs`).
+    #[inline(always)]
+    unsafe fn pair_planes_hw(&mut self, a: [*const u8; 2], sa: usize, b: *const u8, c: *mut i32) {
+        debug_assert!(self.k == 64);
+        // SAFETY (every block): the caller's contract (rows of A and B readable, C writable).
+        unsafe {
+            if self.two {
+                asm!(
+                    "tileloadd tmm0, [{a0} + {sa} * 1]",
+                    "tileloadd tmm1, [{a1} + {sa} * 1]",
+                    a0 = in(reg) a[0], a1 = in(reg) a[1], sa = in(reg) sa,
+                    options(nostack)
+                );
+                for (p, h) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                    let bt = b.add(PLANE_BYTES * p + 1024 * h);
+                    let (c0, c1) = (c.add(1024 * p + 256 * h), c.add(1024 * p + 512 + 256 * h));
+                    if h == 0 {
+                        asm!(
+                            "tileloadd tmm2, [{bt} + {s64} * 1]",
+                            "tilezero tmm4",
+                            "tilezero tmm6",
+                            "tdpbssd tmm4, tmm0, tmm2",
+                            "tdpbssd tmm6, tmm1, tmm2",
+                            "tilestored [{c0} + {s64} * 1], tmm4",
+                            "tilestored [{c1} + {s64} * 1], tmm6",
+                            bt = in(reg) bt, c0 = in(reg) c0, c1 = in(reg) c1,
+                            s64 = in(reg) 64usize,
+                            options(nostack)
+                        );
+                    } else {
+                        asm!(
+                            "tileloadd tmm3, [{bt} + {s64} * 1]",
+                            "tilezero tmm5",
+                            "tilezero tmm7",
+                            "tdpbssd tmm5, tmm0, tmm3",
+                            "tdpbssd tmm7, tmm1, tmm3",
+                            "tilestored [{c0} + {s64} * 1], tmm5",
+                            "tilestored [{c1} + {s64} * 1], tmm7",
+                            bt = in(reg) bt, c0 = in(reg) c0, c1 = in(reg) c1,
+                            s64 = in(reg) 64usize,
+                            options(nostack)
+                        );
+                    }
+                }
+            } else {
+                asm!(
+                    "tileloadd tmm0, [{a0} + {sa} * 1]",
+                    a0 = in(reg) a[0], sa = in(reg) sa,
+                    options(nostack)
+                );
+                for (p, h) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                    let bt = b.add(PLANE_BYTES * p + 1024 * h);
+                    let c0 = c.add(1024 * p + 256 * h);
+                    if h == 0 {
+                        asm!(
+                            "tileloadd tmm2, [{bt} + {s64} * 1]",
+                            "tilezero tmm4",
+                            "tdpbssd tmm4, tmm0, tmm2",
+                            "tilestored [{c0} + {s64} * 1], tmm4",
+                            bt = in(reg) bt, c0 = in(reg) c0, s64 = in(reg) 64usize,
+                            options(nostack)
+                        );
+                    } else {
+                        asm!(
+                            "tileloadd tmm3, [{bt} + {s64} * 1]",
+                            "tilezero tmm5",
+                            "tdpbssd tmm5, tmm0, tmm3",
+                            "tilestored [{c0} + {s64} * 1], tmm5",
+                            bt = in(reg) bt, c0 = in(reg) c0, s64 = in(reg) 64usize,
+                            options(nostack)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// [`Tiles::planes`] for one plane: C zeroed, `steps` products added, C stored at `c`.
     #[inline(always)]
     unsafe fn plane(&self, a: [*const u8; 2], sa: usize, b: *const u8, steps: usize, c: *mut i32) {

@@ -427,7 +427,7 @@ fn tile_costs_on<T: amx::Tiles>(tiles: &mut T, rounds: usize) {
             .collect();
         let macs = (32 * 32 * cols) as f64;
         let mut c = vec![0i32; 2048];
-        for (ty, k) in [("Q4_K", 0), ("Q6_K", 1)] {
+        for (ty, k) in [("Q4_K", 0), ("Q4_K pairs", 2), ("Q6_K", 1)] {
             let mut line = format!("{ty} {cols:5}:");
             for (what, kind) in [("whole", 0), ("folds", 1), ("tiles", 2)] {
                 for (name, stream_x, stream_w) in [
@@ -437,16 +437,26 @@ fn tile_costs_on<T: amx::Tiles>(tiles: &mut T, rounds: usize) {
                 ] {
                     let mut call = |i: usize| {
                         let job = &jobs[if stream_x { i % 16 } else { 0 }];
-                        let item = &items[if stream_w { i % 16 } else { 0 }][k];
+                        let item = &items[if stream_w { i % 16 } else { 0 }][k % 2];
                         // SAFETY: the item holds `blocks` super-blocks of four groups; the job's
                         // 32 tokens are rows of x; out holds 32 × 32 floats; the tiles are the
                         // hardware only where AMX is granted.
                         unsafe {
                             match (kind, k) {
                                 (0, 0) => amx::q4_k::<_, false>(tiles, item, job),
+                                (0, 2) => amx::q4_k::<_, true>(tiles, item, job),
                                 (0, _) => amx::q6_k(tiles, item, job),
                                 (1, 0) => amx::q4_k::<_, false>(&mut Skip, item, job),
+                                (1, 2) => amx::q4_k::<_, true>(&mut Skip, item, job),
                                 (1, _) => amx::q6_k(&mut Skip, item, job),
+                                (_, 2) => {
+                                    tiles.configure(job.rows(), 64);
+                                    for b in 0..4 * blocks {
+                                        let a = job.a_tiles(b, 64);
+                                        let w = item.b.as_ptr().add(2048 * b + 14336 * (b / 4));
+                                        tiles.pair_planes(a, 64, w, c.as_mut_ptr());
+                                    }
+                                }
                                 _ => {
                                     tiles.configure(job.rows(), 64);
                                     for b in 0..blocks {

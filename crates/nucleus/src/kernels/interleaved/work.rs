@@ -331,8 +331,9 @@ impl Product<'_> {
         }
     }
 
-    /// Many tokens against groups `gs` (at most four) on AMX tiles (or their emulation): the
-    /// groups copied once into the tiles' layout, then 32 tokens at a time.
+    /// Many tokens against groups `gs` on AMX tiles (or their emulation): the groups copied
+    /// into the tiles' layout, four at a time (an item), then 32 tokens at a time against
+    /// every item, so that the tokens' activations stay in cache while the items go over them.
     #[cfg(target_arch = "x86_64")]
     fn tiles_on<T: amx::Tiles>(
         &self,
@@ -343,20 +344,29 @@ impl Product<'_> {
         tiles: &mut T,
     ) {
         thread_local! {
-            static ITEM: std::cell::RefCell<amx::ItemWeights> = Default::default();
+            static ITEMS: std::cell::RefCell<Vec<amx::ItemWeights>> = Default::default();
         }
+        const ITEM_GROUPS: usize = amx::ITEM_ROWS / GROUP_ROWS;
         let (w, blocks, nt) = (self.w, self.blocks, x.n_tokens());
-        assert!(gs.len() <= amx::ITEM_ROWS / GROUP_ROWS);
-        let views = self.views(gs.clone(), src, scales, unpacked);
-        let views: Vec<&GroupView> = views.iter().collect();
-        let stored = || -> Vec<&[u8]> { gs.clone().map(|g| src.get(g)).collect() };
-        ITEM.with_borrow_mut(|item| {
-            match w.ty() {
-                GgmlType::Q4_K => item.q4_k(&stored(), blocks),
-                GgmlType::Q5_K => item.q5_k(&stored(), blocks),
-                GgmlType::IQ4_XS => item.iq4_xs(&stored(), blocks),
-                GgmlType::Q6_K => item.q6_k(&views, blocks),
-                _ => item.block32(&views, blocks),
+        ITEMS.with_borrow_mut(|items| {
+            let n_items = gs.len().div_ceil(ITEM_GROUPS);
+            if items.len() < n_items {
+                items.resize_with(n_items, Default::default);
+            }
+            for (i, item) in items.iter_mut().enumerate().take(n_items) {
+                let g0 = gs.start + ITEM_GROUPS * i;
+                let g = g0..(g0 + ITEM_GROUPS).min(gs.end);
+                // The views unpack into the scratch of one item's groups (`scratch_groups`).
+                let views = self.views(g.clone(), src, scales, unpacked);
+                let views: Vec<&GroupView> = views.iter().collect();
+                let stored = || -> Vec<&[u8]> { g.clone().map(|g| src.get(g)).collect() };
+                match w.ty() {
+                    GgmlType::Q4_K => item.q4_k(&stored(), blocks),
+                    GgmlType::Q5_K => item.q5_k(&stored(), blocks),
+                    GgmlType::IQ4_XS => item.iq4_xs(&stored(), blocks),
+                    GgmlType::Q6_K => item.q6_k(&views, blocks),
+                    _ => item.block32(&views, blocks),
+                }
             }
             let offsets = if w.ty() == GgmlType::Q4_0 {
                 &acts.offsets8
@@ -373,32 +383,38 @@ impl Product<'_> {
                         offsets[tb * blocks..].as_ptr(),
                     )
                 };
-                let job = amx::Job {
-                    blocks,
-                    m,
-                    a: tile_acts[tb / amx::ITEM_TOKENS].as_ptr(),
-                    x: x.row(tb).as_ptr(),
-                    x_stride: x.row_bytes(),
-                    scales,
-                    offsets,
-                    out: self.out.at(tb * w.rows() + gs.start * GROUP_ROWS),
-                    out_stride: w.rows(),
-                };
-                // SAFETY: tokens tb..tb + m are rows of `x` and `acts` (sizes checked by
-                // `matmul_packed_with`); `item` holds `blocks` blocks of groups `gs`; outputs
-                // t·rows + 8·gs.start .. + 8·gs.len() lie inside this product's `y`, and no other
-                // thread writes these groups; `tiles` is the hardware only where `uses_amx`
-                // (`tile_use`), and the kernels need AVX-512F, which `tile_use` checked.
-                unsafe {
-                    match w.ty() {
-                        GgmlType::Q4_K if self.q4k_pairs => amx::q4_k::<T, true>(tiles, item, &job),
-                        GgmlType::Q4_K => amx::q4_k::<T, false>(tiles, item, &job),
-                        GgmlType::Q5_K => amx::q5_k(tiles, item, &job),
-                        // IQ4_XS's chain is Q6_K's, on planes laid out as Q6_K's.
-                        GgmlType::Q6_K | GgmlType::IQ4_XS => amx::q6_k(tiles, item, &job),
-                        GgmlType::Q5_0 => amx::block32::<T, 16>(tiles, item, &job),
-                        GgmlType::Q4_0 => amx::block32::<T, 8>(tiles, item, &job),
-                        _ => amx::block32::<T, 0>(tiles, item, &job),
+                for (i, item) in items.iter().enumerate().take(n_items) {
+                    let g0 = gs.start + ITEM_GROUPS * i;
+                    let job = amx::Job {
+                        blocks,
+                        m,
+                        a: tile_acts[tb / amx::ITEM_TOKENS].as_ptr(),
+                        x: x.row(tb).as_ptr(),
+                        x_stride: x.row_bytes(),
+                        scales,
+                        offsets,
+                        out: self.out.at(tb * w.rows() + g0 * GROUP_ROWS),
+                        out_stride: w.rows(),
+                    };
+                    // SAFETY: tokens tb..tb + m are rows of `x` and `acts` (sizes checked by
+                    // `matmul_packed_with`); `item` holds `blocks` blocks of the groups from
+                    // g0 (at most four, inside `gs`); outputs t·rows + 8·g0 .. + 8·item.groups
+                    // lie inside this product's `y`, and no other thread writes these groups;
+                    // `tiles` is the hardware only where `uses_amx` (`tile_use`), and the
+                    // kernels need AVX-512F, which `tile_use` checked.
+                    unsafe {
+                        match w.ty() {
+                            GgmlType::Q4_K if self.q4k_pairs => {
+                                amx::q4_k::<T, true>(tiles, item, &job)
+                            }
+                            GgmlType::Q4_K => amx::q4_k::<T, false>(tiles, item, &job),
+                            GgmlType::Q5_K => amx::q5_k(tiles, item, &job),
+                            // IQ4_XS's chain is Q6_K's, on planes laid out as Q6_K's.
+                            GgmlType::Q6_K | GgmlType::IQ4_XS => amx::q6_k(tiles, item, &job),
+                            GgmlType::Q5_0 => amx::block32::<T, 16>(tiles, item, &job),
+                            GgmlType::Q4_0 => amx::block32::<T, 8>(tiles, item, &job),
+                            _ => amx::block32::<T, 0>(tiles, item, &job),
+                        }
                     }
                 }
             }
