@@ -242,6 +242,10 @@ unsafe fn plane_sum<const SHIFT: u32>(c: &Sums, t: usize, h: usize) -> __m512i {
     }
 }
 
+/// Q4_K's pairs of sub-blocks whose products run before their folds (their sums side by
+/// side, each token's accumulators loaded once for them).
+const PAIRS_AT_ONCE: usize = 2;
+
 /// Q4_K: the chain of [`q4_k::tile_scalar`] (`PAIRS`: of `tile_scalar_pairs`). The weights
 /// carry their sub-blocks' scales (two planes, [`ItemWeights::q4_k`]), so the tiles give a
 /// super-block's `Σ sc·Σ q·x` (`PAIRS`: each pair of sub-blocks' part of it, one product of 64
@@ -255,6 +259,7 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
     let zero_ps = _mm512_setzero_ps();
     let (mut acc, mut acc_min) = ([[zero_ps; 2]; ITEM_TOKENS], [[zero_ps; 2]; ITEM_TOKENS]);
     let mut c = Sums::new();
+    let mut pair_sums: [Sums; PAIRS_AT_ONCE] = std::array::from_fn(|_| Sums::new());
     let mut sb = SuperBlock {
         dv: [[zero_ps; 2]; ITEM_TOKENS],
         dminv: [[zero_ps; 2]; ITEM_TOKENS],
@@ -269,13 +274,21 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
         for b in 0..job.blocks {
             sb.load(w, job, b);
             if PAIRS {
-                for p in 0..4 {
-                    let b_at = w.b.as_ptr().add(16384 * b + 2048 * p);
-                    tiles.pair_planes(job.a_tiles(4 * b + p, 64), 64, b_at, c.as_mut_ptr());
+                for p0 in (0..4).step_by(PAIRS_AT_ONCE) {
+                    for (i, c) in pair_sums.iter_mut().enumerate() {
+                        let b_at = w.b.as_ptr().add(16384 * b + 2048 * (p0 + i));
+                        let a = job.a_tiles(4 * b + p0 + i, 64);
+                        tiles.pair_planes(a, 64, b_at, c.as_mut_ptr());
+                    }
                     for t in 0..job.m {
                         for h in 0..2 {
-                            let (sum, min) = (plane_sum::<5>(&c, t, h), sb.mins.pair(t, h, p));
-                            sb.fold(&mut acc[t][h], &mut acc_min[t][h], (t, h), sum, min);
+                            let (mut a, mut am) = (acc[t][h], acc_min[t][h]);
+                            for (i, c) in pair_sums.iter().enumerate() {
+                                let (sum, min) =
+                                    (plane_sum::<5>(c, t, h), sb.mins.pair(t, h, p0 + i));
+                                sb.fold(&mut a, &mut am, (t, h), sum, min);
+                            }
+                            (acc[t][h], acc_min[t][h]) = (a, am);
                         }
                     }
                 }
