@@ -258,7 +258,7 @@ const PAIRS_AT_ONCE: usize = 2;
 pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     let zero_ps = _mm512_setzero_ps();
     let (mut acc, mut acc_min) = ([[zero_ps; 2]; ITEM_TOKENS], [[zero_ps; 2]; ITEM_TOKENS]);
-    let mut c = Sums::new();
+    // The one-FMA chain's super-block sums in the first.
     let mut pair_sums: [Sums; PAIRS_AT_ONCE] = std::array::from_fn(|_| Sums::new());
     let mut sb = SuperBlock {
         dv: [[zero_ps; 2]; ITEM_TOKENS],
@@ -293,11 +293,11 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
                     }
                 }
             } else {
-                let b_at = w.b.as_ptr().add(16384 * b);
+                let (b_at, c) = (w.b.as_ptr().add(16384 * b), &mut pair_sums[0]);
                 tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
                 for t in 0..job.m {
                     for h in 0..2 {
-                        let (sum, min) = (plane_sum::<5>(&c, t, h), sb.mins.all(t, h));
+                        let (sum, min) = (plane_sum::<5>(c, t, h), sb.mins.all(t, h));
                         sb.fold(&mut acc[t][h], &mut acc_min[t][h], (t, h), sum, min);
                     }
                 }
