@@ -87,8 +87,24 @@ impl ItemWeights {
         } else {
             q4_k::GROUP_BLOCK
         };
-        let f16 = |g: &[u8], at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).to_f32();
         assert!(crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512);
+        // SAFETY: AVX-512 F/BW/VL, asserted above.
+        unsafe { self.scaled_nibbles_avx512::<FIFTH>(groups, blocks, stride) }
+    }
+
+    /// [`Self::scaled_nibbles`]' body, compiled for AVX-512 so that the per-chunk products and
+    /// splits inline into it.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn scaled_nibbles_avx512<const FIFTH: bool>(
+        &mut self,
+        groups: &[&[u8]],
+        blocks: usize,
+        stride: usize,
+    ) {
+        let f16 = |g: &[u8], at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).to_f32();
         self.reset(16384 * blocks, blocks, 2, groups.len());
         self.mins.resize(4 * blocks * ITEM_ROWS, 0);
         self.groups = groups.len();
@@ -137,8 +153,18 @@ impl ItemWeights {
     /// `(ls − 32)·kvalues[q] = 64·hi + lo` (−3937 to 4064), as two planes laid out as
     /// [`ItemWeights::q6_k`]'s; and d. Q6_K's tile kernel computes it: the same chain.
     pub(crate) fn iq4_xs(&mut self, groups: &[&[u8]], blocks: usize) {
-        use super::iq4_xs::{GROUP_BLOCK, NIBBLES, SCALES};
         assert!(crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512);
+        // SAFETY: AVX-512 F/BW/VL, asserted above.
+        unsafe { self.iq4_xs_avx512(groups, blocks) }
+    }
+
+    /// [`Self::iq4_xs`]'s body, compiled for AVX-512 (see [`Self::scaled_nibbles_avx512`]).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn iq4_xs_avx512(&mut self, groups: &[&[u8]], blocks: usize) {
+        use super::iq4_xs::{GROUP_BLOCK, NIBBLES, SCALES};
         self.reset(16384 * blocks, blocks, 1, groups.len());
         self.groups = groups.len();
         for (gi, g) in groups.iter().enumerate() {
@@ -169,6 +195,16 @@ impl ItemWeights {
     /// four steps of 64 values, two B tiles each; and d.
     pub(crate) fn q6_k(&mut self, views: &[&GroupView], blocks: usize) {
         assert!(crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512);
+        // SAFETY: AVX-512 F/BW/VL, asserted above.
+        unsafe { self.q6_k_avx512(views, blocks) }
+    }
+
+    /// [`Self::q6_k`]'s body, compiled for AVX-512 (see [`Self::scaled_nibbles_avx512`]).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn q6_k_avx512(&mut self, views: &[&GroupView], blocks: usize) {
         self.reset(16384 * blocks, blocks, 1, views.len());
         self.groups = views.len();
         for (gi, g) in views.iter().enumerate() {
