@@ -207,25 +207,42 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
         tiles.configure(job.rows(), 32);
-        for b in 0..blocks {
-            let b_at = w.b.as_ptr().add(1024 * b);
-            tiles.products(job.a_tiles(b, 32), 32, b_at, c.as_mut_ptr());
-            let dw = [
-                _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b)),
-                _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b + 16)),
-            ];
+        // Two blocks' products (their sums in the two halves of `c`), then their folds, each
+        // token's accumulators loaded and stored once for both, in the chain's order.
+        for b0 in (0..blocks).step_by(2) {
+            let n = (blocks - b0).min(2);
+            for i in 0..n {
+                let b_at = w.b.as_ptr().add(1024 * (b0 + i));
+                tiles.products(
+                    job.a_tiles(b0 + i, 32),
+                    32,
+                    b_at,
+                    c.as_mut_ptr().add(1024 * i),
+                );
+            }
+            let dw: [[__m512; 2]; 2] = std::array::from_fn(|i| {
+                let at = ITEM_ROWS * (b0 + i).min(blocks - 1);
+                [
+                    _mm512_loadu_ps(w.d.as_ptr().add(at)),
+                    _mm512_loadu_ps(w.d.as_ptr().add(at + 16)),
+                ]
+            });
             for (t, acc) in acc.iter_mut().enumerate().take(job.m) {
-                let dx = _mm512_set1_ps(*job.scales.add(t * blocks + b));
-                let off = _mm512_set1_epi32(if BIAS > 0 {
-                    *job.offsets.add(t * blocks + b)
-                } else {
-                    0
-                });
-                for h in 0..2 {
-                    let isum = _mm512_sub_epi32(load_c(&c, 0, t, h), off);
-                    acc[h] =
-                        _mm512_fmadd_ps(_mm512_mul_ps(dw[h], dx), _mm512_cvtepi32_ps(isum), acc[h]);
+                let mut a = *acc;
+                for (i, dw) in dw.iter().enumerate().take(n) {
+                    let at = t * blocks + b0 + i;
+                    let dx = _mm512_set1_ps(*job.scales.add(at));
+                    let off = _mm512_set1_epi32(if BIAS > 0 { *job.offsets.add(at) } else { 0 });
+                    for h in 0..2 {
+                        let isum = _mm512_sub_epi32(load_c(&c, i, t, h), off);
+                        a[h] = _mm512_fmadd_ps(
+                            _mm512_mul_ps(dw[h], dx),
+                            _mm512_cvtepi32_ps(isum),
+                            a[h],
+                        );
+                    }
                 }
+                *acc = a;
             }
         }
         write_out(&acc, job, w.groups);
