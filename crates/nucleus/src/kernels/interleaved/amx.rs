@@ -142,7 +142,8 @@ impl Job {
     }
 }
 
-/// The C tiles of one unit: `[a][h]` 16 tokens × 16 rows, for each of up to two planes. On
+/// The C tiles of one unit: `[a][h]` 16 tokens × 16 rows, for each of up to two planes (or,
+/// for blocks of 32, each of two blocks). On
 /// cache lines: `tilestored` writes rows of 64 bytes, and the folds read them back in 512-bit
 /// loads; four-byte alignment split each row over two lines (`matmul_bench`, 512 tokens on the
 /// 3584×18944 shape, a Xeon with AMX, four alternating rounds: Q4_K 198–255 G MAC/s against
@@ -220,6 +221,7 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
                     c.as_mut_ptr().add(1024 * i),
                 );
             }
+            // (A last block alone loads its scales twice: the second copy is not used.)
             let dw: [[__m512; 2]; 2] = std::array::from_fn(|i| {
                 let at = ITEM_ROWS * (b0 + i).min(blocks - 1);
                 [
