@@ -137,36 +137,13 @@ impl Tiles for Hardware {
         }
     }
 
-    unsafe fn pair_planes(&mut self, a: [*const u8; 2], sa: usize, b: *const u8, c: *mut i32) {
-        // SAFETY: the caller's contract.
-        unsafe { self.pair_planes_hw(a, sa, b, c) }
-    }
-
-    unsafe fn planes(
-        &mut self,
-        a: [*const u8; 2],
-        sa: usize,
-        b: *const u8,
-        steps: usize,
-        c: *mut i32,
-    ) {
-        debug_assert!(self.k == 64 && steps <= 4);
-        // SAFETY: the caller's contract, plane by plane.
-        unsafe {
-            self.plane(a, sa, b, steps, c);
-            self.plane(a, sa, b.add(PLANE_BYTES), steps, c.add(1024));
-        }
-    }
-}
-
-impl Hardware {
-    /// [`Tiles::pair_planes`]: the A tiles loaded once for both planes, then per plane and B
+    /// The A tiles loaded once for both planes, then per plane and B
     /// tile two products, their C tiles alternating between two sets (tmm4 and tmm6, tmm5
     /// and tmm7: the configured shapes) so that one set's stores overlap the next products;
     /// with one step per plane, zeroing, adding and storing the same four C tiles serialized
     /// the stores and the products (`tile_costs`).
     #[inline(always)]
-    unsafe fn pair_planes_hw(&mut self, a: [*const u8; 2], sa: usize, b: *const u8, c: *mut i32) {
+    unsafe fn pair_planes(&mut self, a: [*const u8; 2], sa: usize, b: *const u8, c: *mut i32) {
         debug_assert!(self.k == 64);
         // SAFETY (every block): the caller's contract (rows of A and B readable, C writable).
         unsafe {
@@ -241,6 +218,24 @@ impl Hardware {
         }
     }
 
+    unsafe fn planes(
+        &mut self,
+        a: [*const u8; 2],
+        sa: usize,
+        b: *const u8,
+        steps: usize,
+        c: *mut i32,
+    ) {
+        debug_assert!(self.k == 64 && steps <= 4);
+        // SAFETY: the caller's contract, plane by plane.
+        unsafe {
+            self.plane(a, sa, b, steps, c);
+            self.plane(a, sa, b.add(PLANE_BYTES), steps, c.add(1024));
+        }
+    }
+}
+
+impl Hardware {
     /// [`Tiles::planes`] for one plane: C zeroed, `steps` products added, C stored at `c`.
     #[inline(always)]
     unsafe fn plane(&self, a: [*const u8; 2], sa: usize, b: *const u8, steps: usize, c: *mut i32) {
