@@ -5,7 +5,8 @@
 #      vector and scalar kernels and the one-token (decode) kernels;
 #   2. the products' speed by token count, tiles (NUCLEUS_AMX=all: every type with a tile kernel
 #      on tiles) beside the 512-bit vector kernels (NUCLEUS_AMX=0), on both shapes of a 7B's FFN,
-#      Q4_K in the chain nucleus's prompts take (MATMUL_CHAIN=pairs); OLD_MATMUL, a matmul_bench
+#      Q4_K in the chain nucleus's prompts take on tiles (MATMUL_CHAIN, default "default": one FMA
+#      a super-block; "pairs": one a pair of sub-blocks); OLD_MATMUL, a matmul_bench
 #      of another build, runs the tiles too (a before and after);
 #   3. the machine's ceilings (scripts/machine_limits.c); where one thread's tile kernels spend
 #      their time (the unit test tile_costs: whole, folds alone, tiles alone) and what the tile
@@ -70,7 +71,7 @@ echo "== tile kernels against the vector, scalar and one-token kernels (bits)"
 
 mm() { # NUCLEUS_AMX value, shape, types, binary
   echo "-- NUCLEUS_AMX=$1 $2 $3 ($4)"
-  NUCLEUS_AMX=$1 MATMUL_CHAIN=pairs MATMUL_FAST_ONLY=1 MATMUL_SHAPE=$2 \
+  NUCLEUS_AMX=$1 MATMUL_CHAIN=${MATMUL_CHAIN:-default} MATMUL_FAST_ONLY=1 MATMUL_SHAPE=$2 \
     MATMUL_ROWS=${MATMUL_ROWS:-32,128,512} pin timeout 120 "$4" 2 "$3" | grep -E "rows="
 }
 wait
@@ -81,7 +82,7 @@ for amx in all 0; do mm $amx 3584,18944 "${MM_TYPES:-Q4_K,Q6_K,Q8_0,MXFP4}" "$ma
 for amx in all 0; do mm $amx 18944,3584 "${MM_TYPES_TALL:-Q4_K,Q6_K}" "$matmul"; done
 if [ -z "${SKIP_COSTS:-}" ]; then
 echo "-- one thread, tiles: NUCLEUS_AMX=all 3584,18944 Q6_K,Q4_K, 512 tokens"
-NUCLEUS_AMX=all MATMUL_CHAIN=pairs MATMUL_FAST_ONLY=1 MATMUL_SHAPE=3584,18944 MATMUL_ROWS=512 \
+NUCLEUS_AMX=all MATMUL_CHAIN=${MATMUL_CHAIN:-default} MATMUL_FAST_ONLY=1 MATMUL_SHAPE=3584,18944 MATMUL_ROWS=512 \
   taskset -c "${cpus%%,*}" timeout 60 "$matmul" 1 Q6_K,Q4_K | grep -E "rows="
 fi
 echo "== ceilings"

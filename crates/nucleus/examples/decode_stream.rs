@@ -33,11 +33,12 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
-    // The chain the model's own arithmetic takes for Q4_K (`model::project`'s FAST_CHAIN);
-    // DECODE_CHAIN=default: one FMA per super-block.
+    // The chain the model's own arithmetic takes for Q4_K here (`Chain::fast`);
+    // DECODE_CHAIN=default: one FMA per super-block, DECODE_CHAIN=pairs: one per pair.
     let chain = match std::env::var("DECODE_CHAIN").as_deref() {
         Ok("default") => Chain::Default,
-        _ => Chain::Q4kPairs,
+        Ok("pairs") => Chain::Q4kPairs,
+        _ => Chain::fast(),
     };
     println!(
         "simd level {:?}, {threads} threads, W {rows}x{cols}, copies totalling {total_mb} MB, huge pages {}, chain {chain:?}",

@@ -183,12 +183,12 @@ fn time_products(
         if acts.ty() == GgmlType::Q8_0 {
             pa.prepare(&acts);
         }
-        // The chain nucleus's own arithmetic takes (`MATMUL_CHAIN=pairs`: Q4_K in llama.cpp's
-        // gemm chain, `--exact`'s for a prompt's rows).
-        let chain = if std::env::var("MATMUL_CHAIN").is_ok_and(|v| v == "pairs") {
-            Chain::Q4kPairs
-        } else {
-            Chain::Default
+        // The chain nucleus's own arithmetic takes here (`Chain::fast`); `MATMUL_CHAIN=pairs`:
+        // Q4_K in llama.cpp's gemm chain, `MATMUL_CHAIN=default`: one FMA per super-block.
+        let chain = match std::env::var("MATMUL_CHAIN").as_deref() {
+            Ok("pairs") => Chain::Q4kPairs,
+            Ok("default") => Chain::Default,
+            _ => Chain::fast(),
         };
         let f = fastest(|| matmul_packed_chain(pool, p, &acts, &pa, &mut y, chain));
         line += &format!(

@@ -7,13 +7,6 @@ use crate::kernels::interleaved::{
     PackedActs, PackedMatrix,
 };
 
-/// The float chain of nucleus's own arithmetic for every repacked product, prompt or generated
-/// token: for Q4_K, llama.cpp's repacked gemm's (one FMA per pair of sub-blocks), which
-/// `--exact` takes for a prompt's rows, so that a prompt's Q4_K products have llama.cpp's bits
-/// (KL from `--exact` on the 1.5B Q4_K_M shape 0.000048 with the one-row kernel's chain, one FMA
-/// per super-block; 0.00000 with this one). It costs 3–7 % of a Q4_K_M prefill since the 512-bit
-/// kernel folds the pairs after a super-block's integer work (12–15 % before; benchmarks log).
-const FAST_CHAIN: Chain = Chain::Q4kPairs;
 use crate::kernels::matmul::{
     matmul_rows, PromptSlot, QuantizedActs, CLASS_UBATCH_8, CLASS_WHOLE_FOUR,
 };
@@ -153,10 +146,10 @@ impl Model {
             if packed_act_type(p.ty()) == GgmlType::Q8_K {
                 let q = acts.get(&self.pool, x, n, w.cols, GgmlType::Q8_K);
                 let none = PackedActs::new();
-                return matmul_packed_chain(&self.pool, p, q, &none, y, FAST_CHAIN);
+                return matmul_packed_chain(&self.pool, p, q, &none, y, Chain::fast());
             }
             let (q, pa) = acts.get_packed(&self.pool, x, n, w.cols);
-            return matmul_packed_chain(&self.pool, p, q, pa, y, FAST_CHAIN);
+            return matmul_packed_chain(&self.pool, p, q, pa, y, Chain::fast());
         }
         // nucleus's arithmetic sends every row through llama.cpp's one-row kernels: one
         // arithmetic for all rows. (Its batched kernels, for every row, cost up to 2.3x more per
@@ -273,9 +266,9 @@ impl Model {
         if first == Some(GgmlType::Q8_K) {
             let q = acts.get(&self.pool, &x[..n * cols], n, cols, GgmlType::Q8_K);
             let none = PackedActs::new();
-            return matmul_packed_many(&self.pool, &mut list, q, &none, FAST_CHAIN);
+            return matmul_packed_many(&self.pool, &mut list, q, &none, Chain::fast());
         }
         let (q, pa) = acts.get_packed(&self.pool, &x[..n * cols], n, cols);
-        matmul_packed_many(&self.pool, &mut list, q, pa, FAST_CHAIN);
+        matmul_packed_many(&self.pool, &mut list, q, pa, Chain::fast());
     }
 }

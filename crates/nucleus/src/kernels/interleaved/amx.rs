@@ -114,9 +114,16 @@ pub(crate) use super::amx_tiles::{release, Emulated, Hardware, Tiles};
 /// ([`pack_acts`]) and as quantized in `x` (rows `x_stride` bytes apart: the per-block numbers
 /// the folds read), their per-block scales and offsets (stride `blocks`; Q8_0 activations
 /// only), and eight outputs per group of the item per token at `out` (rows `out_stride` floats
-/// apart).
+/// apart). A long row's product runs in slices of its blocks (`slice`), item after item over
+/// each slice before the next, so that a slice of the items' weights stays in L2: each job goes
+/// on with the chains where the slice before left them in `carry`, in the same order, so the
+/// same bits.
 pub(crate) struct Job {
     pub blocks: usize,
+    pub slice: std::ops::Range<usize>,
+    /// The floats a slice leaves for the next (what [`Job::carried_in`] reads): as many
+    /// [`Acc`] as the kernel keeps; unused where the slice is the whole row.
+    pub carry: *mut Acc,
     pub m: usize,
     pub a: *const u8,
     pub x: *const u8,
@@ -127,7 +134,42 @@ pub(crate) struct Job {
     pub out_stride: usize,
 }
 
+/// A job's float accumulators: per token, its item's 32 rows as two halves of 16.
+pub(crate) type Acc = [[__m512; 2]; ITEM_TOKENS];
+
 impl Job {
+    /// The accumulators this job starts from: zeros at a row's first block, else the `N` that
+    /// the slice before left in `carry` (Q4_K keeps its mins' apart).
+    ///
+    /// # Safety
+    /// Past the first block, `carry` holds `N` accumulators written by [`Job::carry_out`].
+    #[inline(always)]
+    unsafe fn carried_in<const N: usize>(&self) -> [Acc; N] {
+        if self.slice.start == 0 {
+            // SAFETY: zeros are valid floats.
+            return unsafe { std::mem::zeroed() };
+        }
+        // SAFETY: the caller's contract.
+        std::array::from_fn(|i| unsafe { self.carry.add(i).read() })
+    }
+
+    /// Whether this job ends its rows' chains (and writes their outputs).
+    fn ends(&self) -> bool {
+        self.slice.end == self.blocks
+    }
+
+    /// Leaves `acc` for the next slice.
+    ///
+    /// # Safety
+    /// `carry` has room for `N` accumulators, aligned.
+    #[inline(always)]
+    unsafe fn carry_out<const N: usize>(&self, acc: &[Acc; N]) {
+        for (i, a) in acc.iter().enumerate() {
+            // SAFETY: the caller's contract.
+            unsafe { self.carry.add(i).write(*a) };
+        }
+    }
+
     /// The two A tiles of step `j`, rows of `k` bytes.
     pub(crate) fn a_tiles(&self, j: usize, k: usize) -> [*const u8; 2] {
         let a = self.a.wrapping_add(a_step(k) * j);
@@ -202,16 +244,16 @@ unsafe fn write_out(acc: &[[__m512; 2]], job: &Job, groups: usize) {
 /// `tiles` is [`Hardware`] only where [`uses_amx`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemWeights, job: &Job) {
-    let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
     let mut c = Sums::new();
-    let blocks = job.blocks;
+    let (blocks, end) = (job.blocks, job.slice.end);
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
+        let [mut acc] = job.carried_in::<1>();
         tiles.configure(job.rows(), 32);
         // Two blocks' products (their sums in the two halves of `c`), then their folds, each
         // token's accumulators loaded and stored once for both, in the chain's order.
-        for b0 in (0..blocks).step_by(2) {
-            let n = (blocks - b0).min(2);
+        for b0 in job.slice.clone().step_by(2) {
+            let n = (end - b0).min(2);
             for i in 0..n {
                 let b_at = w.b.as_ptr().add(1024 * (b0 + i));
                 tiles.products(
@@ -223,7 +265,7 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
             }
             // (A last block alone loads its scales twice: the second copy is not used.)
             let dw: [[__m512; 2]; 2] = std::array::from_fn(|i| {
-                let at = ITEM_ROWS * (b0 + i).min(blocks - 1);
+                let at = ITEM_ROWS * (b0 + i).min(end - 1);
                 [
                     _mm512_loadu_ps(w.d.as_ptr().add(at)),
                     _mm512_loadu_ps(w.d.as_ptr().add(at + 16)),
@@ -247,7 +289,24 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
                 *acc = a;
             }
         }
-        write_out(&acc, job, w.groups);
+        finish(&acc, job, w.groups);
+    }
+}
+
+/// Writes a job's outputs where it ends its rows' chains, else leaves its accumulator for the
+/// next slice.
+///
+/// # Safety
+/// As [`write_out`] and [`Job::carry_out`].
+#[inline(always)]
+unsafe fn finish(acc: &Acc, job: &Job, groups: usize) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if job.ends() {
+            write_out(acc, job, groups);
+        } else {
+            job.carry_out(&[*acc]);
+        }
     }
 }
 
@@ -276,7 +335,6 @@ const PAIRS_AT_ONCE: usize = 2;
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     let zero_ps = _mm512_setzero_ps();
-    let (mut acc, mut acc_min) = ([[zero_ps; 2]; ITEM_TOKENS], [[zero_ps; 2]; ITEM_TOKENS]);
     // The one-FMA chain's super-block sums in the first.
     let mut pair_sums: [Sums; PAIRS_AT_ONCE] = std::array::from_fn(|_| Sums::new());
     let mut sb = SuperBlock {
@@ -289,8 +347,9 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
     };
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
+        let [mut acc, mut acc_min] = job.carried_in::<2>();
         tiles.configure(job.rows(), 64);
-        for b in 0..job.blocks {
+        for b in job.slice.clone() {
             sb.load(w, job, b);
             if PAIRS {
                 for p0 in (0..4).step_by(PAIRS_AT_ONCE) {
@@ -322,7 +381,11 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
                 }
             }
         }
-        let out: [[__m512; 2]; ITEM_TOKENS] = std::array::from_fn(|t| {
+        if !job.ends() {
+            job.carry_out(&[acc, acc_min]);
+            return;
+        }
+        let out: Acc = std::array::from_fn(|t| {
             [
                 _mm512_sub_ps(acc[t][0], acc_min[t][0]),
                 _mm512_sub_ps(acc[t][1], acc_min[t][1]),
@@ -341,7 +404,6 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
 /// As [`block32`], the activations being Q8_K rows.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
-    let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
     let mut c = Sums::new();
     let mut mins = Mins {
         pair_sums: [[0; 4]; ITEM_TOKENS],
@@ -349,8 +411,9 @@ pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     };
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
+        let [mut acc] = job.carried_in::<1>();
         tiles.configure(job.rows(), 64);
-        for b in 0..job.blocks {
+        for b in job.slice.clone() {
             mins.load(w, job, b);
             let [d, dmin] = d_dmin(w, b);
             let b_at = w.b.as_ptr().add(16384 * b);
@@ -366,7 +429,7 @@ pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
                 }
             }
         }
-        write_out(&acc, job, w.groups);
+        finish(&acc, job, w.groups);
     }
 }
 
@@ -495,12 +558,12 @@ impl SuperBlock {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     const ACT: usize = q4_k::ACT_BLOCK;
-    let mut acc = [[_mm512_setzero_ps(); 2]; ITEM_TOKENS];
     let mut c = Sums::new();
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
+        let [mut acc] = job.carried_in::<1>();
         tiles.configure(job.rows(), 64);
-        for b in 0..job.blocks {
+        for b in job.slice.clone() {
             tiles.planes(
                 job.a_tiles(4 * b, 64),
                 64,
@@ -517,6 +580,6 @@ pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
                 }
             }
         }
-        write_out(&acc, job, w.groups);
+        finish(&acc, job, w.groups);
     }
 }

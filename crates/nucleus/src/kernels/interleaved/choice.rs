@@ -39,7 +39,7 @@ impl<'a> Product<'a> {
                     | GgmlType::MXFP4
                     | GgmlType::Q6_K
             );
-        let tiles = tile_use(w.ty(), nt, avx2, ask);
+        let tiles = tile_use(w.ty(), nt, avx2, ask, chain);
         let (tile_fn, unpack) = kernels(w.ty(), avx2, chain);
         // The 512-bit kernels' level.
         let vnni = avx2
@@ -107,12 +107,28 @@ const TILE_CHUNK_BYTES: usize = 1 << 20;
 /// activations in L2 against 232 streaming them); and four work items a thread at least,
 /// which balances the threads.
 fn tile_chunk_groups(w: &PackedMatrix, threads: usize) -> usize {
-    let item_bytes = 2 * super::amx::ITEM_ROWS * w.cols();
+    let item_bytes = 2 * super::amx::ITEM_ROWS * w.cols() / tile_slices(w);
     let items = (w.rows() / super::amx::ITEM_ROWS) / (4 * threads).max(1);
     GROUPS_PER_CHUNK
         * (TILE_CHUNK_BYTES / item_bytes.max(1))
             .clamp(1, 4)
             .min(items.max(1))
+}
+
+/// The most bytes of an item's weights in the tiles' layout that a block of tokens goes over
+/// at once: a longer row runs in slices of its blocks (`amx::Job::slice`), so that the items'
+/// slice and the tokens' part of the activations share L2 (`NUCLEUS_AMX=all MATMUL_FAST_ONLY=1
+/// MATMUL_ROWS=512 matmul_bench 2 Q4_K,Q6_K`, 2026-12-06, the Xeon with AMX, G MAC/s, whole
+/// rows: the rows of 18944 of a 7B's `ffn_down` 433–440 and 497–540, its rows of 3584 606–629
+/// and 784–808).
+const TILE_SLICE_BYTES: usize = 256 << 10;
+
+/// How many slices of its blocks a row of `w` runs in on tiles.
+pub(super) fn tile_slices(w: &PackedMatrix) -> usize {
+    let blocks = w.cols() / pack::block_len(w.ty());
+    (2 * super::amx::ITEM_ROWS * w.cols())
+        .div_ceil(TILE_SLICE_BYTES)
+        .clamp(1, blocks.max(1))
 }
 
 /// Whether a product runs on AMX tiles ([`amx`]).
@@ -127,6 +143,14 @@ pub(super) enum TileUse {
 /// The fewest tokens whose products run on AMX tiles in the tests (`emulate`): every path
 /// of the tile kernels, down to one A tile of five tokens.
 pub(super) const AMX_MIN_TOKENS: usize = TILE_TOKENS + 1;
+
+/// The fewest tokens for which a Q4_K product in the one-FMA chain ([`Chain::fast`] where
+/// the tiles run) runs on them: `NUCLEUS_AMX=all|0 MATMUL_CHAIN=default MATMUL_FAST_ONLY=1
+/// MATMUL_SHAPE=... matmul_bench 2 Q4_K`, 2026-12-06 (the Xeon with AMX, two rounds), G MAC/s
+/// tiles / vectors at 16, 32, 48, 64, 512 tokens: 3584×18944 196/253, 295/296, 307/326,
+/// 324/299, 428/373 and 193/256, 294/304, 323/334, 345/328, 444/394; 18944×3584 216/256,
+/// 334/321, 431/344, 447/293, 636/373 and 218/258, 357/327, 437/347, 514/318, 692/376.
+const Q4K_ONE_FMA_MIN_TOKENS: usize = 64;
 
 /// The fewest tokens for which a matrix of `ty` runs on AMX tiles, where the CPU has them
 /// (`None`: never). Below, the vector kernels are faster: copying a work item's weights into
@@ -150,8 +174,9 @@ pub(super) const AMX_MIN_TOKENS: usize = TILE_TOKENS + 1;
 ///   178/225, 347/229, 316/243; 18944×3584 at 32, 128, 512: 153/177, 322/228, 333/231.
 /// - IQ4_XS (the same runs), 3584×18944: 184/132, 233/168, 362/190, 441/202, 500/238;
 ///   18944×3584 at 32, 128, 512: 129/143, 249/191, 393/193.
-fn amx_min_tokens(ty: GgmlType) -> Option<usize> {
+fn amx_min_tokens(ty: GgmlType, chain: Chain) -> Option<usize> {
     match ty {
+        GgmlType::Q4_K if chain == Chain::Default => Some(Q4K_ONE_FMA_MIN_TOKENS),
         GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => Some(32),
         GgmlType::Q6_K => Some(64),
         GgmlType::Q4_0 | GgmlType::IQ4_XS => Some(128),
@@ -194,7 +219,7 @@ pub(super) enum TileAsk {
 
 /// How `nt` tokens multiply a matrix of `ty`: on tiles when the CPU has AMX (or emulated, in
 /// the tests) for the types [`amx`] has kernels for.
-pub(super) fn tile_use(ty: GgmlType, nt: usize, simd: bool, ask: TileAsk) -> TileUse {
+pub(super) fn tile_use(ty: GgmlType, nt: usize, simd: bool, ask: TileAsk, chain: Chain) -> TileUse {
     let typed = matches!(
         ty,
         GgmlType::Q8_0
@@ -218,7 +243,7 @@ pub(super) fn tile_use(ty: GgmlType, nt: usize, simd: bool, ask: TileAsk) -> Til
         }
         let wanted = ask == TileAsk::Hardware
             || amx::all_requested()
-            || amx_min_tokens(ty).is_some_and(|least| nt >= least);
+            || amx_min_tokens(ty, chain).is_some_and(|least| nt >= least);
         if amx::uses_amx() && wanted {
             return TileUse::Hardware;
         }

@@ -311,6 +311,36 @@ pub enum Chain {
     Q4kPairs,
 }
 
+impl Chain {
+    /// The chain of nucleus's own arithmetic in this process, for every Q4_K product, prompt
+    /// or generated token alike (so a token's outputs keep their bits whichever kernel runs
+    /// it). Where a prompt's products run on AMX tiles (or on their emulation), the one-row
+    /// kernels' one FMA per super-block: the tiles then fold their sums once per super-block
+    /// instead of once per pair of sub-blocks, and llama.cpp's own build on such a CPU (its
+    /// AMX kernels, one float step per super-block) is farther from `--exact` than this chain
+    /// is (docs/src/arithmetic.md). Elsewhere llama.cpp's repacked gemm's pairs, `--exact`'s
+    /// for a prompt's rows, since there llama.cpp's builds agree on them.
+    pub fn fast() -> Chain {
+        if tiles_in_use() {
+            Chain::Default
+        } else {
+            Chain::Q4kPairs
+        }
+    }
+}
+
+/// Whether this process runs a prompt's products on AMX tiles, on the hardware or emulated.
+fn tiles_in_use() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        amx::uses_amx()
+            || (amx::emulation_requested()
+                && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// The kernels for `ty`: the AVX2 ones when `avx2`, else the scalar ones (same bits).
 fn kernels(ty: GgmlType, avx2: bool, chain: Chain) -> (TileFn, UnpackFn) {
     let pairs = chain == Chain::Q4kPairs && ty == GgmlType::Q4_K;

@@ -59,7 +59,7 @@ fn one_at_a_time(w: &PackedMatrix, x: &QuantizedActs, chain: Chain) -> Vec<f32> 
 fn check(w: &PackedMatrix, x: &QuantizedActs, acts: &PackedActs, chain: Chain, what: &str) {
     let nt = x.n_tokens();
     assert_eq!(
-        tile_use(w.ty(), nt, true, TileAsk::Emulated),
+        tile_use(w.ty(), nt, true, TileAsk::Emulated, Chain::Default),
         TileUse::Emulated,
         "{what}: the tiles must be what is tested"
     );
@@ -102,7 +102,8 @@ fn tiles_have_the_vector_kernels_bits_for_32_value_blocks() {
         GgmlType::IQ4_NL,
         GgmlType::MXFP4,
     ] {
-        for (rows, cols) in [(8, 32), (24, 96), (64, 896), (1000, 64)] {
+        // 32×8192: a row of two slices (`tile_slices`).
+        for (rows, cols) in [(8, 32), (24, 96), (64, 896), (1000, 64), (32, 8192)] {
             let data = matrix(&mut rng, ty, rows, cols);
             let w = packed(ty, &data, rows, cols);
             for nt in TOKENS {
@@ -127,6 +128,7 @@ fn tiles_have_the_vector_kernels_bits_for_q4_k_and_q6_k() {
     }
     let mut rng = Rng(42);
     let none = PackedActs::new();
+    // 64×4864: rows of two slices (`tile_slices`).
     for (rows, cols) in [(8, 256), (24, 768), (64, 4864), (1000, 256)] {
         for nt in TOKENS {
             let x = wide_q8_k_acts(&mut rng, nt, cols);
@@ -167,7 +169,8 @@ fn tiles_have_the_vector_kernels_bits_for_q5_k_and_iq4_xs() {
     }
     let mut rng = Rng(43);
     let none = PackedActs::new();
-    for (rows, cols) in [(8, 256), (24, 768), (64, 2816), (1000, 256)] {
+    // 32×4864: rows of two slices (`tile_slices`).
+    for (rows, cols) in [(8, 256), (24, 768), (64, 2816), (1000, 256), (32, 4864)] {
         for nt in TOKENS {
             let x = wide_q8_k_acts(&mut rng, nt, cols);
             for (ty, random) in [
@@ -276,21 +279,33 @@ fn amx_is_used_only_where_the_cpu_has_it() {
         } else {
             TileUse::No
         };
-        for (ty, nt, want) in [
-            (GgmlType::Q6_K, 512, on),
-            (GgmlType::Q8_0, 32, on),
-            (GgmlType::Q4_K, 512, on),
-            (GgmlType::Q4_K, 256, TileUse::No),
-            (GgmlType::Q5_K, 256, on),
-            (GgmlType::Q5_K, 128, TileUse::No),
-            (GgmlType::IQ4_XS, 128, on),
-            (GgmlType::IQ4_XS, 64, TileUse::No),
-            (GgmlType::Q8_0, 4, TileUse::No),
-            (GgmlType::F16, 32, TileUse::No),
+        let (pairs, one_fma) = (Chain::Q4kPairs, Chain::Default);
+        for (ty, nt, chain, want) in [
+            (GgmlType::Q6_K, 512, pairs, on),
+            (GgmlType::Q8_0, 32, pairs, on),
+            (GgmlType::Q4_K, 512, pairs, on),
+            (GgmlType::Q4_K, 256, pairs, TileUse::No),
+            (GgmlType::Q4_K, 64, one_fma, on),
+            (GgmlType::Q4_K, 48, one_fma, TileUse::No),
+            (GgmlType::Q5_K, 256, pairs, on),
+            (GgmlType::Q5_K, 128, pairs, TileUse::No),
+            (GgmlType::IQ4_XS, 128, pairs, on),
+            (GgmlType::IQ4_XS, 64, pairs, TileUse::No),
+            (GgmlType::Q8_0, 4, pairs, TileUse::No),
+            (GgmlType::F16, 32, pairs, TileUse::No),
         ] {
-            let got = tile_use(ty, nt, true, TileAsk::Auto);
-            assert_eq!(got, want, "{ty:?} at {nt} tokens");
+            let got = tile_use(ty, nt, true, TileAsk::Auto, chain);
+            assert_eq!(got, want, "{ty:?} at {nt} tokens in {chain:?}");
         }
+        // The tiles take Q4_K in the one-FMA chain, and decode follows them.
+        let emulated = amx::emulation_requested()
+            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512;
+        let want = if amx::uses_amx() || emulated {
+            one_fma
+        } else {
+            pairs
+        };
+        assert_eq!(Chain::fast(), want);
         eprintln!("AMX: {}", amx::amx_refusal().unwrap_or("on"));
     }
 }
@@ -415,6 +430,8 @@ fn tile_costs_on<T: amx::Tiles>(tiles: &mut T, rounds: usize) {
         let jobs: Vec<amx::Job> = (0..16)
             .map(|chunk| amx::Job {
                 blocks,
+                slice: 0..blocks,
+                carry: std::ptr::null_mut(),
                 m: 32,
                 a: packed_x[chunk].as_ptr(),
                 x: x.row(32 * chunk).as_ptr(),

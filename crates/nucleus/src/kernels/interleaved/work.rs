@@ -1,10 +1,12 @@
 //! One work item of a packed product: a run of a matrix's row groups against every token,
 //! one tile of tokens (decode) or many, with the group's kernel.
 
+#[cfg(target_arch = "x86_64")]
+#[cfg(target_arch = "x86_64")]
+use super::choice::tile_slices;
 use super::lines::Lines;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-#[cfg(target_arch = "x86_64")]
 use super::{amx, wide, wide_stored, TileUse};
 use super::{
     pack, q6_k, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
@@ -333,7 +335,9 @@ impl Product<'_> {
 
     /// Many tokens against groups `gs` on AMX tiles (or their emulation): the groups copied
     /// into the tiles' layout, four at a time (an item), then 32 tokens at a time against
-    /// every item, so that the tokens' activations stay in cache while the items go over them.
+    /// every item, so that the tokens' activations stay in cache while the items go over them;
+    /// a long row in slices of its blocks ([`tile_slices`]), each over every block of tokens
+    /// before the next, so that the items' slice stays in cache too.
     #[cfg(target_arch = "x86_64")]
     fn tiles_on<T: amx::Tiles>(
         &self,
@@ -345,6 +349,7 @@ impl Product<'_> {
     ) {
         thread_local! {
             static ITEMS: std::cell::RefCell<Vec<amx::ItemWeights>> = Default::default();
+            static CARRY: std::cell::RefCell<Vec<amx::Acc>> = Default::default();
         }
         const ITEM_GROUPS: usize = amx::ITEM_ROWS / GROUP_ROWS;
         let (w, blocks, nt) = (self.w, self.blocks, x.n_tokens());
@@ -373,51 +378,72 @@ impl Product<'_> {
             } else {
                 &acts.offsets16
             };
-            for tb in (0..nt).step_by(amx::ITEM_TOKENS) {
-                let m = (nt - tb).min(amx::ITEM_TOKENS);
-                let (scales, offsets) = if acts.scales.is_empty() {
-                    (std::ptr::null(), std::ptr::null())
-                } else {
-                    (
-                        acts.scales[tb * blocks..].as_ptr(),
-                        offsets[tb * blocks..].as_ptr(),
-                    )
-                };
-                for (i, item) in items.iter().enumerate().take(n_items) {
-                    let g0 = gs.start + ITEM_GROUPS * i;
-                    let job = amx::Job {
-                        blocks,
-                        m,
-                        a: tile_acts[tb / amx::ITEM_TOKENS].as_ptr(),
-                        x: x.row(tb).as_ptr(),
-                        x_stride: x.row_bytes(),
-                        scales,
-                        offsets,
-                        out: self.out.at(tb * w.rows() + g0 * GROUP_ROWS),
-                        out_stride: w.rows(),
+            let slices = tile_slices(w);
+            // Q4_K's two accumulators (its mins' apart), per block of tokens and item.
+            let carry_len = if slices > 1 {
+                2 * n_items * nt.div_ceil(amx::ITEM_TOKENS)
+            } else {
+                0
+            };
+            let mut carry = CARRY.take();
+            // SAFETY: zeros are valid floats.
+            carry.resize_with(carry_len, || unsafe { std::mem::zeroed() });
+            for s in 0..slices {
+                let slice = blocks * s / slices..blocks * (s + 1) / slices;
+                for tb in (0..nt).step_by(amx::ITEM_TOKENS) {
+                    let m = (nt - tb).min(amx::ITEM_TOKENS);
+                    let (scales, offsets) = if acts.scales.is_empty() {
+                        (std::ptr::null(), std::ptr::null())
+                    } else {
+                        (
+                            acts.scales[tb * blocks..].as_ptr(),
+                            offsets[tb * blocks..].as_ptr(),
+                        )
                     };
-                    // SAFETY: tokens tb..tb + m are rows of `x` and `acts` (sizes checked by
-                    // `matmul_packed_with`); `item` holds `blocks` blocks of the groups from
-                    // g0 (at most four, inside `gs`); outputs t·rows + 8·g0 .. + 8·item.groups
-                    // lie inside this product's `y`, and no other thread writes these groups;
-                    // `tiles` is the hardware only where `uses_amx` (`tile_use`), and the
-                    // kernels need AVX-512F, which `tile_use` checked.
-                    unsafe {
-                        match w.ty() {
-                            GgmlType::Q4_K if self.q4k_pairs => {
-                                amx::q4_k::<T, true>(tiles, item, &job)
+                    for (i, item) in items.iter().enumerate().take(n_items) {
+                        let g0 = gs.start + ITEM_GROUPS * i;
+                        let at = 2 * (n_items * (tb / amx::ITEM_TOKENS) + i);
+                        let job = amx::Job {
+                            blocks,
+                            slice: slice.clone(),
+                            carry: carry
+                                .get_mut(at)
+                                .map_or(std::ptr::null_mut(), |c| c as *mut _),
+                            m,
+                            a: tile_acts[tb / amx::ITEM_TOKENS].as_ptr(),
+                            x: x.row(tb).as_ptr(),
+                            x_stride: x.row_bytes(),
+                            scales,
+                            offsets,
+                            out: self.out.at(tb * w.rows() + g0 * GROUP_ROWS),
+                            out_stride: w.rows(),
+                        };
+                        // SAFETY: tokens tb..tb + m are rows of `x` and `acts` (sizes checked by
+                        // `matmul_packed_with`); `item` holds `blocks` blocks of the groups from
+                        // g0 (at most four, inside `gs`); outputs t·rows + 8·g0 .. + 8·item.groups
+                        // lie inside this product's `y`, and no other thread writes these groups;
+                        // `tiles` is the hardware only where `uses_amx` (`tile_use`), and the
+                        // kernels need AVX-512F, which `tile_use` checked; with slices, `carry`
+                        // has two accumulators at `at` for this block of tokens and item, which
+                        // the slice before wrote (slices run in order, all on this thread).
+                        unsafe {
+                            match w.ty() {
+                                GgmlType::Q4_K if self.q4k_pairs => {
+                                    amx::q4_k::<T, true>(tiles, item, &job)
+                                }
+                                GgmlType::Q4_K => amx::q4_k::<T, false>(tiles, item, &job),
+                                GgmlType::Q5_K => amx::q5_k(tiles, item, &job),
+                                // IQ4_XS's chain is Q6_K's, on planes laid out as Q6_K's.
+                                GgmlType::Q6_K | GgmlType::IQ4_XS => amx::q6_k(tiles, item, &job),
+                                GgmlType::Q5_0 => amx::block32::<T, 16>(tiles, item, &job),
+                                GgmlType::Q4_0 => amx::block32::<T, 8>(tiles, item, &job),
+                                _ => amx::block32::<T, 0>(tiles, item, &job),
                             }
-                            GgmlType::Q4_K => amx::q4_k::<T, false>(tiles, item, &job),
-                            GgmlType::Q5_K => amx::q5_k(tiles, item, &job),
-                            // IQ4_XS's chain is Q6_K's, on planes laid out as Q6_K's.
-                            GgmlType::Q6_K | GgmlType::IQ4_XS => amx::q6_k(tiles, item, &job),
-                            GgmlType::Q5_0 => amx::block32::<T, 16>(tiles, item, &job),
-                            GgmlType::Q4_0 => amx::block32::<T, 8>(tiles, item, &job),
-                            _ => amx::block32::<T, 0>(tiles, item, &job),
                         }
                     }
                 }
             }
+            CARRY.set(carry);
         });
         amx::release();
     }
