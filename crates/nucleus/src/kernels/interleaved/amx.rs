@@ -350,8 +350,8 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
         let [mut acc, mut acc_min] = job.carried_in::<2>();
         tiles.configure(job.rows(), 64);
         for b in job.slice.clone() {
-            sb.load(w, job, b);
             if PAIRS {
+                sb.load(w, job, b);
                 for p0 in (0..4).step_by(PAIRS_AT_ONCE) {
                     for (i, c) in pair_sums.iter_mut().enumerate() {
                         let b_at = w.b.as_ptr().add(16384 * b + 2048 * (p0 + i));
@@ -371,12 +371,21 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
                     }
                 }
             } else {
+                // `d·dy` and `dmin·dy` computed where they are used (as `SuperBlock::load`
+                // rounds them), not stored per token first.
+                sb.mins.load(w, job, b);
+                let [dw, dmw] = d_dmin(w, b);
                 let (b_at, c) = (w.b.as_ptr().add(16384 * b), &mut pair_sums[0]);
                 tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
-                for t in 0..job.m {
+                let accs = acc.iter_mut().zip(acc_min.iter_mut());
+                for (t, (acc, acc_min)) in accs.enumerate().take(job.m) {
+                    let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
+                    let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
                     for h in 0..2 {
-                        let (sum, min) = (plane_sum::<5>(c, t, h), sb.mins.all(t, h));
-                        sb.fold(&mut acc[t][h], &mut acc_min[t][h], (t, h), sum, min);
+                        let sum = _mm512_cvtepi32_ps(plane_sum::<5>(c, t, h));
+                        let min = _mm512_cvtepi32_ps(sb.mins.all(t, h));
+                        acc[h] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dw[h], dy), acc[h]);
+                        acc_min[h] = _mm512_fmadd_ps(min, _mm512_mul_ps(dmw[h], dy), acc_min[h]);
                     }
                 }
             }
