@@ -49,7 +49,7 @@ pub fn amx_refusal() -> Option<&'static str> {
             Ok("emulate") => return Some("emulated (NUCLEUS_AMX=emulate)"),
             _ => {}
         }
-        if crate::quant::simd_level() < crate::quant::SimdLevel::Avx512 {
+        if !avx512() {
             return Some("off (below AVX-512)");
         }
         // CPUID leaf 7 exists on every CPU with AVX-512 (checked above).
@@ -69,6 +69,21 @@ pub fn amx_refusal() -> Option<&'static str> {
 pub(crate) fn emulation_requested() -> bool {
     static ASKED: OnceLock<bool> = OnceLock::new();
     *ASKED.get_or_init(|| std::env::var("NUCLEUS_AMX").is_ok_and(|v| v == "emulate"))
+}
+
+/// Whether `NUCLEUS_AMX=emulate` runs the tile path here: asked, on a CPU with AVX-512.
+pub(crate) fn emulation_runs() -> bool {
+    emulation_requested() && avx512()
+}
+
+/// Whether this process runs a prompt's products on tiles, the hardware's or emulated.
+pub(crate) fn tiles_run() -> bool {
+    uses_amx() || emulation_runs()
+}
+
+/// Whether the CPU has what the tile kernels' folds need.
+pub(crate) fn avx512() -> bool {
+    crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512
 }
 
 /// Whether `NUCLEUS_AMX=all` asks for the tiles for every type with a tile kernel and every
@@ -513,7 +528,8 @@ impl Mins {
     }
 }
 
-/// One Q4_K super-block's numbers for [`q4_k`]'s folds, per token and half of the item's rows.
+/// One Q4_K super-block's numbers for [`q4_k`]'s folds in the pair chain (which uses each
+/// `d·dy` four times), per token and half of the item's rows.
 struct SuperBlock {
     /// `d·dy` and `dmin·dy`, rounded as the vector kernels round them.
     dv: [[__m512; 2]; ITEM_TOKENS],

@@ -237,8 +237,7 @@ pub(super) fn tile_use(ty: GgmlType, nt: usize, simd: bool, ask: TileAsk, chain:
     }
     #[cfg(target_arch = "x86_64")]
     {
-        let emulate = ask == TileAsk::Emulated || amx::emulation_requested();
-        if emulate && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512 {
+        if (ask == TileAsk::Emulated && amx::avx512()) || amx::emulation_runs() {
             return TileUse::Emulated;
         }
         let wanted = ask == TileAsk::Hardware

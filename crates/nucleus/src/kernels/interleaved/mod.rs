@@ -321,7 +321,7 @@ impl Chain {
     /// is (docs/src/arithmetic.md). Elsewhere llama.cpp's repacked gemm's pairs, `--exact`'s
     /// for a prompt's rows, since there llama.cpp's builds agree on them.
     pub fn fast() -> Chain {
-        if tiles_in_use() {
+        if tiles_run() {
             Chain::Default
         } else {
             Chain::Q4kPairs
@@ -330,13 +330,9 @@ impl Chain {
 }
 
 /// Whether this process runs a prompt's products on AMX tiles, on the hardware or emulated.
-fn tiles_in_use() -> bool {
+fn tiles_run() -> bool {
     #[cfg(target_arch = "x86_64")]
-    {
-        amx::uses_amx()
-            || (amx::emulation_requested()
-                && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512)
-    }
+    return amx::tiles_run();
     #[cfg(not(target_arch = "x86_64"))]
     false
 }

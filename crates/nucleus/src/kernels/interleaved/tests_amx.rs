@@ -298,13 +298,7 @@ fn amx_is_used_only_where_the_cpu_has_it() {
             assert_eq!(got, want, "{ty:?} at {nt} tokens in {chain:?}");
         }
         // The tiles take Q4_K in the one-FMA chain, and decode follows them.
-        let emulated = amx::emulation_requested()
-            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512;
-        let want = if amx::uses_amx() || emulated {
-            one_fma
-        } else {
-            pairs
-        };
+        let want = if amx::tiles_run() { one_fma } else { pairs };
         assert_eq!(Chain::fast(), want);
         eprintln!("AMX: {}", amx::amx_refusal().unwrap_or("on"));
     }
