@@ -33,6 +33,7 @@
 
 use std::arch::asm;
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
 use super::{q4_k, GROUP_ROWS};
@@ -123,6 +124,7 @@ fn request_tile_data() -> i64 {
 }
 
 pub(crate) use super::amx_layout::{a_step, pack_acts, ItemWeights, ITEM_ROWS, ITEM_TOKENS};
+pub(crate) use super::amx_q4_k::q4_k;
 pub(crate) use super::amx_tiles::{release, Emulated, Hardware, Tiles};
 
 /// What a kernel call reads and writes: `m` (1 to 32) tokens, packed for the A tiles at `a`
@@ -153,23 +155,31 @@ pub(crate) struct Job {
 pub(crate) type Acc = [[__m512; 2]; ITEM_TOKENS];
 
 impl Job {
-    /// The accumulators this job starts from: zeros at a row's first block, else the `N` that
-    /// the slice before left in `carry` (Q4_K keeps its mins' apart).
+    /// The accumulators this job starts from, written into `accs`: zeros at a row's first
+    /// block, else the `N` that the slice before left in `carry` (Q4_K keeps its mins' apart).
+    /// In place: built and returned by value, they cost a copy of 4 KB each a call.
     ///
     /// # Safety
     /// Past the first block, `carry` holds `N` accumulators written by [`Job::carry_out`].
     #[inline(always)]
-    unsafe fn carried_in<const N: usize>(&self) -> [Acc; N] {
-        if self.slice.start == 0 {
-            // SAFETY: zeros are valid floats.
-            return unsafe { std::mem::zeroed() };
+    pub(super) unsafe fn carried_in<'a, const N: usize>(
+        &self,
+        accs: &'a mut MaybeUninit<[Acc; N]>,
+    ) -> &'a mut [Acc; N] {
+        // SAFETY: zeros are valid floats; past the first block, the caller's contract (`N`
+        // accumulators at `carry`, which does not overlap this stack slot).
+        unsafe {
+            if self.slice.start == 0 {
+                std::ptr::write_bytes(accs.as_mut_ptr(), 0, 1);
+            } else {
+                std::ptr::copy_nonoverlapping(self.carry as *const [Acc; N], accs.as_mut_ptr(), 1);
+            }
+            accs.assume_init_mut()
         }
-        // SAFETY: the caller's contract.
-        std::array::from_fn(|i| unsafe { self.carry.add(i).read() })
     }
 
     /// Whether this job ends its rows' chains (and writes their outputs).
-    fn ends(&self) -> bool {
+    pub(super) fn ends(&self) -> bool {
         self.slice.end == self.blocks
     }
 
@@ -178,11 +188,9 @@ impl Job {
     /// # Safety
     /// `carry` has room for `N` accumulators, aligned.
     #[inline(always)]
-    unsafe fn carry_out<const N: usize>(&self, acc: &[Acc; N]) {
-        for (i, a) in acc.iter().enumerate() {
-            // SAFETY: the caller's contract.
-            unsafe { self.carry.add(i).write(*a) };
-        }
+    pub(super) unsafe fn carry_out<const N: usize>(&self, acc: &[Acc; N]) {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(acc as *const [Acc; N], self.carry as *mut _, 1) };
     }
 
     /// The two A tiles of step `j`, rows of `k` bytes.
@@ -194,7 +202,7 @@ impl Job {
         [self.m.min(TILE_M), self.m.saturating_sub(TILE_M)]
     }
     /// Token `t`'s activation row.
-    fn x_row(&self, t: usize) -> *const u8 {
+    pub(super) fn x_row(&self, t: usize) -> *const u8 {
         self.x.wrapping_add(t * self.x_stride)
     }
 }
@@ -205,27 +213,31 @@ impl Job {
 /// loads; four-byte alignment split each row over two lines (`matmul_bench`, 512 tokens on the
 /// 3584×18944 shape, a Xeon with AMX, four alternating rounds: Q4_K 198–255 G MAC/s against
 /// 152–221, Q6_K 318–411 against 200–406).
+///
+/// Not cleared: the tiles store every sum that the folds read (the rows of tokens below the
+/// job's `m`) before they read it; clearing 8 KB a call cost as much as a super-block's folds.
 #[repr(C, align(64))]
-struct Sums([i32; 2 * 4 * 256]);
+pub(super) struct Sums(MaybeUninit<[i32; 2 * 4 * 256]>);
 
 impl Sums {
-    fn new() -> Self {
-        Sums([0; 2 * 4 * 256])
+    pub(super) fn new() -> Self {
+        Sums(MaybeUninit::uninit())
     }
 
     /// Where the tiles store plane 0's C tiles (plane 1's 1024 sums on).
-    fn as_mut_ptr(&mut self) -> *mut i32 {
-        self.0.as_mut_ptr()
+    pub(super) fn as_mut_ptr(&mut self) -> *mut i32 {
+        self.0.as_mut_ptr() as *mut i32
     }
 }
 
 /// Plane `plane`'s sums of token `t`, rows `16h..`.
 #[inline(always)]
 unsafe fn load_c(c: &Sums, plane: usize, t: usize, h: usize) -> __m512i {
-    // SAFETY: plane < 2, t < 32, h < 2: inside the 8 KB of sums.
+    // SAFETY: plane < 2, t < 32, h < 2: inside the 8 KB of sums, which the tiles stored
+    // (the caller's contract).
     unsafe {
         _mm512_loadu_si512(
-            c.0.as_ptr()
+            (c.0.as_ptr() as *const i32)
                 .add(1024 * plane + 256 * (2 * (t / TILE_M) + h) + 16 * (t % TILE_M))
                 as *const _,
         )
@@ -233,19 +245,15 @@ unsafe fn load_c(c: &Sums, plane: usize, t: usize, h: usize) -> __m512i {
 }
 
 /// Writes `acc` (per token, 32 rows) to the item's real groups.
-unsafe fn write_out(acc: &[[__m512; 2]], job: &Job, groups: usize) {
+pub(super) unsafe fn write_out(acc: &[[__m512; 2]], job: &Job, groups: usize) {
     for (t, v) in acc.iter().enumerate().take(job.m) {
-        let mut row = [0f32; ITEM_ROWS];
-        // SAFETY: 32 floats in `row`.
+        // SAFETY: the caller's contract: 8·groups floats per token at out.
         unsafe {
+            let out = job.out.add(t * job.out_stride);
+            let mut row = [0f32; ITEM_ROWS];
             _mm512_storeu_ps(row.as_mut_ptr(), v[0]);
             _mm512_storeu_ps(row.as_mut_ptr().add(16), v[1]);
-            // SAFETY: the caller's contract: 8·groups floats per token at out.
-            std::ptr::copy_nonoverlapping(
-                row.as_ptr(),
-                job.out.add(t * job.out_stride),
-                GROUP_ROWS * groups,
-            );
+            std::ptr::copy_nonoverlapping(row.as_ptr(), out, GROUP_ROWS * groups);
         }
     }
 }
@@ -263,7 +271,8 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
     let (blocks, end) = (job.blocks, job.slice.end);
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
-        let [mut acc] = job.carried_in::<1>();
+        let mut accs = MaybeUninit::uninit();
+        let [acc] = job.carried_in::<1>(&mut accs);
         tiles.configure(job.rows(), 32);
         // Two blocks' products (their sums in the two halves of `c`), then their folds, each
         // token's accumulators loaded and stored once for both, in the chain's order.
@@ -304,7 +313,7 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
                 *acc = a;
             }
         }
-        finish(&acc, job, w.groups);
+        finish(acc, job, w.groups);
     }
 }
 
@@ -314,7 +323,7 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
 /// # Safety
 /// As [`write_out`] and [`Job::carry_out`].
 #[inline(always)]
-unsafe fn finish(acc: &Acc, job: &Job, groups: usize) {
+pub(super) unsafe fn finish(acc: &Acc, job: &Job, groups: usize) {
     // SAFETY: the caller's contract.
     unsafe {
         if job.ends() {
@@ -327,95 +336,11 @@ unsafe fn finish(acc: &Acc, job: &Job, groups: usize) {
 
 /// The exact sum `2^SHIFT·hi + lo` of the two planes' C tiles for token `t`, rows `16h..`.
 #[inline(always)]
-unsafe fn plane_sum<const SHIFT: u32>(c: &Sums, t: usize, h: usize) -> __m512i {
+pub(super) unsafe fn plane_sum<const SHIFT: u32>(c: &Sums, t: usize, h: usize) -> __m512i {
     // SAFETY: t < 32, h < 2 (the callers' loops).
     unsafe {
         let (hi, lo) = (load_c(c, 0, t, h), load_c(c, 1, t, h));
         _mm512_add_epi32(_mm512_slli_epi32::<SHIFT>(hi), lo)
-    }
-}
-
-/// Q4_K's pairs of sub-blocks whose products run before their folds (their sums side by
-/// side, each token's accumulators loaded once for them).
-const PAIRS_AT_ONCE: usize = 2;
-
-/// Q4_K: the chain of [`q4_k::tile_scalar`] (`PAIRS`: of `tile_scalar_pairs`). The weights
-/// carry their sub-blocks' scales (two planes, [`ItemWeights::q4_k`]), so the tiles give a
-/// super-block's `Σ sc·Σ q·x` (`PAIRS`: each pair of sub-blocks' part of it, one product of 64
-/// values per plane), exact, as the vector kernels add it in 32 bits; the mins come from the
-/// activations' sums.
-///
-/// # Safety
-/// As [`block32`], the activations being Q8_K rows.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWeights, job: &Job) {
-    let zero_ps = _mm512_setzero_ps();
-    // The one-FMA chain's super-block sums in the first.
-    let mut pair_sums: [Sums; PAIRS_AT_ONCE] = std::array::from_fn(|_| Sums::new());
-    let mut sb = SuperBlock {
-        dv: [[zero_ps; 2]; ITEM_TOKENS],
-        dminv: [[zero_ps; 2]; ITEM_TOKENS],
-        mins: Mins {
-            pair_sums: [[0; 4]; ITEM_TOKENS],
-            mins: [[_mm512_setzero_si512(); 2]; 4],
-        },
-    };
-    // SAFETY: the caller's contract; tokens below job.m only.
-    unsafe {
-        let [mut acc, mut acc_min] = job.carried_in::<2>();
-        tiles.configure(job.rows(), 64);
-        for b in job.slice.clone() {
-            if PAIRS {
-                sb.load(w, job, b);
-                for p0 in (0..4).step_by(PAIRS_AT_ONCE) {
-                    for (i, c) in pair_sums.iter_mut().enumerate() {
-                        let b_at = w.b.as_ptr().add(16384 * b + 2048 * (p0 + i));
-                        let a = job.a_tiles(4 * b + p0 + i, 64);
-                        tiles.pair_planes(a, 64, b_at, c.as_mut_ptr());
-                    }
-                    for t in 0..job.m {
-                        for h in 0..2 {
-                            let (mut a, mut am) = (acc[t][h], acc_min[t][h]);
-                            for (i, c) in pair_sums.iter().enumerate() {
-                                let (sum, min) =
-                                    (plane_sum::<5>(c, t, h), sb.mins.pair(t, h, p0 + i));
-                                sb.fold(&mut a, &mut am, (t, h), sum, min);
-                            }
-                            (acc[t][h], acc_min[t][h]) = (a, am);
-                        }
-                    }
-                }
-            } else {
-                // `d·dy` and `dmin·dy` computed where they are used (as `SuperBlock::load`
-                // rounds them), not stored per token first.
-                sb.mins.load(w, job, b);
-                let [dw, dmw] = d_dmin(w, b);
-                let (b_at, c) = (w.b.as_ptr().add(16384 * b), &mut pair_sums[0]);
-                tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
-                let accs = acc.iter_mut().zip(acc_min.iter_mut());
-                for (t, (acc, acc_min)) in accs.enumerate().take(job.m) {
-                    let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
-                    let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
-                    for h in 0..2 {
-                        let sum = _mm512_cvtepi32_ps(plane_sum::<5>(c, t, h));
-                        let min = _mm512_cvtepi32_ps(sb.mins.all(t, h));
-                        acc[h] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dw[h], dy), acc[h]);
-                        acc_min[h] = _mm512_fmadd_ps(min, _mm512_mul_ps(dmw[h], dy), acc_min[h]);
-                    }
-                }
-            }
-        }
-        if !job.ends() {
-            job.carry_out(&[acc, acc_min]);
-            return;
-        }
-        let out: Acc = std::array::from_fn(|t| {
-            [
-                _mm512_sub_ps(acc[t][0], acc_min[t][0]),
-                _mm512_sub_ps(acc[t][1], acc_min[t][1]),
-            ]
-        });
-        write_out(&out, job, w.groups);
     }
 }
 
@@ -429,13 +354,11 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     let mut c = Sums::new();
-    let mut mins = Mins {
-        pair_sums: [[0; 4]; ITEM_TOKENS],
-        mins: [[_mm512_setzero_si512(); 2]; 4],
-    };
+    let mut mins = Mins::new();
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
-        let [mut acc] = job.carried_in::<1>();
+        let mut accs = MaybeUninit::uninit();
+        let [acc] = job.carried_in::<1>(&mut accs);
         tiles.configure(job.rows(), 64);
         for b in job.slice.clone() {
             mins.load(w, job, b);
@@ -453,7 +376,7 @@ pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
                 }
             }
         }
-        finish(&acc, job, w.groups);
+        finish(acc, job, w.groups);
     }
 }
 
@@ -462,7 +385,7 @@ pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
 /// # Safety
 /// `w` holds d and dmin of `b` ([`ItemWeights::q4_k`]); AVX-512F.
 #[inline(always)]
-unsafe fn d_dmin(w: &ItemWeights, b: usize) -> [[__m512; 2]; 2] {
+pub(super) unsafe fn d_dmin(w: &ItemWeights, b: usize) -> [[__m512; 2]; 2] {
     // SAFETY: the caller's contract: 2·32 floats for super-block b.
     unsafe {
         let dd = w.d.as_ptr().add(2 * ITEM_ROWS * b);
@@ -477,17 +400,25 @@ unsafe fn d_dmin(w: &ItemWeights, b: usize) -> [[__m512; 2]; 2] {
 }
 
 /// One super-block's mins (Q4_K, Q5_K) and the tokens' activation sums they multiply.
-struct Mins {
+pub(super) struct Mins {
     /// Per pair of sub-blocks, the token's sums of their 32 activations each, as two i16.
-    pair_sums: [[i32; 4]; ITEM_TOKENS],
+    pub(super) pair_sums: [[i32; 4]; ITEM_TOKENS],
     /// Per pair, the rows' two mins as two i16.
-    mins: [[__m512i; 2]; 4],
+    pub(super) mins: [[__m512i; 2]; 4],
 }
 
 impl Mins {
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn new() -> Self {
+        Mins {
+            pair_sums: [[0; 4]; ITEM_TOKENS],
+            mins: [[_mm512_setzero_si512(); 2]; 4],
+        }
+    }
+
     /// Super-block `b`'s.
     #[inline(always)]
-    unsafe fn load(&mut self, w: &ItemWeights, job: &Job, b: usize) {
+    pub(super) unsafe fn load(&mut self, w: &ItemWeights, job: &Job, b: usize) {
         // SAFETY: the caller's contract: `w` holds the mins of `b`; tokens below job.m have
         // Q8_K rows of `blocks` super-blocks (16 i16 sums at 260).
         unsafe {
@@ -511,13 +442,13 @@ impl Mins {
 
     /// Token `t`'s `Σ min·sum` of pair `p`, rows `16h..`.
     #[inline(always)]
-    unsafe fn pair(&self, t: usize, h: usize, p: usize) -> __m512i {
+    pub(super) unsafe fn pair(&self, t: usize, h: usize, p: usize) -> __m512i {
         _mm512_madd_epi16(self.mins[p][h], _mm512_set1_epi32(self.pair_sums[t][p]))
     }
 
     /// Token `t`'s `Σ min·sum` over the super-block, rows `16h..`.
     #[inline(always)]
-    unsafe fn all(&self, t: usize, h: usize) -> __m512i {
+    pub(super) unsafe fn all(&self, t: usize, h: usize) -> __m512i {
         // SAFETY: AVX-512 (the callers' target features).
         unsafe {
             _mm512_add_epi32(
@@ -525,51 +456,6 @@ impl Mins {
                 _mm512_add_epi32(self.pair(t, h, 2), self.pair(t, h, 3)),
             )
         }
-    }
-}
-
-/// One Q4_K super-block's numbers for [`q4_k`]'s folds in the pair chain (which uses each
-/// `d·dy` four times), per token and half of the item's rows.
-struct SuperBlock {
-    /// `d·dy` and `dmin·dy`, rounded as the vector kernels round them.
-    dv: [[__m512; 2]; ITEM_TOKENS],
-    dminv: [[__m512; 2]; ITEM_TOKENS],
-    mins: Mins,
-}
-
-impl SuperBlock {
-    /// Super-block `b`'s numbers.
-    #[inline(always)]
-    unsafe fn load(&mut self, w: &ItemWeights, job: &Job, b: usize) {
-        // SAFETY: the caller's contract: `w` holds d, dmin and the mins of `b`; tokens below
-        // job.m have Q8_K rows of `blocks` super-blocks (f32 d at 0).
-        unsafe {
-            let [dw, dmw] = d_dmin(w, b);
-            self.mins.load(w, job, b);
-            for t in 0..job.m {
-                let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
-                let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
-                for h in 0..2 {
-                    self.dv[t][h] = _mm512_mul_ps(dw[h], dy);
-                    self.dminv[t][h] = _mm512_mul_ps(dmw[h], dy);
-                }
-            }
-        }
-    }
-
-    /// `acc += sum·(d·dy)`, `acc_min += min·(dmin·dy)` for token `t`, rows `16h..`: the one
-    /// FMA per super-block (or per pair) of the vector kernels' chain.
-    #[inline(always)]
-    unsafe fn fold(
-        &self,
-        acc: &mut __m512,
-        acc_min: &mut __m512,
-        (t, h): (usize, usize),
-        sum: __m512i,
-        min: __m512i,
-    ) {
-        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), self.dv[t][h], *acc);
-        *acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(min), self.dminv[t][h], *acc_min);
     }
 }
 
@@ -586,7 +472,8 @@ pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     let mut c = Sums::new();
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
-        let [mut acc] = job.carried_in::<1>();
+        let mut accs = MaybeUninit::uninit();
+        let [mut acc] = *job.carried_in::<1>(&mut accs);
         tiles.configure(job.rows(), 64);
         for b in job.slice.clone() {
             tiles.planes(

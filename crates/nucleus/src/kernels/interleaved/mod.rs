@@ -72,6 +72,8 @@ pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
 mod amx_layout;
 #[cfg(target_arch = "x86_64")]
+mod amx_q4_k;
+#[cfg(target_arch = "x86_64")]
 mod amx_tiles;
 mod choice;
 pub mod huge_pages;

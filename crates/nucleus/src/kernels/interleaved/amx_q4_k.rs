@@ -1,0 +1,181 @@
+//! Q4_K on AMX tiles ([`super::amx`]), in its two chains: the one-row kernels' one fused
+//! multiply-add per super-block (nucleus's arithmetic where the tiles run), and llama.cpp's
+//! gemm chain of one per pair of sub-blocks (`--exact`). The weights carry their sub-blocks'
+//! scales (two planes, [`ItemWeights::q4_k`]), so the tiles give a super-block's `Σ sc·Σ q·x`
+//! (the pairs chain: each pair of sub-blocks' part of it, one product of 64 values per plane),
+//! exact, as the vector kernels add it in 32 bits; the mins come from the activations' sums.
+
+use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
+
+use super::amx::{
+    d_dmin, plane_sum, write_out, Acc, ItemWeights, Job, Mins, Sums, Tiles, ITEM_TOKENS,
+};
+use super::q4_k;
+
+/// Q4_K: the chain of [`q4_k::tile_scalar`] (`PAIRS`: of `tile_scalar_pairs`).
+///
+/// # Safety
+/// As [`super::amx::block32`], the activations being Q8_K rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWeights, job: &Job) {
+    let mut accs = MaybeUninit::uninit();
+    // SAFETY: the caller's contract.
+    unsafe {
+        let [acc, acc_min] = job.carried_in::<2>(&mut accs);
+        tiles.configure(job.rows(), 64);
+        if PAIRS {
+            pairs(tiles, w, job, acc, acc_min);
+        } else {
+            one_fma(tiles, w, job, acc, acc_min);
+        }
+        if !job.ends() {
+            job.carry_out::<2>(accs.assume_init_ref());
+            return;
+        }
+        let [acc, acc_min] = accs.assume_init_mut();
+        for (acc, acc_min) in acc.iter_mut().zip(acc_min.iter()).take(job.m) {
+            for h in 0..2 {
+                acc[h] = _mm512_sub_ps(acc[h], acc_min[h]);
+            }
+        }
+        write_out(acc, job, w.groups);
+    }
+}
+
+/// The one-FMA chain over the job's slice: per super-block, `acc += Σ sc·Σ q·x · (d·dy)` and
+/// `acc_min += Σ m·Σ x · (dmin·dy)`, the products `d·dy` and `dmin·dy` computed where they are
+/// used (storing them per token first cost a pass over 8 KB).
+///
+/// # Safety
+/// As [`q4_k`], the tiles configured for the job.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn one_fma<T: Tiles>(
+    tiles: &mut T,
+    w: &ItemWeights,
+    job: &Job,
+    acc: &mut Acc,
+    acc_min: &mut Acc,
+) {
+    let mut c = Sums::new();
+    let mut mins = Mins::new();
+    // SAFETY: the caller's contract; tokens below job.m only.
+    unsafe {
+        for b in job.slice.clone() {
+            mins.load(w, job, b);
+            let [dw, dmw] = d_dmin(w, b);
+            let b_at = w.b.as_ptr().add(16384 * b);
+            tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
+            let accs = acc.iter_mut().zip(acc_min.iter_mut());
+            for (t, (acc, acc_min)) in accs.enumerate().take(job.m) {
+                let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
+                let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
+                for h in 0..2 {
+                    let sum = _mm512_cvtepi32_ps(plane_sum::<5>(&c, t, h));
+                    let min = _mm512_cvtepi32_ps(mins.all(t, h));
+                    acc[h] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dw[h], dy), acc[h]);
+                    acc_min[h] = _mm512_fmadd_ps(min, _mm512_mul_ps(dmw[h], dy), acc_min[h]);
+                }
+            }
+        }
+    }
+}
+
+/// Q4_K's pairs of sub-blocks whose products run before their folds (their sums side by
+/// side, each token's accumulators loaded once for them).
+const PAIRS_AT_ONCE: usize = 2;
+
+/// The pairs chain over the job's slice: per pair of sub-blocks, `acc += sum·(d·dy)` and
+/// `acc_min += min·(dmin·dy)`.
+///
+/// # Safety
+/// As [`q4_k`], the tiles configured for the job.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn pairs<T: Tiles>(
+    tiles: &mut T,
+    w: &ItemWeights,
+    job: &Job,
+    acc: &mut Acc,
+    acc_min: &mut Acc,
+) {
+    let mut pair_sums: [Sums; PAIRS_AT_ONCE] = std::array::from_fn(|_| Sums::new());
+    let mut sb = SuperBlock::new();
+    // SAFETY: the caller's contract; tokens below job.m only.
+    unsafe {
+        for b in job.slice.clone() {
+            sb.load(w, job, b);
+            for p0 in (0..4).step_by(PAIRS_AT_ONCE) {
+                for (i, c) in pair_sums.iter_mut().enumerate() {
+                    let b_at = w.b.as_ptr().add(16384 * b + 2048 * (p0 + i));
+                    let a = job.a_tiles(4 * b + p0 + i, 64);
+                    tiles.pair_planes(a, 64, b_at, c.as_mut_ptr());
+                }
+                for t in 0..job.m {
+                    for h in 0..2 {
+                        let (mut a, mut am) = (acc[t][h], acc_min[t][h]);
+                        for (i, c) in pair_sums.iter().enumerate() {
+                            let (sum, min) = (plane_sum::<5>(c, t, h), sb.mins.pair(t, h, p0 + i));
+                            sb.fold(&mut a, &mut am, (t, h), sum, min);
+                        }
+                        (acc[t][h], acc_min[t][h]) = (a, am);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One Q4_K super-block's numbers for the pairs chain's folds (which use each `d·dy` four
+/// times), per token and half of the item's rows.
+struct SuperBlock {
+    /// `d·dy` and `dmin·dy`, rounded as the vector kernels round them.
+    dv: [[__m512; 2]; ITEM_TOKENS],
+    dminv: [[__m512; 2]; ITEM_TOKENS],
+    mins: Mins,
+}
+
+impl SuperBlock {
+    #[target_feature(enable = "avx512f")]
+    fn new() -> Self {
+        let zero = _mm512_setzero_ps();
+        SuperBlock {
+            dv: [[zero; 2]; ITEM_TOKENS],
+            dminv: [[zero; 2]; ITEM_TOKENS],
+            mins: Mins::new(),
+        }
+    }
+
+    /// Super-block `b`'s numbers.
+    #[inline(always)]
+    unsafe fn load(&mut self, w: &ItemWeights, job: &Job, b: usize) {
+        // SAFETY: the caller's contract: `w` holds d, dmin and the mins of `b`; tokens below
+        // job.m have Q8_K rows of `blocks` super-blocks (f32 d at 0).
+        unsafe {
+            let [dw, dmw] = d_dmin(w, b);
+            self.mins.load(w, job, b);
+            for t in 0..job.m {
+                let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
+                let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
+                for h in 0..2 {
+                    self.dv[t][h] = _mm512_mul_ps(dw[h], dy);
+                    self.dminv[t][h] = _mm512_mul_ps(dmw[h], dy);
+                }
+            }
+        }
+    }
+
+    /// `acc += sum·(d·dy)`, `acc_min += min·(dmin·dy)` for token `t`, rows `16h..`: the one
+    /// FMA per pair of the vector kernels' chain.
+    #[inline(always)]
+    unsafe fn fold(
+        &self,
+        acc: &mut __m512,
+        acc_min: &mut __m512,
+        (t, h): (usize, usize),
+        sum: __m512i,
+        min: __m512i,
+    ) {
+        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), self.dv[t][h], *acc);
+        *acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(min), self.dminv[t][h], *acc_min);
+    }
+}
