@@ -138,8 +138,8 @@ pub(crate) use super::amx_tiles::{release, Emulated, Hardware, Tiles};
 pub(crate) struct Job {
     pub blocks: usize,
     pub slice: std::ops::Range<usize>,
-    /// The floats a slice leaves for the next (what [`Job::carried_in`] reads): as many
-    /// [`Acc`] as the kernel keeps; unused where the slice is the whole row.
+    /// The floats a slice leaves for the next ([`Job::accs`]): as many [`Acc`] as the kernel
+    /// keeps; null where the slice is the whole row.
     pub carry: *mut Acc,
     pub m: usize,
     pub a: *const u8,
@@ -155,42 +155,38 @@ pub(crate) struct Job {
 pub(crate) type Acc = [[__m512; 2]; ITEM_TOKENS];
 
 impl Job {
-    /// The accumulators this job starts from, written into `accs`: zeros at a row's first
-    /// block, else the `N` that the slice before left in `carry` (Q4_K keeps its mins' apart).
-    /// In place: built and returned by value, they cost a copy of 4 KB each a call.
+    /// The `N` accumulators this job works in (Q4_K keeps its mins' apart): `carry`'s where
+    /// the row runs in slices, so that each slice goes on where the one before left them
+    /// without a copy, else `local`'s; cleared at a row's first block.
     ///
     /// # Safety
-    /// Past the first block, `carry` holds `N` accumulators written by [`Job::carry_out`].
+    /// Where `carry` is not null, it has room for `N` accumulators, aligned, used by no one
+    /// else while the returned reference lives, and past a row's first block it holds what the
+    /// slice before left there; where it is null, the slice starts at block 0.
     #[inline(always)]
-    pub(super) unsafe fn carried_in<'a, const N: usize>(
+    pub(super) unsafe fn accs<'a, const N: usize>(
         &self,
-        accs: &'a mut MaybeUninit<[Acc; N]>,
+        local: &'a mut MaybeUninit<[Acc; N]>,
     ) -> &'a mut [Acc; N] {
-        // SAFETY: zeros are valid floats; past the first block, the caller's contract (`N`
-        // accumulators at `carry`, which does not overlap this stack slot).
+        let at = if self.carry.is_null() {
+            local.as_mut_ptr()
+        } else {
+            self.carry as *mut [Acc; N]
+        };
+        // SAFETY: `at` is valid for `N` aligned accumulators (the caller's contract, or the
+        // local); zeros are valid floats, and past the first block the caller's contract says
+        // they were written.
         unsafe {
             if self.slice.start == 0 {
-                std::ptr::write_bytes(accs.as_mut_ptr(), 0, 1);
-            } else {
-                std::ptr::copy_nonoverlapping(self.carry as *const [Acc; N], accs.as_mut_ptr(), 1);
+                std::ptr::write_bytes(at, 0, 1);
             }
-            accs.assume_init_mut()
+            &mut *at
         }
     }
 
     /// Whether this job ends its rows' chains (and writes their outputs).
     pub(super) fn ends(&self) -> bool {
         self.slice.end == self.blocks
-    }
-
-    /// Leaves `acc` for the next slice.
-    ///
-    /// # Safety
-    /// `carry` has room for `N` accumulators, aligned.
-    #[inline(always)]
-    pub(super) unsafe fn carry_out<const N: usize>(&self, acc: &[Acc; N]) {
-        // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(acc as *const [Acc; N], self.carry as *mut _, 1) };
     }
 
     /// The two A tiles of step `j`, rows of `k` bytes.
@@ -272,7 +268,7 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
         let mut accs = MaybeUninit::uninit();
-        let [acc] = job.carried_in::<1>(&mut accs);
+        let [acc] = job.accs::<1>(&mut accs);
         tiles.configure(job.rows(), 32);
         // Two blocks' products (their sums in the two halves of `c`), then their folds, each
         // token's accumulators loaded and stored once for both, in the chain's order.
@@ -317,20 +313,16 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
     }
 }
 
-/// Writes a job's outputs where it ends its rows' chains, else leaves its accumulator for the
-/// next slice.
+/// Writes a job's outputs where it ends its rows' chains (else its accumulator stays in the
+/// carry for the next slice).
 ///
 /// # Safety
-/// As [`write_out`] and [`Job::carry_out`].
+/// As [`write_out`].
 #[inline(always)]
 pub(super) unsafe fn finish(acc: &Acc, job: &Job, groups: usize) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        if job.ends() {
-            write_out(acc, job, groups);
-        } else {
-            job.carry_out(&[*acc]);
-        }
+    if job.ends() {
+        // SAFETY: the caller's contract.
+        unsafe { write_out(acc, job, groups) };
     }
 }
 
@@ -358,7 +350,7 @@ pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
         let mut accs = MaybeUninit::uninit();
-        let [acc] = job.carried_in::<1>(&mut accs);
+        let [acc] = job.accs::<1>(&mut accs);
         tiles.configure(job.rows(), 64);
         for b in job.slice.clone() {
             mins.load(w, job, b);
@@ -473,7 +465,7 @@ pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     // SAFETY: the caller's contract; tokens below job.m only.
     unsafe {
         let mut accs = MaybeUninit::uninit();
-        let [mut acc] = *job.carried_in::<1>(&mut accs);
+        let [acc] = job.accs::<1>(&mut accs);
         tiles.configure(job.rows(), 64);
         for b in job.slice.clone() {
             tiles.planes(
@@ -492,6 +484,6 @@ pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
                 }
             }
         }
-        finish(&acc, job, w.groups);
+        finish(acc, job, w.groups);
     }
 }

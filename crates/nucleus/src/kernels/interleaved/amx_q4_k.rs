@@ -22,7 +22,7 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
     let mut accs = MaybeUninit::uninit();
     // SAFETY: the caller's contract.
     unsafe {
-        let [acc, acc_min] = job.carried_in::<2>(&mut accs);
+        let [acc, acc_min] = job.accs::<2>(&mut accs);
         tiles.configure(job.rows(), 64);
         if PAIRS {
             pairs(tiles, w, job, acc, acc_min);
@@ -30,10 +30,8 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
             one_fma(tiles, w, job, acc, acc_min);
         }
         if !job.ends() {
-            job.carry_out::<2>(accs.assume_init_ref());
             return;
         }
-        let [acc, acc_min] = accs.assume_init_mut();
         for (acc, acc_min) in acc.iter_mut().zip(acc_min.iter()).take(job.m) {
             for h in 0..2 {
                 acc[h] = _mm512_sub_ps(acc[h], acc_min[h]);

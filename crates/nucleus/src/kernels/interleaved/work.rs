@@ -424,8 +424,9 @@ impl Product<'_> {
                         // lie inside this product's `y`, and no other thread writes these groups;
                         // `tiles` is the hardware only where `uses_amx` (`tile_use`), and the
                         // kernels need AVX-512F, which `tile_use` checked; with slices, `carry`
-                        // has two accumulators at `at` for this block of tokens and item, which
-                        // the slice before wrote (slices run in order, all on this thread).
+                        // has two accumulators at `at` for this block of tokens and item, used
+                        // by this call only, which the slice before wrote (slices run in order,
+                        // all on this thread); without, `carry` is empty and the pointer null.
                         unsafe {
                             match w.ty() {
                                 GgmlType::Q4_K if self.q4k_pairs => {
