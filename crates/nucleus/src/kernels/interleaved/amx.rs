@@ -160,19 +160,13 @@ impl Job {
     /// without a copy, else `local`'s; cleared at a row's first block.
     ///
     /// # Safety
-    /// Where `carry` is not null, it has room for `N` accumulators, aligned, used by no one
-    /// else while the returned reference lives, and past a row's first block it holds what the
-    /// slice before left there; where it is null, the slice starts at block 0.
+    /// As [`Job::acc_place`].
     #[inline(always)]
     pub(super) unsafe fn accs<'a, const N: usize>(
         &self,
         local: &'a mut MaybeUninit<[Acc; N]>,
     ) -> &'a mut [Acc; N] {
-        let at = if self.carry.is_null() {
-            local.as_mut_ptr()
-        } else {
-            self.carry as *mut [Acc; N]
-        };
+        let at = self.acc_place(local);
         // SAFETY: `at` is valid for `N` aligned accumulators (the caller's contract, or the
         // local); zeros are valid floats, and past the first block the caller's contract says
         // they were written.
@@ -181,6 +175,25 @@ impl Job {
                 std::ptr::write_bytes(at, 0, 1);
             }
             &mut *at
+        }
+    }
+
+    /// Where [`Job::accs`] are, not cleared: uninitialized at a row's first block, where the
+    /// kernel writes them before it reads them.
+    ///
+    /// # Safety
+    /// Where `carry` is not null, it has room for `N` accumulators, aligned, used by no one
+    /// else while the accumulators are in use, and past a row's first block it holds what the
+    /// slice before left there; where it is null, the slice starts at block 0.
+    #[inline(always)]
+    pub(super) fn acc_place<const N: usize>(
+        &self,
+        local: &mut MaybeUninit<[Acc; N]>,
+    ) -> *mut [Acc; N] {
+        if self.carry.is_null() {
+            local.as_mut_ptr()
+        } else {
+            self.carry as *mut [Acc; N]
         }
     }
 
@@ -240,16 +253,20 @@ unsafe fn load_c(c: &Sums, plane: usize, t: usize, h: usize) -> __m512i {
     }
 }
 
-/// Writes `acc` (per token, 32 rows) to the item's real groups.
+/// Writes `acc` (per token, 32 rows) to the item's real groups: masked stores (a call of
+/// `memcpy` a token, with its `vzeroupper`, cost 3 % of a Q4_K product).
+#[target_feature(enable = "avx512f")]
 pub(super) unsafe fn write_out(acc: &[[__m512; 2]], job: &Job, groups: usize) {
+    let n = GROUP_ROWS * groups;
+    let mask = |h: usize| (((1u32 << n.saturating_sub(16 * h).min(16)) - 1) & 0xFFFF) as u16;
+    let (m0, m1) = (mask(0), mask(1));
     for (t, v) in acc.iter().enumerate().take(job.m) {
-        // SAFETY: the caller's contract: 8·groups floats per token at out.
+        // SAFETY: the caller's contract: 8·groups floats per token at out, the masked lanes
+        // past them neither read nor written.
         unsafe {
             let out = job.out.add(t * job.out_stride);
-            let mut row = [0f32; ITEM_ROWS];
-            _mm512_storeu_ps(row.as_mut_ptr(), v[0]);
-            _mm512_storeu_ps(row.as_mut_ptr().add(16), v[1]);
-            std::ptr::copy_nonoverlapping(row.as_ptr(), out, GROUP_ROWS * groups);
+            _mm512_mask_storeu_ps(out, m0, v[0]);
+            _mm512_mask_storeu_ps(out.add(16), m1, v[1]);
         }
     }
 }
