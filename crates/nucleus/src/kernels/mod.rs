@@ -6,6 +6,8 @@ pub mod f16;
 pub mod interleaved;
 pub mod matmul;
 pub mod ops;
+#[cfg(target_arch = "x86_64")]
+mod ops_avx512;
 pub mod pool;
 pub mod rope;
 #[cfg(test)]

@@ -45,7 +45,10 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
     let n16 = gate.len() / 16 * 16;
     #[cfg(target_arch = "x86_64")]
-    if crate::quant::simd_level() != crate::quant::SimdLevel::Scalar {
+    if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512 {
+        // SAFETY: AVX-512F is present; the two slices have n16 elements each.
+        unsafe { super::ops_avx512::swiglu(&mut gate[..n16], &up[..n16]) };
+    } else if crate::quant::simd_level() != crate::quant::SimdLevel::Scalar {
         // SAFETY: AVX2 and FMA are present (every non-scalar dispatch level has them); the two
         // slices have n16 elements each.
         unsafe { x86::swiglu(&mut gate[..n16], &up[..n16]) };
@@ -152,6 +155,14 @@ pub fn expf_ggml(x: f32) -> f32 {
 /// `x[i] = expf_ggml(x[i])` for a slice, with the SIMD path where the CPU has one.
 pub fn expf_ggml_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512 {
+        // SAFETY: AVX-512F is present; the tail (under 16) on eight lanes, AVX2 and FMA.
+        unsafe {
+            let n16 = super::ops_avx512::expf_in_place(x);
+            return x86::expf_in_place(&mut x[n16..]);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
     if crate::quant::simd_level() != crate::quant::SimdLevel::Scalar {
         // SAFETY: every non-scalar dispatch level has AVX2 and FMA.
         return unsafe { x86::expf_in_place(x) };
@@ -161,11 +172,11 @@ pub fn expf_ggml_in_place(x: &mut [f32]) {
     }
 }
 
-const EXP_SHIFT: f32 = 12_582_912.0; // 0x1.8p23: adding it rounds to an integer
-const LOG2E: u32 = 0x3fb8_aa3b;
-const LN2_HI: u32 = 0x3f31_7200;
-const LN2_LO: u32 = 0x35bf_be8e;
-const EXP_C: [u32; 5] = [
+pub(super) const EXP_SHIFT: f32 = 12_582_912.0; // 0x1.8p23: adding it rounds to an integer
+pub(super) const LOG2E: u32 = 0x3fb8_aa3b;
+pub(super) const LN2_HI: u32 = 0x3f31_7200;
+pub(super) const LN2_LO: u32 = 0x35bf_be8e;
+pub(super) const EXP_C: [u32; 5] = [
     0x3f7f_fff6,
     0x3eff_fedb,
     0x3e2a_af33,
@@ -514,6 +525,25 @@ mod tests {
         swiglu_scalar(&mut scalar, &up);
         for i in 0..n {
             assert_eq!(simd[i].to_bits(), scalar[i].to_bits(), "x = {}", xs[i]);
+        }
+        // The eight-lane version too, where `swiglu` took the sixteen-lane one.
+        #[cfg(target_arch = "x86_64")]
+        if crate::quant::simd_level() != crate::quant::SimdLevel::Scalar {
+            let mut eight = xs[..n].to_vec();
+            // SAFETY: AVX2 and FMA (every non-scalar level); two slices of n elements.
+            unsafe { x86::swiglu(&mut eight, &up) };
+            let mut exps = xs.clone();
+            // SAFETY: as above.
+            unsafe { x86::expf_in_place(&mut exps) };
+            for i in 0..n {
+                assert_eq!(eight[i].to_bits(), scalar[i].to_bits(), "x = {}", xs[i]);
+                assert_eq!(
+                    exps[i].to_bits(),
+                    expf_ggml(xs[i]).to_bits(),
+                    "x = {}",
+                    xs[i]
+                );
+            }
         }
         for &x in &xs {
             let (got, want) = (expf_ggml(x) as f64, (x as f64).exp());

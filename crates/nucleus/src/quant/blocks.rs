@@ -358,7 +358,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
         Q5_1 => (QK, 24, quantize_block_q5_1),
         Q8_0 => (QK, 34, quantize_block_q8_0),
         Q8_1 => (QK, 36, quantize_block_q8_1),
-        Q8_K => (QK_K, 292, quantize_block_q8_k),
+        Q8_K => (QK_K, 292, q8_k_quantizer()),
         _ => panic!("quantize_row: {ty} is not supported"),
     };
     for (x, b) in src.chunks_exact(values).zip(dst.chunks_exact_mut(bytes)) {
@@ -460,7 +460,23 @@ fn quantize_block_q8_1(x: &[f32], b: &mut [u8]) {
     b[2..4].copy_from_slice(&f32_to_f16(sum as f32 * d).to_le_bytes());
 }
 
-fn quantize_block_q8_k(x: &[f32], b: &mut [u8]) {
+/// [`quantize_block_q8_k`], with AVX-512 where the CPU has it (the same bits).
+fn q8_k_quantizer() -> BlockQuantizer {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd_level() >= super::SimdLevel::Avx512 {
+        return quantize_block_q8_k_avx512;
+    }
+    quantize_block_q8_k
+}
+
+/// Only returned by [`q8_k_quantizer`] where the CPU has AVX-512.
+#[cfg(target_arch = "x86_64")]
+fn quantize_block_q8_k_avx512(x: &[f32], b: &mut [u8]) {
+    // SAFETY: AVX-512 F/BW: `q8_k_quantizer` hands this out only where the level says so.
+    unsafe { super::x86::quantize_block_q8_k(x, b) }
+}
+
+pub(super) fn quantize_block_q8_k(x: &[f32], b: &mut [u8]) {
     let (amax, max) = signed_absmax(x);
     if amax == 0.0 {
         b.fill(0);

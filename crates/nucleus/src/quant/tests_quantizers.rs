@@ -177,3 +177,50 @@ fn signed_absmax_is_ggmls_first_largest() {
         );
     }
 }
+
+/// The AVX-512 Q8_K quantizer gives the scalar one's bytes: random blocks, and blocks with
+/// NaNs, infinities, −0, ties of the rounding, tiny and huge values, and the largest magnitude
+/// twice with both signs (the first one's sign is the scale's).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn q8_k_avx512_quantizer_has_the_scalar_bytes() {
+    if simd_level() < SimdLevel::Avx512 {
+        eprintln!("skipped: no AVX-512");
+        return;
+    }
+    let mut rng = Rng::new(23);
+    let mut blocks: Vec<Vec<f32>> = (0..64)
+        .map(|i| {
+            let scale = [1.0, 1e-30, 1e30, 3.7][i % 4];
+            (0..256).map(|_| rng.f32() * scale).collect()
+        })
+        .collect();
+    let mut special = |at: &[(usize, f32)]| {
+        let mut b: Vec<f32> = (0..256).map(|_| rng.f32()).collect();
+        for &(i, v) in at {
+            b[i] = v;
+        }
+        blocks.push(b);
+    };
+    special(&[(3, f32::NAN), (200, -f32::NAN)]);
+    special(&[(17, f32::INFINITY)]);
+    special(&[(40, f32::NEG_INFINITY), (41, f32::NAN)]);
+    special(&[(9, -2.0), (100, 2.0)]);
+    special(&[(9, 2.0), (100, -2.0)]);
+    blocks.push(vec![-0.0; 256]);
+    blocks.push(
+        (0..256)
+            .map(|i| if i == 5 { f32::NAN } else { 0.0 })
+            .collect(),
+    );
+    // Ties: with max 127, iscale·x = −x, so the halves round to even.
+    blocks.push((0..256).map(|i| (i as f32 - 128.0) * 0.5).collect());
+    blocks.last_mut().unwrap()[255] = 127.0;
+    for x in &blocks {
+        let (mut want, mut got) = ([0u8; 292], [0u8; 292]);
+        super::blocks::quantize_block_q8_k(x, &mut want);
+        // SAFETY: AVX-512, checked above.
+        unsafe { super::x86::quantize_block_q8_k(x, &mut got) };
+        assert_eq!(got, want, "block starting {:?}", &x[..4]);
+    }
+}

@@ -41,6 +41,7 @@ mod helpers;
 mod k_quants;
 mod low_bit;
 mod q8_0_biased;
+mod q8_k_act;
 
 use block32::*;
 pub(crate) use block32::{dot_q8_0_xs, unpack_to_q8_0};
@@ -48,6 +49,7 @@ use float::*;
 use k_quants::*;
 use low_bit::*;
 pub(crate) use q8_0_biased::{act_bias, rows_biased, unpack_biased};
+pub(crate) use q8_k_act::quantize_block_q8_k;
 
 // ---------------------------------------------------------------------------------------------
 // Entry points per level.
