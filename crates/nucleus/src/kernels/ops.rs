@@ -45,7 +45,7 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
     let n16 = gate.len() / 16 * 16;
     #[cfg(target_arch = "x86_64")]
-    if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512 {
+    if n16 >= WIDE_ELEMENTS && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512 {
         // SAFETY: AVX-512F is present; the two slices have n16 elements each.
         unsafe { super::ops_avx512::swiglu(&mut gate[..n16], &up[..n16]) };
     } else if crate::quant::simd_level() != crate::quant::SimdLevel::Scalar {
@@ -61,6 +61,11 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
         *g = *g / (1.0 + (-*g).exp()) * u;
     }
 }
+
+/// Elements from which SwiGLU takes 512-bit vectors (a prompt's; a token's stays on 256-bit
+/// ones: its few 512-bit multiplies and divisions between the 256-bit products of `--exact`
+/// cost its Q8_0 decode 4 %, `nucleus bench FILE --exact -p 16 -g 64`, where they save nothing).
+const WIDE_ELEMENTS: usize = 1 << 16;
 
 /// Elements from which the `*_in` operations share the work among the pool's threads (a
 /// prompt's; a token's is too small to pay for a pass of the pool).
@@ -526,7 +531,20 @@ mod tests {
         for i in 0..n {
             assert_eq!(simd[i].to_bits(), scalar[i].to_bits(), "x = {}", xs[i]);
         }
-        // The eight-lane version too, where `swiglu` took the sixteen-lane one.
+        // The sixteen-lane version (`swiglu` takes it from `WIDE_ELEMENTS` on), and the
+        // eight-lane one.
+        #[cfg(target_arch = "x86_64")]
+        if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512 {
+            let mut sixteen = xs[..n].to_vec();
+            // SAFETY: AVX-512F (checked); two slices of n elements.
+            assert_eq!(
+                unsafe { super::super::ops_avx512::swiglu(&mut sixteen, &up) },
+                n
+            );
+            for i in 0..n {
+                assert_eq!(sixteen[i].to_bits(), scalar[i].to_bits(), "x = {}", xs[i]);
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         if crate::quant::simd_level() != crate::quant::SimdLevel::Scalar {
             let mut eight = xs[..n].to_vec();
