@@ -411,9 +411,9 @@ pub(super) unsafe fn d_dmin(w: &ItemWeights, b: usize) -> [[__m512; 2]; 2] {
 /// One super-block's mins (Q4_K, Q5_K) and the tokens' activation sums they multiply.
 pub(super) struct Mins {
     /// Per pair of sub-blocks, the token's sums of their 32 activations each, as two i16.
-    pub(super) pair_sums: [[i32; 4]; ITEM_TOKENS],
+    pair_sums: [[i32; 4]; ITEM_TOKENS],
     /// Per pair, the rows' two mins as two i16.
-    pub(super) mins: [[__m512i; 2]; 4],
+    mins: [[__m512i; 2]; 4],
 }
 
 impl Mins {
