@@ -138,7 +138,7 @@ pub(crate) use super::amx_tiles::{release, Emulated, Hardware, Tiles};
 pub(crate) struct Job {
     pub blocks: usize,
     pub slice: std::ops::Range<usize>,
-    /// The floats a slice leaves for the next ([`Job::accs`]): as many [`Acc`] as the kernel
+    /// The floats a slice leaves for the next ([`Job::acc_place`]): as many [`Acc`] as the kernel
     /// keeps; null where the slice is the whole row.
     pub carry: *mut Acc,
     pub m: usize,
@@ -157,29 +157,9 @@ pub(crate) type Acc = [[__m512; 2]; ITEM_TOKENS];
 impl Job {
     /// The `N` accumulators this job works in (Q4_K keeps its mins' apart): `carry`'s where
     /// the row runs in slices, so that each slice goes on where the one before left them
-    /// without a copy, else `local`'s; cleared at a row's first block.
-    ///
-    /// # Safety
-    /// As [`Job::acc_place`].
-    #[inline(always)]
-    pub(super) unsafe fn accs<'a, const N: usize>(
-        &self,
-        local: &'a mut MaybeUninit<[Acc; N]>,
-    ) -> &'a mut [Acc; N] {
-        let at = self.acc_place(local);
-        // SAFETY: `at` is valid for `N` aligned accumulators (the caller's contract, or the
-        // local); zeros are valid floats, and past the first block the caller's contract says
-        // they were written.
-        unsafe {
-            if self.slice.start == 0 {
-                std::ptr::write_bytes(at, 0, 1);
-            }
-            &mut *at
-        }
-    }
-
-    /// Where [`Job::accs`] are, not cleared: uninitialized at a row's first block, where the
-    /// kernel writes them before it reads them.
+    /// without a copy, else `local`'s. Not cleared: uninitialized at a row's first block,
+    /// where the kernels start their chains onto zeros without reading them (clearing 4–8 KB
+    /// a call, in `memset`, cost 3 % of a Q4_K product and 7 % of a Q8_0 prompt).
     ///
     /// # Safety
     /// Where `carry` is not null, it has room for `N` accumulators, aligned, used by no one
@@ -281,11 +261,12 @@ pub(super) unsafe fn write_out(acc: &[[__m512; 2]], job: &Job, groups: usize) {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     let mut c = Sums::new();
-    let (blocks, end) = (job.blocks, job.slice.end);
-    // SAFETY: the caller's contract; tokens below job.m only.
+    let end = job.slice.end;
+    let mut local = MaybeUninit::uninit();
+    let accs = job.acc_place::<1>(&mut local);
+    // SAFETY: the caller's contract; tokens below job.m only, their accumulators written at
+    // the row's first block (onto zeros) before any is read.
     unsafe {
-        let mut accs = MaybeUninit::uninit();
-        let [acc] = job.accs::<1>(&mut accs);
         tiles.configure(job.rows(), 32);
         // Two blocks' products (their sums in the two halves of `c`), then their folds, each
         // token's accumulators loaded and stored once for both, in the chain's order.
@@ -308,25 +289,51 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
                     _mm512_loadu_ps(w.d.as_ptr().add(at + 16)),
                 ]
             });
-            for (t, acc) in acc.iter_mut().enumerate().take(job.m) {
-                let mut a = *acc;
-                for (i, dw) in dw.iter().enumerate().take(n) {
-                    let at = t * blocks + b0 + i;
-                    let dx = _mm512_set1_ps(*job.scales.add(at));
-                    let off = _mm512_set1_epi32(if BIAS > 0 { *job.offsets.add(at) } else { 0 });
-                    for h in 0..2 {
-                        let isum = _mm512_sub_epi32(load_c(&c, i, t, h), off);
-                        a[h] = _mm512_fmadd_ps(
-                            _mm512_mul_ps(dw[h], dx),
-                            _mm512_cvtepi32_ps(isum),
-                            a[h],
-                        );
-                    }
-                }
-                *acc = a;
+            if b0 == 0 {
+                fold_blocks::<true, BIAS>(&c, &dw[..n], job, b0, accs);
+            } else {
+                fold_blocks::<false, BIAS>(&c, &dw[..n], job, b0, accs);
             }
         }
-        finish(acc, job, w.groups);
+        finish(&raw const (*accs)[0], job, w.groups);
+    }
+}
+
+/// [`block32`]'s folds of blocks `b0..b0 + dw.len()` (`FIRST`: the row's first, onto zeros:
+/// a choice inside one loop became a `memset` of the accumulators and 7 % of a Q8_0 prompt).
+///
+/// # Safety
+/// As [`block32`]; the tiles stored the blocks' sums in `c`; `accs` holds the job's tokens'
+/// accumulators unless `FIRST`.
+#[inline(always)]
+unsafe fn fold_blocks<const FIRST: bool, const BIAS: i32>(
+    c: &Sums,
+    dw: &[[__m512; 2]],
+    job: &Job,
+    b0: usize,
+    accs: *mut [Acc; 1],
+) {
+    // SAFETY: the caller's contract; tokens below job.m only.
+    unsafe {
+        for t in 0..job.m {
+            let acc = &raw mut (*accs)[0][t];
+            let mut a = if FIRST {
+                [_mm512_setzero_ps(); 2]
+            } else {
+                *acc
+            };
+            for (i, dw) in dw.iter().enumerate() {
+                let at = t * job.blocks + b0 + i;
+                let dx = _mm512_set1_ps(*job.scales.add(at));
+                let off = _mm512_set1_epi32(if BIAS > 0 { *job.offsets.add(at) } else { 0 });
+                for h in 0..2 {
+                    let isum = _mm512_sub_epi32(load_c(c, i, t, h), off);
+                    a[h] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(dw[h], dx), _mm512_cvtepi32_ps(isum), a[h]);
+                }
+            }
+            *acc = a;
+        }
     }
 }
 
@@ -334,12 +341,15 @@ pub(crate) unsafe fn block32<T: Tiles, const BIAS: i32>(tiles: &mut T, w: &ItemW
 /// carry for the next slice).
 ///
 /// # Safety
-/// As [`write_out`].
+/// As [`write_out`]; `acc` holds the job's tokens' accumulators, written.
 #[inline(always)]
-pub(super) unsafe fn finish(acc: &Acc, job: &Job, groups: usize) {
+pub(super) unsafe fn finish(acc: *const Acc, job: &Job, groups: usize) {
     if job.ends() {
-        // SAFETY: the caller's contract.
-        unsafe { write_out(acc, job, groups) };
+        // SAFETY: the caller's contract: the first job.m tokens' accumulators are written.
+        unsafe {
+            let acc = std::slice::from_raw_parts(acc as *const [__m512; 2], job.m);
+            write_out(acc, job, groups)
+        };
     }
 }
 
@@ -364,28 +374,31 @@ pub(super) unsafe fn plane_sum<const SHIFT: u32>(c: &Sums, t: usize, h: usize) -
 pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     let mut c = Sums::new();
     let mut mins = Mins::new();
-    // SAFETY: the caller's contract; tokens below job.m only.
+    let mut local = MaybeUninit::uninit();
+    let accs = job.acc_place::<1>(&mut local);
+    // SAFETY: the caller's contract; tokens below job.m only, their accumulators written at
+    // the row's first block (onto zeros) before any is read.
     unsafe {
-        let mut accs = MaybeUninit::uninit();
-        let [acc] = job.accs::<1>(&mut accs);
         tiles.configure(job.rows(), 64);
         for b in job.slice.clone() {
             mins.load(w, job, b);
             let [d, dmin] = d_dmin(w, b);
             let b_at = w.b.as_ptr().add(16384 * b);
             tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
-            for (t, acc) in acc.iter_mut().enumerate().take(job.m) {
+            for t in 0..job.m {
                 let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
                 let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
-                for (h, acc) in acc.iter_mut().enumerate() {
+                for h in 0..2 {
+                    let acc = &raw mut (*accs)[0][t][h];
                     let isum = _mm512_cvtepi32_ps(plane_sum::<5>(&c, t, h));
                     let imin = _mm512_cvtepi32_ps(mins.all(t, h));
                     let r = _mm512_fnmadd_ps(dmin[h], imin, _mm512_mul_ps(isum, d[h]));
-                    *acc = _mm512_fmadd_ps(r, dy, *acc);
+                    let prev = if b == 0 { _mm512_setzero_ps() } else { *acc };
+                    *acc = _mm512_fmadd_ps(r, dy, prev);
                 }
             }
         }
-        finish(acc, job, w.groups);
+        finish(&raw const (*accs)[0], job, w.groups);
     }
 }
 
@@ -479,10 +492,11 @@ impl Mins {
 pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
     const ACT: usize = q4_k::ACT_BLOCK;
     let mut c = Sums::new();
-    // SAFETY: the caller's contract; tokens below job.m only.
+    let mut local = MaybeUninit::uninit();
+    let accs = job.acc_place::<1>(&mut local);
+    // SAFETY: the caller's contract; tokens below job.m only, their accumulators written at
+    // the row's first block (onto zeros) before any is read.
     unsafe {
-        let mut accs = MaybeUninit::uninit();
-        let [acc] = job.accs::<1>(&mut accs);
         tiles.configure(job.rows(), 64);
         for b in job.slice.clone() {
             tiles.planes(
@@ -492,15 +506,17 @@ pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
                 4,
                 c.as_mut_ptr(),
             );
-            for (t, acc) in acc.iter_mut().enumerate().take(job.m) {
+            for t in 0..job.m {
                 let dy = _mm512_set1_ps((job.x_row(t).add(ACT * b) as *const f32).read_unaligned());
-                for (h, acc) in acc.iter_mut().enumerate() {
+                for h in 0..2 {
+                    let acc = &raw mut (*accs)[0][t][h];
                     let d = _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b + 16 * h));
                     let scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(plane_sum::<6>(&c, t, h)), d);
-                    *acc = _mm512_fmadd_ps(scaled, dy, *acc);
+                    let prev = if b == 0 { _mm512_setzero_ps() } else { *acc };
+                    *acc = _mm512_fmadd_ps(scaled, dy, prev);
                 }
             }
         }
-        finish(acc, job, w.groups);
+        finish(&raw const (*accs)[0], job, w.groups);
     }
 }

@@ -24,8 +24,7 @@ pub(crate) unsafe fn q4_k<T: Tiles, const PAIRS: bool>(tiles: &mut T, w: &ItemWe
     unsafe {
         tiles.configure(job.rows(), 64);
         if PAIRS {
-            let [acc, acc_min] = job.accs::<2>(&mut local);
-            pairs(tiles, w, job, acc, acc_min);
+            pairs(tiles, w, job, job.acc_place::<2>(&mut local));
         } else {
             one_fma(tiles, w, job, job.acc_place::<2>(&mut local));
         }
@@ -112,18 +111,12 @@ unsafe fn fold<const FIRST: bool>(
 const PAIRS_AT_ONCE: usize = 2;
 
 /// The pairs chain over the job's slice: per pair of sub-blocks, `acc += sum·(d·dy)` and
-/// `acc_min += min·(dmin·dy)`.
+/// `acc_min += min·(dmin·dy)` (`accs`: the two; a row's first pair adds to zeros).
 ///
 /// # Safety
-/// As [`q4_k`], the tiles configured for the job.
+/// As [`one_fma`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn pairs<T: Tiles>(
-    tiles: &mut T,
-    w: &ItemWeights,
-    job: &Job,
-    acc: &mut Acc,
-    acc_min: &mut Acc,
-) {
+unsafe fn pairs<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job, accs: *mut [Acc; 2]) {
     let mut pair_sums: [Sums; PAIRS_AT_ONCE] = std::array::from_fn(|_| Sums::new());
     let mut sb = SuperBlock::new();
     // SAFETY: the caller's contract; tokens below job.m only.
@@ -136,16 +129,45 @@ unsafe fn pairs<T: Tiles>(
                     let a = job.a_tiles(4 * b + p0 + i, 64);
                     tiles.pair_planes(a, 64, b_at, c.as_mut_ptr());
                 }
-                for t in 0..job.m {
-                    for h in 0..2 {
-                        let (mut a, mut am) = (acc[t][h], acc_min[t][h]);
-                        for (i, c) in pair_sums.iter().enumerate() {
-                            let (sum, min) = (plane_sum::<5>(c, t, h), sb.mins.pair(t, h, p0 + i));
-                            sb.fold(&mut a, &mut am, (t, h), sum, min);
-                        }
-                        (acc[t][h], acc_min[t][h]) = (a, am);
-                    }
+                if b == 0 && p0 == 0 {
+                    fold_pairs::<true>(&pair_sums, &sb, job, p0, accs);
+                } else {
+                    fold_pairs::<false>(&pair_sums, &sb, job, p0, accs);
                 }
+            }
+        }
+    }
+}
+
+/// [`pairs`]' folds of pairs `p0..p0 + PAIRS_AT_ONCE` (`FIRST`: the row's first, onto zeros;
+/// a choice inside one loop became a `memset` of the accumulators).
+///
+/// # Safety
+/// As [`pairs`]; the tiles stored the pairs' sums, `sb` holds their super-block's numbers,
+/// and `accs` the job's tokens' accumulators unless `FIRST`.
+#[inline(always)]
+unsafe fn fold_pairs<const FIRST: bool>(
+    pair_sums: &[Sums; PAIRS_AT_ONCE],
+    sb: &SuperBlock,
+    job: &Job,
+    p0: usize,
+    accs: *mut [Acc; 2],
+) {
+    // SAFETY: the caller's contract; tokens below job.m only.
+    unsafe {
+        for t in 0..job.m {
+            for h in 0..2 {
+                let (acc, acc_min) = (&raw mut (*accs)[0][t][h], &raw mut (*accs)[1][t][h]);
+                let (mut a, mut am) = if FIRST {
+                    (_mm512_setzero_ps(), _mm512_setzero_ps())
+                } else {
+                    (*acc, *acc_min)
+                };
+                for (i, c) in pair_sums.iter().enumerate() {
+                    let (sum, min) = (plane_sum::<5>(c, t, h), sb.mins.pair(t, h, p0 + i));
+                    sb.fold(&mut a, &mut am, (t, h), sum, min);
+                }
+                (*acc, *acc_min) = (a, am);
             }
         }
     }
@@ -154,19 +176,20 @@ unsafe fn pairs<T: Tiles>(
 /// One Q4_K super-block's numbers for the pairs chain's folds (which use each `d·dy` four
 /// times), per token and half of the item's rows.
 struct SuperBlock {
-    /// `d·dy` and `dmin·dy`, rounded as the vector kernels round them.
-    dv: [[__m512; 2]; ITEM_TOKENS],
-    dminv: [[__m512; 2]; ITEM_TOKENS],
+    /// `d·dy` and `dmin·dy`, rounded as the vector kernels round them: written for the job's
+    /// tokens by [`SuperBlock::load`] before the folds read them (clearing 8 KB a job cost a
+    /// `memset`).
+    dv: MaybeUninit<[[__m512; 2]; ITEM_TOKENS]>,
+    dminv: MaybeUninit<[[__m512; 2]; ITEM_TOKENS]>,
     mins: Mins,
 }
 
 impl SuperBlock {
     #[target_feature(enable = "avx512f")]
     fn new() -> Self {
-        let zero = _mm512_setzero_ps();
         SuperBlock {
-            dv: [[zero; 2]; ITEM_TOKENS],
-            dminv: [[zero; 2]; ITEM_TOKENS],
+            dv: MaybeUninit::uninit(),
+            dminv: MaybeUninit::uninit(),
             mins: Mins::new(),
         }
     }
@@ -183,8 +206,8 @@ impl SuperBlock {
                 let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
                 let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
                 for h in 0..2 {
-                    self.dv[t][h] = _mm512_mul_ps(dw[h], dy);
-                    self.dminv[t][h] = _mm512_mul_ps(dmw[h], dy);
+                    (*self.dv.as_mut_ptr())[t][h] = _mm512_mul_ps(dw[h], dy);
+                    (*self.dminv.as_mut_ptr())[t][h] = _mm512_mul_ps(dmw[h], dy);
                 }
             }
         }
@@ -192,6 +215,9 @@ impl SuperBlock {
 
     /// `acc += sum·(d·dy)`, `acc_min += min·(dmin·dy)` for token `t`, rows `16h..`: the one
     /// FMA per pair of the vector kernels' chain.
+    ///
+    /// # Safety
+    /// [`SuperBlock::load`] ran for a job with token `t`.
     #[inline(always)]
     unsafe fn fold(
         &self,
@@ -201,7 +227,11 @@ impl SuperBlock {
         sum: __m512i,
         min: __m512i,
     ) {
-        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), self.dv[t][h], *acc);
-        *acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(min), self.dminv[t][h], *acc_min);
+        // SAFETY: the caller's contract: token t's numbers are written.
+        unsafe {
+            let (dv, dminv) = ((*self.dv.as_ptr())[t][h], (*self.dminv.as_ptr())[t][h]);
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), dv, *acc);
+            *acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(min), dminv, *acc_min);
+        }
     }
 }
