@@ -184,6 +184,12 @@ impl Model {
             let (q, pa) = acts.get_packed(&self.pool, x, n, w.cols);
             return matmul_packed(&self.pool, p, q, pa, y);
         }
+        if p.ty() == GgmlType::Q8_0 {
+            // llama.cpp computes every row of a Q8_0 matrix with its one-row kernel, whose
+            // eight-lane chain `Chain::Q8Lanes` is.
+            let (q, pa) = acts.get_packed(&self.pool, x, n, w.cols);
+            return matmul_packed_chain(&self.pool, p, q, pa, y, Chain::Q8Lanes);
+        }
         let route = |t: usize| {
             let class = slots.get(t).copied().unwrap_or_default().matmul_class();
             match p.ty() {

@@ -349,8 +349,8 @@ impl Loader<'_> {
 impl Weights {
     /// The weight index of `file`, the matrices the arithmetic computes from a repacked copy
     /// repacked (in memory; the file is never written): with [`Arithmetic::Fast`] every one
-    /// that [`PackedMatrix`] takes; with [`Arithmetic::Exact`] the Q3_K, Q4_K, Q5_K, Q6_K and
-    /// IQ4_XS layer matrices of a dense model, a mixture's Q4_K experts and every MXFP4 matrix, for which the interleaved
+    /// that [`PackedMatrix`] takes; with [`Arithmetic::Exact`] the Q3_K, Q4_K, Q5_K, Q6_K, Q8_0 and
+    /// IQ4_XS layer matrices of a dense model, a mixture's Q4_K and Q8_0 experts and every MXFP4 matrix, for which the interleaved
     /// kernels have llama.cpp's bits (see `Model::project_exact`). Without a file of packed
     /// weights they wait to be packed ([`Self::finish_packing`]), so that a load costs no
     /// packing: the first forward pass packs each work item's groups as it goes.
@@ -366,8 +366,8 @@ impl Weights {
 
     /// The matrices `arithmetic` computes repacked, in a fixed order: with [`Arithmetic::Fast`]
     /// every layer matrix and the output projection, with [`Arithmetic::Exact`] the Q3_K, Q4_K,
-    /// Q5_K, Q6_K and IQ4_XS layer matrices of a dense model, a mixture's Q4_K experts and every
-    /// MXFP4 one. (Those whose
+    /// Q5_K, Q6_K, Q8_0 and IQ4_XS layer matrices of a dense model, a mixture's Q4_K and Q8_0
+    /// experts and every MXFP4 one. (Those whose
     /// shape or type [`PackedMatrix`] does not take stay as they are.)
     fn pack_targets(&mut self, arithmetic: Arithmetic) -> Vec<&mut Matrix> {
         let exact = arithmetic == Arithmetic::Exact;
@@ -383,9 +383,15 @@ impl Weights {
                         .into_iter()
                         // An expert's rows are one-row products in llama.cpp (`mul_mat_id`),
                         // Q4_K's in its repacked gemv's chain, which the interleaved kernels
-                        // have (`Chain::Default`); its other K-quants' chains they lack.
+                        // have (`Chain::Default`), Q8_0's in `Chain::Q8Lanes`; its other
+                        // K-quants' chains they lack.
                         .filter(|m| {
-                            !exact || !moe || matches!(m.info.ty, GgmlType::MXFP4 | GgmlType::Q4_K)
+                            !exact
+                                || !moe
+                                || matches!(
+                                    m.info.ty,
+                                    GgmlType::MXFP4 | GgmlType::Q4_K | GgmlType::Q8_0
+                                )
                         }),
                 );
                 m
@@ -400,6 +406,7 @@ impl Weights {
                             | GgmlType::Q6_K
                             | GgmlType::IQ4_XS
                             | GgmlType::MXFP4
+                            | GgmlType::Q8_0
                     )
             })
             .collect();

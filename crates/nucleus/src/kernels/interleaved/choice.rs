@@ -39,7 +39,12 @@ impl<'a> Product<'a> {
                     | GgmlType::MXFP4
                     | GgmlType::Q6_K
             );
-        let tiles = tile_use(w.ty(), nt, avx2, ask, chain);
+        let q8_lanes = chain == Chain::Q8Lanes && w.ty() == GgmlType::Q8_0;
+        let tiles = if q8_lanes {
+            TileUse::No
+        } else {
+            tile_use(w.ty(), nt, avx2, ask, chain)
+        };
         let (tile_fn, unpack) = kernels(w.ty(), avx2, chain);
         // The 512-bit kernels' level.
         let vnni = avx2
@@ -61,6 +66,7 @@ impl<'a> Product<'a> {
             wide,
             q4k_pairs: chain == Chain::Q4kPairs && w.ty() == GgmlType::Q4_K,
             q8_stored_tiles: avx2 && w.ty() == GgmlType::Q8_0,
+            q8_lanes,
             q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0 && nt <= q5_stored_most(),
             first_chunk,
             chunk_groups: if tiles == TileUse::No {

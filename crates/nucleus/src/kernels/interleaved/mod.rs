@@ -87,6 +87,7 @@ mod q3_k;
 mod q4_k;
 mod q5_k;
 mod q6_k;
+mod q8_lanes;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod wide;
@@ -311,6 +312,10 @@ pub enum Chain {
     /// takes for a prompt's rows in whole groups of four and nucleus's own arithmetic for
     /// every token.
     Q4kPairs,
+    /// Q8_0 only: llama.cpp's one kernel for it (`ggml_vec_dot_q8_0_q8_0`, every row),
+    /// eight lanes per block summed at the end ([`q8_lanes`]): `--exact`'s. (The other
+    /// chains keep one sum per block.)
+    Q8Lanes,
 }
 
 impl Chain {
@@ -342,6 +347,10 @@ fn tiles_run() -> bool {
 /// The kernels for `ty`: the AVX2 ones when `avx2`, else the scalar ones (same bits).
 fn kernels(ty: GgmlType, avx2: bool, chain: Chain) -> (TileFn, UnpackFn) {
     let pairs = chain == Chain::Q4kPairs && ty == GgmlType::Q4_K;
+    if chain == Chain::Q8Lanes && ty == GgmlType::Q8_0 {
+        // (With AVX2 the groups are read as stored, `q8_lanes::tile_stored`.)
+        return (q8_lanes::tile_scalar, pack::unpack_group_scalar);
+    }
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         return match ty {
@@ -476,6 +485,8 @@ struct Product<'a> {
     stored: bool,
     /// Q8_0 on AVX2: read as stored for many tokens too.
     q8_stored_tiles: bool,
+    /// Q8_0 in [`Chain::Q8Lanes`].
+    q8_lanes: bool,
     /// Q5_0 on AVX2 with up to [`q5_stored_most`] tokens: read as stored for many tokens too,
     /// up to [`x86::MANY_TOKENS`] a call.
     q5_stored_many: bool,

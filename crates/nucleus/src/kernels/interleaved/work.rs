@@ -5,13 +5,13 @@
 #[cfg(target_arch = "x86_64")]
 use super::choice::tile_slices;
 use super::lines::Lines;
-#[cfg(target_arch = "x86_64")]
-use super::x86;
 use super::{amx, wide, wide_stored, TileUse};
 use super::{
     pack, q6_k, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
     TILE_TOKENS, TOKEN_BLOCK,
 };
+#[cfg(target_arch = "x86_64")]
+use super::{q8_lanes, x86};
 use crate::quant::GgmlType;
 
 /// The packed bytes of a work item's row groups: the matrix's own, or (a matrix waiting to be
@@ -193,6 +193,7 @@ impl Product<'_> {
                     GgmlType::IQ4_NL => unsafe { x86::tile_iq4nl_stored(stored, &tile) },
                     GgmlType::MXFP4 => unsafe { x86::tile_mxfp4_stored(stored, &tile) },
                     GgmlType::Q6_K => unsafe { q6_k::tile_stored(stored, &tile) },
+                    _ if self.q8_lanes => unsafe { q8_lanes::tile_stored(stored, &tile) },
                     _ => unsafe { x86::tile_q8_stored(stored, &tile) },
                 }
                 continue;
@@ -268,7 +269,13 @@ impl Product<'_> {
                     if stored_tiles {
                         // SAFETY: as above, the stored group g holding `blocks` blocks;
                         // `q8_stored_tiles` implies AVX2 and F16C.
-                        unsafe { x86::tile_q8_stored(src.get(g), &tile) };
+                        unsafe {
+                            if self.q8_lanes {
+                                q8_lanes::tile_stored(src.get(g), &tile)
+                            } else {
+                                x86::tile_q8_stored(src.get(g), &tile)
+                            }
+                        };
                         t += nx;
                         continue;
                     }

@@ -175,7 +175,7 @@ unsafe fn tile_signed<const NX: usize>(group: &GroupView, t: &Tile) {
 /// # Safety
 /// Prefetches never fault; `s` is only offset, not read.
 #[inline(always)]
-unsafe fn prefetch_ahead(s: *const u8, lines: usize) {
+pub(super) unsafe fn prefetch_ahead(s: *const u8, lines: usize) {
     for l in 0..lines {
         _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(PREFETCH + 64 * l) as *const i8);
         _mm_prefetch::<_MM_HINT_T1>(s.wrapping_add(super::PREFETCH_L2 + 64 * l) as *const i8);
