@@ -8,7 +8,7 @@
 //! `cargo run --release -p nucleus --example matmul_bench [threads] [Q8_0,Q5_0,...]`;
 //! `NUCLEUS_SIMD` caps the SIMD level, `NUCLEUS_AMX=0` keeps prompts off AMX tiles, and
 //! `MATMUL_FAST_ONLY=1` times only the interleaved products, `MATMUL_CHAIN=pairs` takes Q4_K in
-//! llama.cpp's gemm chain.
+//! llama.cpp's gemm chain, `MATMUL_CHAIN=lanes` Q8_0 in its one-row kernel's (`--exact`'s).
 
 mod common;
 
@@ -184,9 +184,11 @@ fn time_products(
             pa.prepare(&acts);
         }
         // The chain nucleus's own arithmetic takes here (`Chain::fast`); `MATMUL_CHAIN=pairs`:
-        // Q4_K in llama.cpp's gemm chain, `MATMUL_CHAIN=default`: one FMA per super-block.
+        // Q4_K in llama.cpp's gemm chain, `MATMUL_CHAIN=default`: one FMA per super-block,
+        // `MATMUL_CHAIN=lanes`: Q8_0 in llama.cpp's eight lanes (`--exact`'s).
         let chain = match std::env::var("MATMUL_CHAIN").as_deref() {
             Ok("pairs") => Chain::Q4kPairs,
+            Ok("lanes") => Chain::Q8Lanes,
             Ok("default") => Chain::Default,
             _ => Chain::fast(),
         };
