@@ -3,8 +3,8 @@
 //! interleaved ones for repacked matrices, llama.cpp's one-row or batched ones otherwise).
 
 use crate::kernels::interleaved::{
-    matmul_packed, matmul_packed_chain, matmul_packed_many, packed_act_type, Arithmetic, Chain,
-    PackedActs, PackedMatrix,
+    matmul_packed_chain, matmul_packed_many, packed_act_type, Arithmetic, Chain, PackedActs,
+    PackedMatrix,
 };
 
 use crate::kernels::matmul::{
@@ -102,7 +102,7 @@ impl ActsCache {
         i
     }
 
-    /// The Q8_0 rows of `x` and their block sums for [`matmul_packed`].
+    /// The Q8_0 rows of `x` and their block sums for [`matmul_packed_chain`].
     fn get_packed(
         &mut self,
         pool: &ThreadPool,
@@ -178,17 +178,17 @@ impl Model {
         n: usize,
         y: &mut [f32],
     ) {
-        if p.ty() == GgmlType::MXFP4 {
-            // llama.cpp computes MXFP4 matrices of whole groups of 8 rows with its repacked
-            // kernels for any number of rows, whose chain the interleaved kernels have.
+        // One kernel for every row in llama.cpp, whose chain the interleaved kernels have:
+        // MXFP4 matrices of whole groups of 8 rows take its repacked kernels, Q8_0 its one-row
+        // kernel (eight lanes a block).
+        let every_row = match p.ty() {
+            GgmlType::MXFP4 => Some(Chain::Default),
+            GgmlType::Q8_0 => Some(Chain::Q8Lanes),
+            _ => None,
+        };
+        if let Some(chain) = every_row {
             let (q, pa) = acts.get_packed(&self.pool, x, n, w.cols);
-            return matmul_packed(&self.pool, p, q, pa, y);
-        }
-        if p.ty() == GgmlType::Q8_0 {
-            // llama.cpp computes every row of a Q8_0 matrix with its one-row kernel, whose
-            // eight-lane chain `Chain::Q8Lanes` is.
-            let (q, pa) = acts.get_packed(&self.pool, x, n, w.cols);
-            return matmul_packed_chain(&self.pool, p, q, pa, y, Chain::Q8Lanes);
+            return matmul_packed_chain(&self.pool, p, q, pa, y, chain);
         }
         let route = |t: usize| {
             let class = slots.get(t).copied().unwrap_or_default().matmul_class();

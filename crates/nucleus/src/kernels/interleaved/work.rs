@@ -193,8 +193,7 @@ impl Product<'_> {
                     GgmlType::IQ4_NL => unsafe { x86::tile_iq4nl_stored(stored, &tile) },
                     GgmlType::MXFP4 => unsafe { x86::tile_mxfp4_stored(stored, &tile) },
                     GgmlType::Q6_K => unsafe { q6_k::tile_stored(stored, &tile) },
-                    _ if self.q8_lanes => unsafe { q8_lanes::tile_stored(stored, &tile) },
-                    _ => unsafe { x86::tile_q8_stored(stored, &tile) },
+                    _ => unsafe { self.q8_stored(stored, &tile) },
                 }
                 continue;
             }
@@ -202,6 +201,22 @@ impl Product<'_> {
             let view = GroupView::new(w.ty(), blocks, src.get(g), s, u, self.unpack);
             // SAFETY: as for the tiles of `token_tiles`, with tokens 0..nt.
             unsafe { (self.tile_fn)(&view, &tile) };
+        }
+    }
+
+    /// A stored Q8_0 group against a tile of tokens, in this product's chain.
+    ///
+    /// # Safety
+    /// As [`x86::tile_q8_stored`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn q8_stored(&self, stored: &[u8], tile: &Tile) {
+        // SAFETY: the caller's contract, which both kernels share.
+        unsafe {
+            if self.q8_lanes {
+                q8_lanes::tile_stored(stored, tile)
+            } else {
+                x86::tile_q8_stored(stored, tile)
+            }
         }
     }
 
@@ -269,13 +284,7 @@ impl Product<'_> {
                     if stored_tiles {
                         // SAFETY: as above, the stored group g holding `blocks` blocks;
                         // `q8_stored_tiles` implies AVX2 and F16C.
-                        unsafe {
-                            if self.q8_lanes {
-                                q8_lanes::tile_stored(src.get(g), &tile)
-                            } else {
-                                x86::tile_q8_stored(src.get(g), &tile)
-                            }
-                        };
+                        unsafe { self.q8_stored(src.get(g), &tile) };
                         t += nx;
                         continue;
                     }
