@@ -64,15 +64,14 @@ pub(crate) use x86::tile_stored;
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::x86::{prefetch_ahead, uses_vnni};
+    use super::super::x86::{prefetch_ahead, uses_vnni, x_quad};
     use super::super::Tile;
 
     /// Stored bytes of a group's block: eight f16 scales, eight chunks of 32 values.
     const STORED_BLOCK: usize = 16 + 256;
 
-    /// [`super::tile_scalar`]'s chain on a group read as stored, `P` tokens a pass over its
-    /// blocks (their 8·P lane accumulators in registers: two tokens' 16 take half of
-    /// AVX-512's 32, one token's 8 half of AVX2's 16).
+    /// [`super::tile_scalar`]'s chain on a group read as stored: with AVX-512 VNNI up to four
+    /// tokens a pass over its blocks ([`wide`]), with AVX2 one ([`lanes`]).
     ///
     /// # Safety
     /// As [`super::super::TileFn`] with `stored` the group's stored bytes (272 per block);
@@ -183,7 +182,6 @@ mod x86 {
         // SAFETY: block b < blocks: 272 stored bytes (checked by the caller); token n0 < nx
         // has `blocks` activation blocks of 34 bytes and scales, and 8 outputs.
         unsafe {
-            let x = t.x.add(n0 * t.x_stride);
             for b in 0..t.blocks {
                 let s = stored.as_ptr().add(STORED_BLOCK * b);
                 prefetch_ahead(s, 5);
@@ -191,8 +189,7 @@ mod x86 {
                 let d = _mm256_mul_ps(ws, _mm256_set1_ps(*t.scales.add(n0 * t.blocks + b)));
                 for (k, acc) in acc.iter_mut().enumerate() {
                     let wk = _mm256_loadu_si256(s.add(16 + 32 * k) as *const __m256i);
-                    let xp = x.add(34 * b + 2 + 4 * k) as *const i32;
-                    let sx = _mm256_sign_epi8(_mm256_set1_epi32(xp.read_unaligned()), wk);
+                    let sx = _mm256_sign_epi8(x_quad(t, n0, b, k), wk);
                     let aw = _mm256_abs_epi8(wk);
                     let lane =
                         _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));

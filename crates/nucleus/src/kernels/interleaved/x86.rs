@@ -202,7 +202,7 @@ pub(super) fn prefetch_block(g: *const u8, bytes: usize) {
 /// # Safety
 /// Token `n`'s activation row holds block `b` (34 bytes a block).
 #[inline(always)]
-unsafe fn x_quad(t: &Tile, n: usize, b: usize, k: usize) -> __m256i {
+pub(super) unsafe fn x_quad(t: &Tile, n: usize, b: usize, k: usize) -> __m256i {
     // SAFETY: inside block b of row n, by the caller's contract.
     unsafe {
         let p = t.x.add(n * t.x_stride + 34 * b + 2 + 4 * k) as *const i32;
