@@ -25,7 +25,8 @@
 //! its values whole, so that the kernel only loads them: per super-block the 144 bytes of d
 //! and scales as stored, then 2048 value bytes, sub-block `j` at `144 + 128j`, chunk `i` of it
 //! (values `16j + 4i ..+4`) at `+ 32i`, byte `4r + m` value `16j + 4i + m` of row `r`. One
-//! tile of tokens (decode) reads the stored layout and unpacks in registers.
+//! tile of tokens (decode) reads the stored layout and unpacks in registers (with AVX-512 VNNI
+//! two groups at a time, `wide_stored::q6_k_pair`).
 
 use super::interleave::{interleave_bytes, interleave_words, put, words};
 use super::{GroupView, Tile, GROUP_ROWS};
@@ -36,9 +37,9 @@ const FILE_BLOCK: usize = 210;
 pub(crate) const GROUP_BLOCK: usize = GROUP_ROWS * FILE_BLOCK;
 /// Bytes of a Q8_K activation block: f32 d, 256 values, 16 i16 sums of 16.
 const ACT_BLOCK: usize = 292;
-const SCALES: usize = 16;
-const NIBBLES: usize = 144;
-const HIGH: usize = 1168;
+pub(crate) const SCALES: usize = 16;
+pub(crate) const NIBBLES: usize = 144;
+pub(crate) const HIGH: usize = 1168;
 /// Bytes of one group's super-block unpacked: the header (d and scales), then the values.
 pub(crate) const UNPACKED_BLOCK: usize = NIBBLES + GROUP_ROWS * 256;
 
