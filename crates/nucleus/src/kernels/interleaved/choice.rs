@@ -53,9 +53,11 @@ impl<'a> Product<'a> {
         let wide = vnni
             && tiles == TileUse::No
             && wide_min_tokens(w.ty()).is_some_and(|least| nt >= least);
-        let wide_decode = vnni
-            && matches!(w.ty(), GgmlType::Q4_K | GgmlType::Q3_K | GgmlType::Q6_K)
-            && nt <= TILE_TOKENS;
+        let wide_decode =
+            vnni && matches!(
+                w.ty(),
+                GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q3_K | GgmlType::Q6_K
+            ) && nt <= TILE_TOKENS;
         Product {
             w,
             wide_decode,

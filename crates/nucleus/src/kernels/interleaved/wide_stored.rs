@@ -1,8 +1,8 @@
-//! Decode's Q4_K, Q3_K and Q6_K products with AVX-512 VNNI: two groups read as stored (the
-//! layouts of [`super::q4_k`], [`super::q3_k`] and [`super::q6_k`]) side by side in the lanes
-//! of 512-bit registers, rows `0..8` from the first and `8..16` from the second, so that one
-//! `vpdpbusd` serves sixteen rows where `q4_k::tile_avx2`, `q3_k::tile_avx2` and
-//! `q6_k::tile_stored` serve eight. Each lane follows that
+//! Decode's Q4_K, Q5_K, Q3_K and Q6_K products with AVX-512 VNNI: two groups read as stored
+//! (the layouts of [`super::q4_k`], [`super::q5_k`], [`super::q3_k`] and [`super::q6_k`]) side
+//! by side in the lanes of 512-bit registers, rows `0..8` from the first and `8..16` from the
+//! second, so that one `vpdpbusd` serves sixteen rows where `q4_k::tile_avx2`,
+//! `q5_k::tile_avx2`, `q3_k::tile_avx2` and `q6_k::tile_stored` serve eight. Each lane follows that
 //! kernel's chain for its row, operation for operation (the same integer sums, the same float
 //! steps in the same order): a row's outputs have the same bits here, there and in the scalar
 //! kernels (`tests.rs`, `tests_tiled.rs`).
@@ -12,7 +12,7 @@ use std::arch::x86_64::*;
 use super::q4_k::{sub_block_sums, ACT_BLOCK, GROUP_BLOCK, MINS, NIBBLES, SCALES};
 use super::wide::join;
 use super::x86::prefetch_block;
-use super::{q3_k, q6_k};
+use super::{q3_k, q5_k, q6_k};
 use super::{Tile, TILE_TOKENS};
 
 /// Where a stored super-block's dmin (f16, after the rows' d) starts.
@@ -111,16 +111,7 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
                         s_hi[n] = _mm512_dpbusd_epi32(s_hi[n], hi, bx(x.add(32)));
                     }
                 }
-                // Row r's scale in 32-bit lane r.
-                let scale = |j: usize| {
-                    let (sa, sb) = (ga.add(SCALES + 8 * j), gb.add(SCALES + 8 * j));
-                    let s = _mm_unpacklo_epi64(
-                        _mm_loadl_epi64(sa as *const _),
-                        _mm_loadl_epi64(sb as *const _),
-                    );
-                    _mm512_cvtepu8_epi32(s)
-                };
-                let (sc_lo, sc_hi) = (scale(2 * p), scale(2 * p + 1));
+                let (sc_lo, sc_hi) = (scales_u8(ga, gb, 2 * p), scales_u8(ga, gb, 2 * p + 1));
                 for n in 0..NX {
                     let s = _mm512_add_epi32(
                         _mm512_mullo_epi32(s_lo[n], sc_lo),
@@ -134,21 +125,14 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
                 }
             }
             for n in 0..NX {
-                let q8s = sub_block_sums(xb(n));
-                let q8s = _mm512_castsi128_si512(q8s);
-                let mut imin = _mm512_setzero_si512();
-                for p in 0..4 {
-                    let pair = _mm512_permutexvar_epi32(_mm512_set1_epi32(p as i32), q8s);
-                    let mins =
-                        _mm512_cvtepu8_epi16(join16(ga.add(MINS + 16 * p), gb.add(MINS + 16 * p)));
-                    let m = _mm512_madd_epi16(mins, pair);
-                    if PAIRS {
+                if PAIRS {
+                    // One FMA per pair of sub-blocks: each pair's min sum apart.
+                    for p in 0..4 {
+                        let m = pair_min_sum(ga, gb, xb(n), p);
                         acc_min[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dmin_dy[n], acc_min[n]);
-                    } else {
-                        imin = _mm512_add_epi32(imin, m);
                     }
-                }
-                if !PAIRS {
+                } else {
+                    let imin = min_sums(ga, gb, xb(n));
                     acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[n]), d_dy[n], acc[n]);
                     acc_min[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dmin_dy[n], acc_min[n]);
                 }
@@ -160,6 +144,148 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
                 _mm512_sub_ps(acc[n], acc_min[n]),
             );
         }
+    }
+}
+
+/// [`q4_k_pair`] for two Q5_K groups, in the chain of `q5_k::tile_avx2`'s VNNI body: per
+/// sub-block `vpdpbusd` of the five-bit values (the nibble and the fifth bit joined in
+/// registers) by the activations, times its scale; per super-block
+/// `r = fma(−dmin, imin, isum·d)`, `acc = fma(r, dy, acc)`.
+///
+/// # Safety
+/// As [`q4_k_pair`], the groups of Q5_K.
+pub(crate) unsafe fn q5_k_pair(a: &[u8], b: &[u8], t: &Tile) {
+    let bytes = t.blocks * q5_k::GROUP_BLOCK;
+    assert!(a.len() >= bytes && b.len() >= bytes && (1..=TILE_TOKENS).contains(&t.nx));
+    let (a, b) = (a.as_ptr(), b.as_ptr());
+    // SAFETY: the caller's contract; the groups' bytes checked above.
+    unsafe {
+        match t.nx {
+            1 => q5_k_nx::<1>(a, b, t),
+            2 => q5_k_nx::<2>(a, b, t),
+            3 => q5_k_nx::<3>(a, b, t),
+            _ => q5_k_nx::<4>(a, b, t),
+        }
+    }
+}
+
+/// The fifth bits of chunk `c` from a plane `h` of them (bit `c` of each byte), moved to bit
+/// 4 (0x10) of each byte, as `q5_k::x86::fifth_bits`: a 16-bit shift left by at most 4 or
+/// right by at most 3 moves no other byte's bit to bit 4.
+#[inline(always)]
+unsafe fn fifth_bit(h: __m512i, c: usize) -> __m512i {
+    let m = _mm512_set1_epi8(0x10);
+    match c {
+        0 => _mm512_and_si512(_mm512_slli_epi16::<4>(h), m),
+        1 => _mm512_and_si512(_mm512_slli_epi16::<3>(h), m),
+        2 => _mm512_and_si512(_mm512_slli_epi16::<2>(h), m),
+        3 => _mm512_and_si512(_mm512_slli_epi16::<1>(h), m),
+        4 => _mm512_and_si512(h, m),
+        5 => _mm512_and_si512(_mm512_srli_epi16::<1>(h), m),
+        6 => _mm512_and_si512(_mm512_srli_epi16::<2>(h), m),
+        _ => _mm512_and_si512(_mm512_srli_epi16::<3>(h), m),
+    }
+}
+
+/// [`q5_k_pair`]'s work.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q5_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
+    use q5_k::{GROUP_BLOCK, HIGH};
+    let mut acc = [_mm512_setzero_ps(); NX];
+    let m4 = _mm512_set1_epi8(0x0F);
+    // SAFETY (all reads below): super-block k < blocks of both groups (GROUP_BLOCK bytes
+    // each, checked by the caller); token n < nx's Q8_K block k in its row.
+    unsafe {
+        for k in 0..t.blocks {
+            let (ga, gb) = (a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k));
+            prefetch_pair(ga, gb, k, t.blocks, GROUP_BLOCK);
+            let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * k);
+            let mut isum = [_mm512_setzero_si512(); NX];
+            for p in 0..4 {
+                let h_lo = join(ga.add(HIGH + 64 * p), gb.add(HIGH + 64 * p));
+                let h_hi = join(ga.add(HIGH + 64 * p + 32), gb.add(HIGH + 64 * p + 32));
+                let (mut s_lo, mut s_hi) =
+                    ([_mm512_setzero_si512(); NX], [_mm512_setzero_si512(); NX]);
+                for c in 0..8 {
+                    let at = NIBBLES + 256 * p + 32 * c;
+                    let w = join(ga.add(at), gb.add(at));
+                    let lo = _mm512_or_si512(_mm512_and_si512(w, m4), fifth_bit(h_lo, c));
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
+                    let hi = _mm512_or_si512(hi, fifth_bit(h_hi, c));
+                    for n in 0..NX {
+                        let x = xb(n).add(4 + 64 * p + 4 * c);
+                        let bx =
+                            |x: *const u8| _mm512_set1_epi32((x as *const i32).read_unaligned());
+                        s_lo[n] = _mm512_dpbusd_epi32(s_lo[n], lo, bx(x));
+                        s_hi[n] = _mm512_dpbusd_epi32(s_hi[n], hi, bx(x.add(32)));
+                    }
+                }
+                let (sc_lo, sc_hi) = (scales_u8(ga, gb, 2 * p), scales_u8(ga, gb, 2 * p + 1));
+                for n in 0..NX {
+                    let s = _mm512_add_epi32(
+                        _mm512_mullo_epi32(s_lo[n], sc_lo),
+                        _mm512_mullo_epi32(s_hi[n], sc_hi),
+                    );
+                    isum[n] = _mm512_add_epi32(isum[n], s);
+                }
+            }
+            let d = _mm512_cvtph_ps(join16(ga, gb));
+            let dmin = _mm512_cvtph_ps(join16(ga.add(DMIN), gb.add(DMIN)));
+            for n in 0..NX {
+                let imin = min_sums(ga, gb, xb(n));
+                let dy = _mm512_set1_ps((xb(n) as *const f32).read_unaligned());
+                let r = _mm512_fnmadd_ps(
+                    dmin,
+                    _mm512_cvtepi32_ps(imin),
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(isum[n]), d),
+                );
+                acc[n] = _mm512_fmadd_ps(r, dy, acc[n]);
+            }
+        }
+        for (n, acc) in acc.iter().enumerate() {
+            _mm512_storeu_ps(t.out.add(n * t.out_stride), *acc);
+        }
+    }
+}
+
+/// Row r's (unsigned) scale of sub-block `j` in 32-bit lane r: the first group's rows, then
+/// the second's (Q4_K's and Q5_K's header).
+#[inline(always)]
+unsafe fn scales_u8(ga: *const u8, gb: *const u8, j: usize) -> __m512i {
+    // SAFETY: the caller's group-blocks, whose headers hold the scale bytes.
+    unsafe {
+        let (sa, sb) = (ga.add(SCALES + 8 * j), gb.add(SCALES + 8 * j));
+        let s = _mm_unpacklo_epi64(
+            _mm_loadl_epi64(sa as *const _),
+            _mm_loadl_epi64(sb as *const _),
+        );
+        _mm512_cvtepu8_epi32(s)
+    }
+}
+
+/// Row r's `min_2p·bsum_2p + min_2p+1·bsum_2p+1` in 32-bit lane r (Q4_K's and Q5_K's
+/// header), against the Q8_K block at `xb`.
+#[inline(always)]
+unsafe fn pair_min_sum(ga: *const u8, gb: *const u8, xb: *const u8, p: usize) -> __m512i {
+    // SAFETY: the caller's group-blocks and activation block.
+    unsafe {
+        let q8s = _mm512_castsi128_si512(sub_block_sums(xb));
+        let pair = _mm512_permutexvar_epi32(_mm512_set1_epi32(p as i32), q8s);
+        let mins = _mm512_cvtepu8_epi16(join16(ga.add(MINS + 16 * p), gb.add(MINS + 16 * p)));
+        _mm512_madd_epi16(mins, pair)
+    }
+}
+
+/// Row r's `Σ_j min_j·bsum_j` in 32-bit lane r: [`pair_min_sum`] over the four pairs.
+#[inline(always)]
+unsafe fn min_sums(ga: *const u8, gb: *const u8, xb: *const u8) -> __m512i {
+    // SAFETY: forwarded.
+    unsafe {
+        let mut imin = _mm512_setzero_si512();
+        for p in 0..4 {
+            imin = _mm512_add_epi32(imin, pair_min_sum(ga, gb, xb, p));
+        }
+        imin
     }
 }
 

@@ -173,6 +173,7 @@ impl Product<'_> {
                 match w.ty() {
                     GgmlType::Q3_K => wide_stored::q3_k_pair(src.get(g), src.get(g + 1), &tile),
                     GgmlType::Q6_K => wide_stored::q6_k_pair(src.get(g), src.get(g + 1), &tile),
+                    GgmlType::Q5_K => wide_stored::q5_k_pair(src.get(g), src.get(g + 1), &tile),
                     _ => wide_stored::q4_k_pair(src.get(g), src.get(g + 1), &tile, self.q4k_pairs),
                 }
             };
