@@ -56,7 +56,11 @@ impl<'a> Product<'a> {
         let wide_decode =
             vnni && matches!(
                 w.ty(),
-                GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q3_K | GgmlType::Q6_K
+                GgmlType::Q4_K
+                    | GgmlType::Q5_K
+                    | GgmlType::Q3_K
+                    | GgmlType::Q6_K
+                    | GgmlType::IQ4_XS
             ) && nt <= TILE_TOKENS;
         Product {
             w,

@@ -93,6 +93,8 @@ mod scalar;
 mod wide;
 #[cfg(target_arch = "x86_64")]
 mod wide_stored;
+#[cfg(target_arch = "x86_64")]
+mod wide_stored_scaled;
 mod work;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -497,8 +499,9 @@ struct Product<'a> {
     /// Q3_K to Q6_K or IQ4_XS, many tokens, AVX-512 VNNI, off the tiles: pairs of groups in 512-bit
     /// registers ([`wide`]).
     wide: bool,
-    /// Q4_K, Q5_K, Q3_K or Q6_K, at most one tile of tokens (decode), AVX-512 VNNI: pairs of
-    /// groups read as stored in 512-bit registers ([`wide_stored`]).
+    /// Q4_K, Q5_K, Q3_K, Q6_K or IQ4_XS, at most one tile of tokens (decode), AVX-512 VNNI:
+    /// pairs of groups read as stored in 512-bit registers ([`wide_stored`],
+    /// [`wide_stored_scaled`]).
     wide_decode: bool,
     /// The first work item of this matrix among all of the call's.
     first_chunk: usize,

@@ -5,7 +5,7 @@
 #[cfg(target_arch = "x86_64")]
 use super::choice::tile_slices;
 use super::lines::Lines;
-use super::{amx, wide, wide_stored, TileUse};
+use super::{amx, wide, wide_stored, wide_stored_scaled, TileUse};
 use super::{
     pack, q6_k, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
     TILE_TOKENS, TOKEN_BLOCK,
@@ -166,15 +166,19 @@ impl Product<'_> {
         while self.wide_decode && gs.len() >= 2 {
             let g = gs.start;
             let tile = self.tile(x, acts, g, 0, x.n_tokens());
+            let (a, b) = (src.get(g), src.get(g + 1));
             // SAFETY: tokens 0..nt (nt <= 4) are rows of `x`; outputs 8g..8g+16 of each token
             // lie in this product's `y` (g + 1 < gs.end), written by this thread only;
             // `wide_decode` implies AVX-512 VNNI (and FMA, F16C).
             unsafe {
+                use wide_stored_scaled as scaled;
                 match w.ty() {
-                    GgmlType::Q3_K => wide_stored::q3_k_pair(src.get(g), src.get(g + 1), &tile),
-                    GgmlType::Q6_K => wide_stored::q6_k_pair(src.get(g), src.get(g + 1), &tile),
-                    GgmlType::Q5_K => wide_stored::q5_k_pair(src.get(g), src.get(g + 1), &tile),
-                    _ => wide_stored::q4_k_pair(src.get(g), src.get(g + 1), &tile, self.q4k_pairs),
+                    GgmlType::Q4_K => wide_stored::q4_k_pair(a, b, &tile, self.q4k_pairs),
+                    GgmlType::Q5_K => wide_stored::q5_k_pair(a, b, &tile),
+                    GgmlType::Q3_K => scaled::q3_k_pair(a, b, &tile),
+                    GgmlType::Q6_K => scaled::q6_k_pair(a, b, &tile),
+                    GgmlType::IQ4_XS => scaled::iq4_xs_pair(a, b, &tile),
+                    ty => unreachable!("no 512-bit decode kernel for {ty}"),
                 }
             };
             gs.start += 2;
