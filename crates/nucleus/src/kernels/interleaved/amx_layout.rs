@@ -8,8 +8,7 @@ use super::amx::TILE_M;
 use super::lines::Lines;
 use super::{q4_k, GroupView, GROUP_ROWS};
 
-/// Rows of a work item: four groups, the two B tiles' sixteen rows each.
-pub(crate) const ITEM_ROWS: usize = 4 * GROUP_ROWS;
+pub(crate) use super::ITEM_ROWS;
 /// Tokens per kernel call: two A tiles.
 pub(crate) const ITEM_TOKENS: usize = 2 * TILE_M;
 

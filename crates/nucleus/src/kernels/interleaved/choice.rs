@@ -120,8 +120,8 @@ const TILE_CHUNK_BYTES: usize = 1 << 20;
 /// activations in L2 against 232 streaming them); and four work items a thread at least,
 /// which balances the threads.
 fn tile_chunk_groups(w: &PackedMatrix, threads: usize) -> usize {
-    let item_bytes = 2 * super::amx::ITEM_ROWS * w.cols() / tile_slices(w);
-    let items = (w.rows() / super::amx::ITEM_ROWS) / (4 * threads).max(1);
+    let item_bytes = 2 * ITEM_ROWS * w.cols() / tile_slices(w);
+    let items = (w.rows() / ITEM_ROWS) / (4 * threads).max(1);
     GROUPS_PER_CHUNK
         * (TILE_CHUNK_BYTES / item_bytes.max(1))
             .clamp(1, 4)
@@ -139,7 +139,7 @@ const TILE_SLICE_BYTES: usize = 256 << 10;
 /// How many slices of its blocks a row of `w` runs in on tiles.
 pub(super) fn tile_slices(w: &PackedMatrix) -> usize {
     let blocks = w.cols() / pack::block_len(w.ty());
-    (2 * super::amx::ITEM_ROWS * w.cols())
+    (2 * ITEM_ROWS * w.cols())
         .div_ceil(TILE_SLICE_BYTES)
         .clamp(1, blocks.max(1))
 }

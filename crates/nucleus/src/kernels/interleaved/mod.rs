@@ -67,6 +67,9 @@ macro_rules! kernel_by_level {
     }};
 }
 
+/// Rows of an AMX work item ([`amx`]): four groups, the two B tiles' sixteen rows each.
+pub(crate) const ITEM_ROWS: usize = 4 * GROUP_ROWS;
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]

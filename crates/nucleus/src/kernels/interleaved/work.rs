@@ -1,17 +1,15 @@
 //! One work item of a packed product: a run of a matrix's row groups against every token,
 //! one tile of tokens (decode) or many, with the group's kernel.
 
-#[cfg(target_arch = "x86_64")]
-#[cfg(target_arch = "x86_64")]
-use super::choice::tile_slices;
 use super::lines::Lines;
-use super::{amx, wide, wide_stored, wide_stored_scaled, TileUse};
 use super::{
-    pack, q6_k, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
+    pack, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
     TILE_TOKENS, TOKEN_BLOCK,
 };
 #[cfg(target_arch = "x86_64")]
-use super::{q8_lanes, x86};
+use super::{
+    amx, choice::tile_slices, q6_k, q8_lanes, wide, wide_stored, wide_stored_scaled, x86, TileUse,
+};
 use crate::quant::GgmlType;
 
 /// The packed bytes of a work item's row groups: the matrix's own, or (a matrix waiting to be
