@@ -441,8 +441,8 @@ const GROUPS_PER_CHUNK: usize = 4;
 /// is a cold start of a thread's stream, where the rows of a small matrix (a 1.5B's, 1,536
 /// values) made many items (`nucleus bench qwen2.5-1.5b-q4_k_m-random.gguf -t 2 -p 16 -g 128`,
 /// 2026-12-07, the Xeon with AMX, four alternating rounds: 20.3–23.3 tok/s with 256 KiB,
-/// 21.3–23.7 with 512 KiB, 23.5–23.7 with 1 MiB; the 7B's, the 30B-A3B's and the catalog
-/// models' decode unchanged).
+/// 21.3–23.7 with 512 KiB; 1 MiB in two of them 23.5–23.7; the 7B's, the 30B-A3B's and the
+/// catalog models' decode unchanged).
 const DECODE_CHUNK_BYTES: usize = 512 << 10;
 /// Tokens per pass over a work item's groups.
 const TOKEN_BLOCK: usize = 32;
