@@ -2,13 +2,13 @@
 //! one tile of tokens (decode) or many, with the group's kernel.
 
 use super::lines::Lines;
-use super::{
-    pack, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
-    TILE_TOKENS, TOKEN_BLOCK,
-};
 #[cfg(target_arch = "x86_64")]
 use super::{
     amx, choice::tile_slices, q6_k, q8_lanes, wide, wide_stored, wide_stored_scaled, x86, TileUse,
+};
+use super::{
+    pack, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
+    TILE_TOKENS, TOKEN_BLOCK,
 };
 use crate::quant::GgmlType;
 
@@ -380,18 +380,13 @@ impl Product<'_> {
             }
             for (i, item) in items.iter_mut().enumerate().take(n_items) {
                 let g0 = gs.start + ITEM_GROUPS * i;
-                let g = g0..(g0 + ITEM_GROUPS).min(gs.end);
-                // The views unpack into the scratch of one item's groups (`scratch_groups`).
-                let views = self.views(g.clone(), src, scales, unpacked);
-                let views: Vec<&GroupView> = views.iter().collect();
-                let stored = || -> Vec<&[u8]> { g.clone().map(|g| src.get(g)).collect() };
-                match w.ty() {
-                    GgmlType::Q4_K => item.q4_k(&stored(), blocks),
-                    GgmlType::Q5_K => item.q5_k(&stored(), blocks),
-                    GgmlType::IQ4_XS => item.iq4_xs(&stored(), blocks),
-                    GgmlType::Q6_K => item.q6_k(&views, blocks),
-                    _ => item.block32(&views, blocks),
-                }
+                self.lay_out_item(
+                    item,
+                    g0..(g0 + ITEM_GROUPS).min(gs.end),
+                    src,
+                    scales,
+                    unpacked,
+                );
             }
             let offsets = if w.ty() == GgmlType::Q4_0 {
                 &acts.offsets8
@@ -447,25 +442,64 @@ impl Product<'_> {
                         // has two accumulators at `at` for this block of tokens and item, used
                         // by this call only, which the slice before wrote (slices run in order,
                         // all on this thread); without, `carry` is empty and the pointer null.
-                        unsafe {
-                            match w.ty() {
-                                GgmlType::Q4_K if self.q4k_pairs => {
-                                    amx::q4_k::<T, true>(tiles, item, &job)
-                                }
-                                GgmlType::Q4_K => amx::q4_k::<T, false>(tiles, item, &job),
-                                GgmlType::Q5_K => amx::q5_k(tiles, item, &job),
-                                // IQ4_XS's chain is Q6_K's, on planes laid out as Q6_K's.
-                                GgmlType::Q6_K | GgmlType::IQ4_XS => amx::q6_k(tiles, item, &job),
-                                GgmlType::Q5_0 => amx::block32::<T, 16>(tiles, item, &job),
-                                GgmlType::Q4_0 => amx::block32::<T, 8>(tiles, item, &job),
-                                _ => amx::block32::<T, 0>(tiles, item, &job),
-                            }
-                        }
+                        unsafe { self.run_item(tiles, item, &job) };
                     }
                 }
             }
             CARRY.set(carry);
         });
         amx::release();
+    }
+
+    /// Writes `item`, the AMX layout of groups `g` (at most four, whose packed bytes `src`
+    /// holds), unpacking the types that need it into `scales` and `unpacked`.
+    #[cfg(target_arch = "x86_64")]
+    fn lay_out_item(
+        &self,
+        item: &mut amx::ItemWeights,
+        g: std::ops::Range<usize>,
+        src: Groups,
+        scales: &mut [f32],
+        unpacked: &mut [u8],
+    ) {
+        let blocks = self.blocks;
+        // The views unpack into the scratch of one item's groups (`scratch_groups`).
+        let views = self.views(g.clone(), src, scales, unpacked);
+        let views: Vec<&GroupView> = views.iter().collect();
+        let stored = || -> Vec<&[u8]> { g.clone().map(|g| src.get(g)).collect() };
+        match self.w.ty() {
+            GgmlType::Q4_K => item.q4_k(&stored(), blocks),
+            GgmlType::Q5_K => item.q5_k(&stored(), blocks),
+            GgmlType::IQ4_XS => item.iq4_xs(&stored(), blocks),
+            GgmlType::Q6_K => item.q6_k(&views, blocks),
+            _ => item.block32(&views, blocks),
+        }
+    }
+
+    /// One item's products for one block of tokens on `tiles`, with this matrix's kernel.
+    ///
+    /// # Safety
+    /// As the kernels of [`amx`]: `job` describes tokens, outputs and a carry valid for
+    /// `item` (see [`Self::tiles_on`]), and `tiles` runs where the CPU allows it.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run_item<T: amx::Tiles>(
+        &self,
+        tiles: &mut T,
+        item: &amx::ItemWeights,
+        job: &amx::Job,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self.w.ty() {
+                GgmlType::Q4_K if self.q4k_pairs => amx::q4_k::<T, true>(tiles, item, job),
+                GgmlType::Q4_K => amx::q4_k::<T, false>(tiles, item, job),
+                GgmlType::Q5_K => amx::q5_k(tiles, item, job),
+                // IQ4_XS's chain is Q6_K's, on planes laid out as Q6_K's.
+                GgmlType::Q6_K | GgmlType::IQ4_XS => amx::q6_k(tiles, item, job),
+                GgmlType::Q5_0 => amx::block32::<T, 16>(tiles, item, job),
+                GgmlType::Q4_0 => amx::block32::<T, 8>(tiles, item, job),
+                _ => amx::block32::<T, 0>(tiles, item, job),
+            }
+        }
     }
 }
