@@ -73,20 +73,13 @@ pub(super) unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u
     qbits: impl Fn(*const u8, usize) -> (__m256i, __m256i),
 ) {
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); NX];
-        let mut acc_s = [0f32; NX];
-        let mut acc_ms = [0f32; NX];
-        let mut acc_m4 = [_mm_setzero_ps(); NX];
-        // PAIR_SUMS keeps row k's two accumulators in lane k of these (the same FMAs per row,
-        // four rows per instruction).
-        let (mut acc4, mut acc_min4) = (_mm_setzero_ps(), _mm_setzero_ps());
+        let mut acc = K4Accs::<NX>::new();
         for i in 0..nb {
             let wb = w.add(i * WB);
             for l in (0..WB).step_by(64) {
                 _mm_prefetch::<_MM_HINT_T0>(wb.add(PREFETCH + l) as *const i8);
             }
-            let d = f16(wb);
-            let dmin = f16(wb.add(2));
+            let (d, dmin) = (f16(wb), f16(wb.add(2)));
             let u = k4_scales(wb.add(4));
             let ms = _mm256_cvtepu8_epi16(_mm_set_epi32(
                 u[3] as i32,
@@ -96,66 +89,33 @@ pub(super) unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u
             ));
             let mins = _mm256_extracti128_si256(ms, 1);
             let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
-            let mut sumi = [_mm256_setzero_si256(); NX];
+            let xb = |k: usize| x.add(k * stride + i * 292);
+            let dy = |k: usize| (xb(k) as *const f32).read_unaligned();
             // PAIR_SUMS and TILED: row k's min sums of the sub-block pairs (lane j).
             let mut pair_mins = [_mm_setzero_si128(); 4];
             for k in 0..NX {
-                let xb = x.add(k * stride + i * 292);
-                let bs = load256(xb.add(260));
+                let bs = load256(xb(k).add(260));
                 let q8s =
                     _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-                let prod = _mm_madd_epi16(mins, q8s);
-                let dy = (xb as *const f32).read_unaligned();
-                match MODE {
-                    LANES => {
-                        // ggml: summs += (−dmin·dy)·Σmins, contracted into an FMA by GCC.
-                        let imin = hsum_epi32_128(prod) as f32;
-                        acc_ms[k] = (-(dmin * dy)).mul_add(imin, acc_ms[k])
-                    }
-                    BLOCK_SUMS => {
-                        acc_ms[k] = (hsum_epi32_128(prod) as f32).mul_add(dmin * dy, acc_ms[k])
-                    }
-                    LANES_MIN_LANES => {
-                        acc_m4[k] = _mm_fmadd_ps(
-                            _mm_set1_ps(-(dmin * dy)),
-                            _mm_cvtepi32_ps(prod),
-                            acc_m4[k],
-                        )
-                    }
-                    // PAIR_SUMS: per pair (lane j), TILED: the block's; folded in below.
-                    _ => pair_mins[k] = prod,
-                }
+                pair_mins[k] = _mm_madd_epi16(mins, q8s);
+                acc.mins::<MODE>(k, pair_mins[k], dmin, dy(k));
             }
             let (mut d4, mut dmin4) = ([0f32; 4], [0f32; 4]);
             if MODE == PAIR_SUMS {
                 for k in 0..NX {
-                    let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
-                    (d4[k], dmin4[k]) = (d * dy, dmin * dy);
+                    (d4[k], dmin4[k]) = (d * dy(k), dmin * dy(k));
                 }
+                acc.pair_mins(pair_mins, _mm_loadu_ps(dmin4.as_ptr()));
             }
-            let (d4, dmin4) = (_mm_loadu_ps(d4.as_ptr()), _mm_loadu_ps(dmin4.as_ptr()));
-            if MODE == PAIR_SUMS {
-                // The min sums transposed to lane k = row k, one vector per pair j, folded in
-                // pair by pair (their own accumulator, so ahead of the integer sums).
-                let [p0, p1, p2, p3] = pair_mins;
-                let (t0, t1) = (_mm_unpacklo_epi32(p0, p1), _mm_unpacklo_epi32(p2, p3));
-                let (t2, t3) = (_mm_unpackhi_epi32(p0, p1), _mm_unpackhi_epi32(p2, p3));
-                for imin in [
-                    _mm_unpacklo_epi64(t0, t1),
-                    _mm_unpackhi_epi64(t0, t1),
-                    _mm_unpacklo_epi64(t2, t3),
-                    _mm_unpackhi_epi64(t2, t3),
-                ] {
-                    acc_min4 = _mm_fmadd_ps(_mm_cvtepi32_ps(imin), dmin4, acc_min4);
-                }
-            }
+            let d4 = _mm_loadu_ps(d4.as_ptr());
+            let mut sumi = [_mm256_setzero_si256(); NX];
             for j in 0..4 {
                 let sl = _mm256_shuffle_epi8(scales, word_bcast_mask(2 * j));
                 let sh = _mm256_shuffle_epi8(scales, word_bcast_mask(2 * j + 1));
                 let (ql, qh) = qbits(wb, j);
                 let mut p = [_mm256_setzero_si256(); 4];
                 for k in 0..NX {
-                    let xq = x.add(k * stride + i * 292 + 4 + 64 * j);
+                    let xq = xb(k).add(4 + 64 * j);
                     let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, load256(xq)));
                     let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, load256(xq.add(32))));
                     p[k] = _mm256_add_epi32(pl, ph);
@@ -164,61 +124,158 @@ pub(super) unsafe fn dot_k4_like<const NX: usize, const WB: usize, const MODE: u
                     }
                 }
                 if MODE == PAIR_SUMS {
-                    // Lane k: row k's integer sum over the pair, and its min sum.
-                    let t = _mm256_hadd_epi32(
-                        _mm256_hadd_epi32(p[0], p[1]),
-                        _mm256_hadd_epi32(p[2], p[3]),
-                    );
-                    let isum =
-                        _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-                    acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d4, acc4);
+                    acc.pair_sums(p, d4);
                 }
             }
             for k in 0..NX {
-                let dy = (x.add(k * stride + i * 292) as *const f32).read_unaligned();
-                match MODE {
-                    LANES | LANES_MIN_LANES => {
-                        acc[k] = _mm256_fmadd_ps(
-                            _mm256_set1_ps(d * dy),
-                            _mm256_cvtepi32_ps(sumi[k]),
-                            acc[k],
-                        )
-                    }
-                    TILED => {
-                        let lanes = _mm_add_epi32(
-                            _mm256_castsi256_si128(sumi[k]),
-                            _mm256_extracti128_si256(sumi[k], 1),
-                        );
-                        let isum = hsum_epi32_128(lanes) as f32;
-                        let imin = hsum_epi32_128(pair_mins[k]) as f32;
-                        let r = (-dmin).mul_add(imin, isum * d);
-                        acc_s[k] = r.mul_add(dy, acc_s[k]);
-                    }
-                    BLOCK_SUMS => {
-                        let lanes = _mm_add_epi32(
-                            _mm256_castsi256_si128(sumi[k]),
-                            _mm256_extracti128_si256(sumi[k], 1),
-                        );
-                        acc_s[k] = (hsum_epi32_128(lanes) as f32).mul_add(d * dy, acc_s[k]);
-                    }
-                    _ => {}
-                }
+                acc.block::<MODE>(k, sumi[k], pair_mins[k], (d, dmin), dy(k));
             }
         }
-        if MODE == PAIR_SUMS {
-            let (mut a, mut m) = ([0f32; 4], [0f32; 4]);
-            _mm_storeu_ps(a.as_mut_ptr(), acc4);
-            _mm_storeu_ps(m.as_mut_ptr(), acc_min4);
-            acc_s.copy_from_slice(&a[..NX]);
-            acc_ms.copy_from_slice(&m[..NX]);
+        acc.finish::<MODE>(out);
+    }
+}
+
+/// [`dot_k4_like`]'s accumulators for `NX` rows, those each `MODE` uses.
+struct K4Accs<const NX: usize> {
+    /// LANES, LANES_MIN_LANES: 8 lanes of scaled integer sums per row.
+    acc: [__m256; NX],
+    /// BLOCK_SUMS, TILED (and PAIR_SUMS at the end): one float per row.
+    acc_s: [f32; NX],
+    /// LANES, BLOCK_SUMS (and PAIR_SUMS at the end): the min sums, one float per row.
+    acc_ms: [f32; NX],
+    /// LANES_MIN_LANES: the min sums' 4 lanes per row.
+    acc_m4: [__m128; NX],
+    /// PAIR_SUMS: row k's two accumulators in lane k (the same FMAs per row, four rows per
+    /// instruction).
+    acc4: __m128,
+    acc_min4: __m128,
+}
+
+impl<const NX: usize> K4Accs<NX> {
+    #[inline(always)]
+    unsafe fn new() -> Self {
+        Self {
+            acc: [_mm256_setzero_ps(); NX],
+            acc_s: [0f32; NX],
+            acc_ms: [0f32; NX],
+            acc_m4: [_mm_setzero_ps(); NX],
+            acc4: _mm_setzero_ps(),
+            acc_min4: _mm_setzero_ps(),
         }
-        for k in 0..NX {
-            *out.add(k) = match MODE {
-                LANES => hsum_ps(acc[k]) + acc_ms[k],
-                LANES_MIN_LANES => hsum_ps(acc[k]) + hsum_ps128(acc_m4[k]),
-                TILED => acc_s[k],
-                _ => acc_s[k] - acc_ms[k],
+    }
+
+    /// Row k's min sums of one block (`prod`: per pair, 4 lanes) folded in, where `MODE`
+    /// folds them per block (PAIR_SUMS and TILED fold them later).
+    #[inline(always)]
+    unsafe fn mins<const MODE: u8>(&mut self, k: usize, prod: __m128i, dmin: f32, dy: f32) {
+        unsafe {
+            match MODE {
+                LANES => {
+                    // ggml: summs += (−dmin·dy)·Σmins, contracted into an FMA by GCC.
+                    let imin = hsum_epi32_128(prod) as f32;
+                    self.acc_ms[k] = (-(dmin * dy)).mul_add(imin, self.acc_ms[k])
+                }
+                BLOCK_SUMS => {
+                    let imin = hsum_epi32_128(prod) as f32;
+                    self.acc_ms[k] = imin.mul_add(dmin * dy, self.acc_ms[k])
+                }
+                LANES_MIN_LANES => {
+                    self.acc_m4[k] = _mm_fmadd_ps(
+                        _mm_set1_ps(-(dmin * dy)),
+                        _mm_cvtepi32_ps(prod),
+                        self.acc_m4[k],
+                    )
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// PAIR_SUMS: the rows' min sums transposed to lane k = row k, one vector per pair j,
+    /// folded in pair by pair (their own accumulator, so ahead of the integer sums).
+    #[inline(always)]
+    unsafe fn pair_mins(&mut self, [p0, p1, p2, p3]: [__m128i; 4], dmin4: __m128) {
+        unsafe {
+            let (t0, t1) = (_mm_unpacklo_epi32(p0, p1), _mm_unpacklo_epi32(p2, p3));
+            let (t2, t3) = (_mm_unpackhi_epi32(p0, p1), _mm_unpackhi_epi32(p2, p3));
+            for imin in [
+                _mm_unpacklo_epi64(t0, t1),
+                _mm_unpackhi_epi64(t0, t1),
+                _mm_unpacklo_epi64(t2, t3),
+                _mm_unpackhi_epi64(t2, t3),
+            ] {
+                self.acc_min4 = _mm_fmadd_ps(_mm_cvtepi32_ps(imin), dmin4, self.acc_min4);
+            }
+        }
+    }
+
+    /// PAIR_SUMS: lane k of one FMA takes row k's integer sum over the pair (`p[k]`).
+    #[inline(always)]
+    unsafe fn pair_sums(&mut self, p: [__m256i; 4], d4: __m128) {
+        unsafe {
+            let t = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+            let isum = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+            self.acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d4, self.acc4);
+        }
+    }
+
+    /// Row k's integer sums of one block (`sumi`: 8 lanes; `pair_min`: TILED's min sums)
+    /// folded in, where `MODE` folds them per block.
+    #[inline(always)]
+    unsafe fn block<const MODE: u8>(
+        &mut self,
+        k: usize,
+        sumi: __m256i,
+        pair_min: __m128i,
+        (d, dmin): (f32, f32),
+        dy: f32,
+    ) {
+        unsafe {
+            let isum = || {
+                let lanes = _mm_add_epi32(
+                    _mm256_castsi256_si128(sumi),
+                    _mm256_extracti128_si256(sumi, 1),
+                );
+                hsum_epi32_128(lanes) as f32
             };
+            match MODE {
+                LANES | LANES_MIN_LANES => {
+                    self.acc[k] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(d * dy),
+                        _mm256_cvtepi32_ps(sumi),
+                        self.acc[k],
+                    )
+                }
+                TILED => {
+                    let imin = hsum_epi32_128(pair_min) as f32;
+                    let r = (-dmin).mul_add(imin, isum() * d);
+                    self.acc_s[k] = r.mul_add(dy, self.acc_s[k]);
+                }
+                BLOCK_SUMS => self.acc_s[k] = isum().mul_add(d * dy, self.acc_s[k]),
+                _ => {}
+            }
+        }
+    }
+
+    /// The rows' results to `out[0..NX]`.
+    #[inline(always)]
+    unsafe fn finish<const MODE: u8>(mut self, out: *mut f32) {
+        unsafe {
+            if MODE == PAIR_SUMS {
+                let (mut a, mut m) = ([0f32; 4], [0f32; 4]);
+                _mm_storeu_ps(a.as_mut_ptr(), self.acc4);
+                _mm_storeu_ps(m.as_mut_ptr(), self.acc_min4);
+                self.acc_s.copy_from_slice(&a[..NX]);
+                self.acc_ms.copy_from_slice(&m[..NX]);
+            }
+            for k in 0..NX {
+                *out.add(k) = match MODE {
+                    LANES => hsum_ps(self.acc[k]) + self.acc_ms[k],
+                    LANES_MIN_LANES => hsum_ps(self.acc[k]) + hsum_ps128(self.acc_m4[k]),
+                    TILED => self.acc_s[k],
+                    _ => self.acc_s[k] - self.acc_ms[k],
+                };
+            }
         }
     }
 }
