@@ -15,6 +15,57 @@ use super::wide::join;
 use super::x86::prefetch_block;
 use super::{Tile, TILE_TOKENS};
 
+/// Checks that groups `$a` and `$b` hold `$t.blocks` group-blocks of `$block` bytes each and
+/// that the tile has one to four tokens, then runs `$body::<NX, $generic...>` on their bytes
+/// for the tile's token count: the entry of every pair kernel.
+macro_rules! pair_by_tokens {
+    ($body:ident $(, $generic:tt)*; $block:expr, $a:expr, $b:expr, $t:expr) => {{
+        let (a, b, t): (&[u8], &[u8], &Tile) = ($a, $b, $t);
+        let bytes = t.blocks * $block;
+        assert!(a.len() >= bytes && b.len() >= bytes && (1..=TILE_TOKENS).contains(&t.nx));
+        let (a, b) = (a.as_ptr(), b.as_ptr());
+        // SAFETY: the caller's contract; the groups' bytes checked above.
+        unsafe {
+            match t.nx {
+                1 => $body::<1 $(, $generic)*>(a, b, t),
+                2 => $body::<2 $(, $generic)*>(a, b, t),
+                3 => $body::<3 $(, $generic)*>(a, b, t),
+                _ => $body::<4 $(, $generic)*>(a, b, t),
+            }
+        }
+    }};
+}
+pub(super) use pair_by_tokens;
+
+/// Chunk `c` of sub-block pair `p` (its low values `lo` and high values `hi`, sixteen rows)
+/// against each token's activations: `vpdpbusd` into `s_lo[n]` and `s_hi[n]` (`xb(n)`: token
+/// n's Q8_K block).
+#[inline(always)]
+pub(super) unsafe fn dot_chunk<const NX: usize>(
+    (s_lo, s_hi): (&mut [__m512i; NX], &mut [__m512i; NX]),
+    (lo, hi): (__m512i, __m512i),
+    xb: impl Fn(usize) -> *const u8,
+    (p, c): (usize, usize),
+) {
+    // SAFETY: the caller's activation blocks (values 64p + 4c.. and 64p + 32 + 4c..).
+    unsafe {
+        for n in 0..NX {
+            let x = xb(n).add(4 + 64 * p + 4 * c);
+            let bx = |x: *const u8| _mm512_set1_epi32((x as *const i32).read_unaligned());
+            s_lo[n] = _mm512_dpbusd_epi32(s_lo[n], lo, bx(x));
+            s_hi[n] = _mm512_dpbusd_epi32(s_hi[n], hi, bx(x.add(32)));
+        }
+    }
+}
+
+/// Each token's sixteen outputs (`acc[n]`) to the tile's output row.
+#[inline(always)]
+pub(super) unsafe fn store_outputs<const NX: usize>(acc: [__m512; NX], t: &Tile) {
+    for (n, acc) in acc.iter().enumerate() {
+        // SAFETY: the tile's sixteen outputs of token n (the caller's contract).
+        unsafe { _mm512_storeu_ps(t.out.add(n * t.out_stride), *acc) };
+    }
+}
 /// Where a stored super-block's dmin (f16, after the rows' d) starts.
 const DMIN: usize = 16;
 
@@ -26,21 +77,10 @@ const DMIN: usize = 16;
 /// The tile's pointers are valid for what [`Tile`] says, with sixteen outputs per token; the
 /// CPU has AVX-512 F/BW/VL/VNNI, FMA and F16C.
 pub(crate) unsafe fn q4_k_pair(a: &[u8], b: &[u8], t: &Tile, pairs: bool) {
-    let bytes = t.blocks * GROUP_BLOCK;
-    assert!(a.len() >= bytes && b.len() >= bytes && (1..=TILE_TOKENS).contains(&t.nx));
-    let (a, b) = (a.as_ptr(), b.as_ptr());
-    // SAFETY: the caller's contract; the groups' bytes checked above.
-    unsafe {
-        match (t.nx, pairs) {
-            (1, true) => pair_nx::<1, true>(a, b, t),
-            (2, true) => pair_nx::<2, true>(a, b, t),
-            (3, true) => pair_nx::<3, true>(a, b, t),
-            (_, true) => pair_nx::<4, true>(a, b, t),
-            (1, false) => pair_nx::<1, false>(a, b, t),
-            (2, false) => pair_nx::<2, false>(a, b, t),
-            (3, false) => pair_nx::<3, false>(a, b, t),
-            (_, false) => pair_nx::<4, false>(a, b, t),
-        }
+    if pairs {
+        pair_by_tokens!(pair_nx, true; GROUP_BLOCK, a, b, t)
+    } else {
+        pair_by_tokens!(pair_nx, false; GROUP_BLOCK, a, b, t)
     }
 }
 
@@ -109,13 +149,7 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
                     // The high nibbles left in place (16 times their value), the sum divided
                     // by 16 after the chunks, exactly, as tile_avx2's VNNI body does.
                     let (lo, hi) = (_mm512_and_si512(w, m4), _mm512_andnot_si512(m4, w));
-                    for n in 0..NX {
-                        let x = xb(n).add(4 + 64 * p + 4 * c);
-                        let bx =
-                            |x: *const u8| _mm512_set1_epi32((x as *const i32).read_unaligned());
-                        s_lo[n] = _mm512_dpbusd_epi32(s_lo[n], lo, bx(x));
-                        s_hi[n] = _mm512_dpbusd_epi32(s_hi[n], hi, bx(x.add(32)));
-                    }
+                    dot_chunk((&mut s_lo, &mut s_hi), (lo, hi), xb, (p, c));
                 }
                 let (sc_lo, sc_hi) = (scales_u8(ga, gb, 2 * p), scales_u8(ga, gb, 2 * p + 1));
                 for n in 0..NX {
@@ -144,12 +178,8 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
                 }
             }
         }
-        for n in 0..NX {
-            _mm512_storeu_ps(
-                t.out.add(n * t.out_stride),
-                _mm512_sub_ps(acc[n], acc_min[n]),
-            );
-        }
+        let out: [__m512; NX] = std::array::from_fn(|n| _mm512_sub_ps(acc[n], acc_min[n]));
+        store_outputs(out, t);
     }
 }
 
@@ -161,18 +191,7 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
 /// # Safety
 /// As [`q4_k_pair`], the groups of Q5_K.
 pub(crate) unsafe fn q5_k_pair(a: &[u8], b: &[u8], t: &Tile) {
-    let bytes = t.blocks * q5_k::GROUP_BLOCK;
-    assert!(a.len() >= bytes && b.len() >= bytes && (1..=TILE_TOKENS).contains(&t.nx));
-    let (a, b) = (a.as_ptr(), b.as_ptr());
-    // SAFETY: the caller's contract; the groups' bytes checked above.
-    unsafe {
-        match t.nx {
-            1 => q5_k_nx::<1>(a, b, t),
-            2 => q5_k_nx::<2>(a, b, t),
-            3 => q5_k_nx::<3>(a, b, t),
-            _ => q5_k_nx::<4>(a, b, t),
-        }
-    }
+    pair_by_tokens!(q5_k_nx; q5_k::GROUP_BLOCK, a, b, t)
 }
 
 /// The fifth bits of chunk `c` from a plane `h` of them (bit `c` of each byte), moved to bit
@@ -218,13 +237,7 @@ unsafe fn q5_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
                     let lo = _mm512_or_si512(_mm512_and_si512(w, m4), fifth_bit(h_lo, c));
                     let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
                     let hi = _mm512_or_si512(hi, fifth_bit(h_hi, c));
-                    for n in 0..NX {
-                        let x = xb(n).add(4 + 64 * p + 4 * c);
-                        let bx =
-                            |x: *const u8| _mm512_set1_epi32((x as *const i32).read_unaligned());
-                        s_lo[n] = _mm512_dpbusd_epi32(s_lo[n], lo, bx(x));
-                        s_hi[n] = _mm512_dpbusd_epi32(s_hi[n], hi, bx(x.add(32)));
-                    }
+                    dot_chunk((&mut s_lo, &mut s_hi), (lo, hi), xb, (p, c));
                 }
                 let (sc_lo, sc_hi) = (scales_u8(ga, gb, 2 * p), scales_u8(ga, gb, 2 * p + 1));
                 for n in 0..NX {
@@ -248,9 +261,7 @@ unsafe fn q5_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
                 acc[n] = _mm512_fmadd_ps(r, dy, acc[n]);
             }
         }
-        for (n, acc) in acc.iter().enumerate() {
-            _mm512_storeu_ps(t.out.add(n * t.out_stride), *acc);
-        }
+        store_outputs(acc, t);
     }
 }
 

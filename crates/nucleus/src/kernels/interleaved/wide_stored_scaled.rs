@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 
 use super::q4_k::{sub_block_sums, ACT_BLOCK};
 use super::wide::join;
-use super::wide_stored::{join16, prefetch_pair};
+use super::wide_stored::{dot_chunk, join16, pair_by_tokens, prefetch_pair, store_outputs};
 use super::{iq4_xs, q3_k, q6_k, Tile, TILE_TOKENS};
 use crate::quant::KVALUES_IQ4NL;
 
@@ -20,18 +20,7 @@ use crate::quant::KVALUES_IQ4NL;
 /// # Safety
 /// As [`super::wide_stored::q4_k_pair`], the groups of Q3_K.
 pub(crate) unsafe fn q3_k_pair(a: &[u8], b: &[u8], t: &Tile) {
-    let bytes = t.blocks * q3_k::GROUP_BLOCK;
-    assert!(a.len() >= bytes && b.len() >= bytes && (1..=TILE_TOKENS).contains(&t.nx));
-    let (a, b) = (a.as_ptr(), b.as_ptr());
-    // SAFETY: the caller's contract; the groups' bytes checked above.
-    unsafe {
-        match t.nx {
-            1 => q3_k_nx::<1>(a, b, t),
-            2 => q3_k_nx::<2>(a, b, t),
-            3 => q3_k_nx::<3>(a, b, t),
-            _ => q3_k_nx::<4>(a, b, t),
-        }
-    }
+    pair_by_tokens!(q3_k_nx; q3_k::GROUP_BLOCK, a, b, t)
 }
 
 /// Bit `c` of each byte moved to bit 2 (0x04), as `q3_k::x86::third_bit`: a 16-bit shift
@@ -109,16 +98,9 @@ unsafe fn q3_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
                     isum[n] = _mm512_add_epi32(isum[n], _mm512_mullo_epi32(sum, sc));
                 }
             }
-            let d = _mm512_cvtph_ps(join16(ga, gb));
-            for n in 0..NX {
-                let dy = _mm512_set1_ps((xb(n) as *const f32).read_unaligned());
-                let r = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[n]), d);
-                acc[n] = _mm512_fmadd_ps(r, dy, acc[n]);
-            }
+            fold_scaled(&mut acc, isum, (ga, gb), xb);
         }
-        for (n, acc) in acc.iter().enumerate() {
-            _mm512_storeu_ps(t.out.add(n * t.out_stride), *acc);
-        }
+        store_outputs(acc, t);
     }
 }
 
@@ -130,18 +112,7 @@ unsafe fn q3_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
 /// # Safety
 /// As [`super::wide_stored::q4_k_pair`], the groups of Q6_K.
 pub(crate) unsafe fn q6_k_pair(a: &[u8], b: &[u8], t: &Tile) {
-    let bytes = t.blocks * q6_k::GROUP_BLOCK;
-    assert!(a.len() >= bytes && b.len() >= bytes && (1..=TILE_TOKENS).contains(&t.nx));
-    let (a, b) = (a.as_ptr(), b.as_ptr());
-    // SAFETY: the caller's contract; the groups' bytes checked above.
-    unsafe {
-        match t.nx {
-            1 => q6_k_nx::<1>(a, b, t),
-            2 => q6_k_nx::<2>(a, b, t),
-            3 => q6_k_nx::<3>(a, b, t),
-            _ => q6_k_nx::<4>(a, b, t),
-        }
-    }
+    pair_by_tokens!(q6_k_nx; q6_k::GROUP_BLOCK, a, b, t)
 }
 
 /// [`q6_k_pair`]'s work.
@@ -173,16 +144,9 @@ unsafe fn q6_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
                 q6_k_sub_block::<NX, true, false>(g, p, &xs, &start, &mut isum);
                 q6_k_sub_block::<NX, true, true>(g, p, &xs, &start, &mut isum);
             }
-            let d = _mm512_cvtph_ps(join16(g[0], g[1]));
-            for n in 0..NX {
-                let dy = _mm512_set1_ps((xs[n] as *const f32).read_unaligned());
-                let wd = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[n]), d);
-                acc[n] = _mm512_fmadd_ps(wd, dy, acc[n]);
-            }
+            fold_scaled(&mut acc, isum, (g[0], g[1]), |n| xs[n]);
         }
-        for (n, acc) in acc.iter().enumerate() {
-            _mm512_storeu_ps(t.out.add(n * t.out_stride), *acc);
-        }
+        store_outputs(acc, t);
     }
 }
 
@@ -244,18 +208,7 @@ unsafe fn q6_k_sub_block<const NX: usize, const UPPER: bool, const HALF: bool>(
 /// # Safety
 /// As [`super::wide_stored::q4_k_pair`], the groups of IQ4_XS.
 pub(crate) unsafe fn iq4_xs_pair(a: &[u8], b: &[u8], t: &Tile) {
-    let bytes = t.blocks * iq4_xs::GROUP_BLOCK;
-    assert!(a.len() >= bytes && b.len() >= bytes && (1..=TILE_TOKENS).contains(&t.nx));
-    let (a, b) = (a.as_ptr(), b.as_ptr());
-    // SAFETY: the caller's contract; the groups' bytes checked above.
-    unsafe {
-        match t.nx {
-            1 => iq4_xs_nx::<1>(a, b, t),
-            2 => iq4_xs_nx::<2>(a, b, t),
-            3 => iq4_xs_nx::<3>(a, b, t),
-            _ => iq4_xs_nx::<4>(a, b, t),
-        }
-    }
+    pair_by_tokens!(iq4_xs_nx; iq4_xs::GROUP_BLOCK, a, b, t)
 }
 
 /// [`iq4_xs_pair`]'s work.
@@ -292,13 +245,7 @@ unsafe fn iq4_xs_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
                     let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(w, m4));
                     let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
                     let hi = _mm512_shuffle_epi8(table, hi);
-                    for n in 0..NX {
-                        let x = xb(n).add(4 + 64 * p + 4 * c);
-                        let bx =
-                            |x: *const u8| _mm512_set1_epi32((x as *const i32).read_unaligned());
-                        s_lo[n] = _mm512_dpbusd_epi32(s_lo[n], lo, bx(x));
-                        s_hi[n] = _mm512_dpbusd_epi32(s_hi[n], hi, bx(x.add(32)));
-                    }
+                    dot_chunk((&mut s_lo, &mut s_hi), (lo, hi), xb, (p, c));
                 }
                 let scale = |j: usize| {
                     _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
@@ -317,15 +264,29 @@ unsafe fn iq4_xs_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
                     isum[n] = _mm512_add_epi32(isum[n], both);
                 }
             }
-            let d = _mm512_cvtph_ps(join16(ga, gb));
-            for n in 0..NX {
-                let dy = _mm512_set1_ps((xb(n) as *const f32).read_unaligned());
-                let r = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[n]), d);
-                acc[n] = _mm512_fmadd_ps(r, dy, acc[n]);
-            }
+            fold_scaled(&mut acc, isum, (ga, gb), xb);
         }
-        for (n, acc) in acc.iter().enumerate() {
-            _mm512_storeu_ps(t.out.add(n * t.out_stride), *acc);
+        store_outputs(acc, t);
+    }
+}
+
+/// The end of a super-block of the types without mins, per token: `acc = fma(isum·d, dy,
+/// acc)`, `d` the rows' scales of the pair `g` (f16, at the start of each group-block), `dy`
+/// the token's (`xb(n)`: its Q8_K block).
+#[inline(always)]
+unsafe fn fold_scaled<const NX: usize>(
+    acc: &mut [__m512; NX],
+    isum: [__m512i; NX],
+    (ga, gb): (*const u8, *const u8),
+    xb: impl Fn(usize) -> *const u8,
+) {
+    // SAFETY: the caller's group-blocks and activation blocks.
+    unsafe {
+        let d = _mm512_cvtph_ps(join16(ga, gb));
+        for n in 0..NX {
+            let dy = _mm512_set1_ps((xb(n) as *const f32).read_unaligned());
+            let r = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[n]), d);
+            acc[n] = _mm512_fmadd_ps(r, dy, acc[n]);
         }
     }
 }
