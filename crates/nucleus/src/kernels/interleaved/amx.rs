@@ -36,7 +36,7 @@ use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
-use super::{q4_k, GROUP_ROWS};
+use super::GROUP_ROWS;
 
 /// Tokens per A tile (the rows of A and C).
 pub(crate) const TILE_M: usize = 16;
@@ -123,14 +123,14 @@ fn request_tile_data() -> i64 {
     ret
 }
 
+use super::amx_layout::token_numbers_at;
 pub(crate) use super::amx_layout::{a_step, pack_acts, ItemWeights, ITEM_ROWS, ITEM_TOKENS};
 pub(crate) use super::amx_q4_k::q4_k;
-pub(crate) use super::amx_tiles::{release, Emulated, Hardware, Tiles};
+pub(crate) use super::amx_tiles::{Emulated, Hardware, Tiles};
 
 /// What a kernel call reads and writes: `m` (1 to 32) tokens, packed for the A tiles at `a`
-/// ([`pack_acts`]) and as quantized in `x` (rows `x_stride` bytes apart: the per-block numbers
-/// the folds read), their per-block scales and offsets (stride `blocks`; Q8_0 activations
-/// only), and eight outputs per group of the item per token at `out` (rows `out_stride` floats
+/// ([`pack_acts`], Q8_K rows with the per-super-block numbers the folds read), their per-block
+/// scales and offsets (stride `blocks`; Q8_0 activations only), and eight outputs per group of the item per token at `out` (rows `out_stride` floats
 /// apart). A long row's product runs in slices of its blocks (`slice`), item after item over
 /// each slice before the next, so that a slice of the items' weights stays in L2: each job goes
 /// on with the chains where the slice before left them in `carry`, in the same order, so the
@@ -143,8 +143,6 @@ pub(crate) struct Job {
     pub carry: *mut Acc,
     pub m: usize,
     pub a: *const u8,
-    pub x: *const u8,
-    pub x_stride: usize,
     pub scales: *const f32,
     pub offsets: *const i32,
     pub out: *mut f32,
@@ -190,9 +188,21 @@ impl Job {
     pub(crate) fn rows(&self) -> [usize; 2] {
         [self.m.min(TILE_M), self.m.saturating_sub(TILE_M)]
     }
-    /// Token `t`'s activation row.
-    pub(super) fn x_row(&self, t: usize) -> *const u8 {
-        self.x.wrapping_add(t * self.x_stride)
+    /// Super-block `b`'s token numbers (Q8_K activations, [`pack_acts`]): the tokens' `d`
+    /// and sub-block sums.
+    fn token_numbers(&self, b: usize) -> *const u8 {
+        self.a.wrapping_add(token_numbers_at(self.blocks, b))
+    }
+
+    /// Token `t`'s `d` of super-block `b` (Q8_K activations), in all lanes.
+    ///
+    /// # Safety
+    /// The activations at `a` are packed Q8_K rows of `blocks` super-blocks ([`pack_acts`]),
+    /// `b` < `blocks`, `t` below the job's tokens.
+    #[inline(always)]
+    pub(super) unsafe fn dy(&self, t: usize, b: usize) -> __m512 {
+        // SAFETY: the caller's contract: inside super-block b's token numbers.
+        unsafe { _mm512_set1_ps((self.token_numbers(b) as *const f32).add(t).read()) }
     }
 }
 
@@ -386,8 +396,7 @@ pub(crate) unsafe fn q5_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
             let b_at = w.b.as_ptr().add(16384 * b);
             tiles.planes(job.a_tiles(4 * b, 64), 64, b_at, 4, c.as_mut_ptr());
             for t in 0..job.m {
-                let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
-                let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
+                let dy = job.dy(t, b);
                 for h in 0..2 {
                     let acc = &raw mut (*accs)[0][t][h];
                     let isum = _mm512_cvtepi32_ps(plane_sum::<5>(&c, t, h));
@@ -423,8 +432,9 @@ pub(super) unsafe fn d_dmin(w: &ItemWeights, b: usize) -> [[__m512; 2]; 2] {
 
 /// One super-block's mins (Q4_K, Q5_K) and the tokens' activation sums they multiply.
 pub(super) struct Mins {
-    /// Per pair of sub-blocks, the token's sums of their 32 activations each, as two i16.
-    pair_sums: [[i32; 4]; ITEM_TOKENS],
+    /// Per token, the sums of each pair of sub-blocks' 32 activations as two i16 in an i32,
+    /// 16 bytes a token ([`pack_acts`]'s token numbers).
+    pair_sums: *const i32,
     /// Per pair, the rows' two mins as two i16.
     mins: [[__m512i; 2]; 4],
 }
@@ -433,7 +443,7 @@ impl Mins {
     #[target_feature(enable = "avx512f")]
     pub(super) fn new() -> Self {
         Mins {
-            pair_sums: [[0; 4]; ITEM_TOKENS],
+            pair_sums: std::ptr::null(),
             mins: [[_mm512_setzero_si512(); 2]; 4],
         }
     }
@@ -441,8 +451,8 @@ impl Mins {
     /// Super-block `b`'s.
     #[inline(always)]
     pub(super) unsafe fn load(&mut self, w: &ItemWeights, job: &Job, b: usize) {
-        // SAFETY: the caller's contract: `w` holds the mins of `b`; tokens below job.m have
-        // Q8_K rows of `blocks` super-blocks (16 i16 sums at 260).
+        // SAFETY: the caller's contract: `w` holds the mins of `b`; the job's activations are
+        // packed Q8_K rows of `blocks` super-blocks, with their token numbers.
         unsafe {
             for (p, mins) in self.mins.iter_mut().enumerate() {
                 for (h, m) in mins.iter_mut().enumerate() {
@@ -451,21 +461,19 @@ impl Mins {
                     );
                 }
             }
-            for t in 0..job.m {
-                let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
-                // Sub-block j's sum: Q8_K's sums of 16, 2j and 2j + 1; as i16, two a pair.
-                let sums16 = _mm256_loadu_si256(row.add(260) as *const __m256i);
-                let sums32 = _mm256_madd_epi16(sums16, _mm256_set1_epi16(1));
-                let pairs = _mm256_cvtepi32_epi16(sums32);
-                _mm_storeu_si128(self.pair_sums[t].as_mut_ptr() as *mut __m128i, pairs);
-            }
+            self.pair_sums = job.token_numbers(b).add(4 * ITEM_TOKENS) as *const i32;
         }
     }
 
     /// Token `t`'s `Σ min·sum` of pair `p`, rows `16h..`.
     #[inline(always)]
+    ///
+    /// # Safety
+    /// [`Mins::load`] ran for a job with token `t`; `p` < 4.
     pub(super) unsafe fn pair(&self, t: usize, h: usize, p: usize) -> __m512i {
-        _mm512_madd_epi16(self.mins[p][h], _mm512_set1_epi32(self.pair_sums[t][p]))
+        // SAFETY: the caller's contract: token t's 16 bytes of sums.
+        let sums = unsafe { self.pair_sums.add(4 * t + p).read() };
+        _mm512_madd_epi16(self.mins[p][h], _mm512_set1_epi32(sums))
     }
 
     /// Token `t`'s `Σ min·sum` over the super-block, rows `16h..`.
@@ -490,7 +498,6 @@ impl Mins {
 /// As [`block32`], the activations being Q8_K rows.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
-    const ACT: usize = q4_k::ACT_BLOCK;
     let mut c = Sums::new();
     let mut local = MaybeUninit::uninit();
     let accs = job.acc_place::<1>(&mut local);
@@ -507,7 +514,7 @@ pub(crate) unsafe fn q6_k<T: Tiles>(tiles: &mut T, w: &ItemWeights, job: &Job) {
                 c.as_mut_ptr(),
             );
             for t in 0..job.m {
-                let dy = _mm512_set1_ps((job.x_row(t).add(ACT * b) as *const f32).read_unaligned());
+                let dy = job.dy(t, b);
                 for h in 0..2 {
                     let acc = &raw mut (*accs)[0][t][h];
                     let d = _mm512_loadu_ps(w.d.as_ptr().add(ITEM_ROWS * b + 16 * h));

@@ -347,11 +347,25 @@ pub(crate) const fn a_step(k: usize) -> usize {
     2 * TILE_M * k
 }
 
+/// Bytes of one super-block's token numbers in the packed Q8_K activations ([`pack_acts`]):
+/// the 32 tokens' `d` (f32, token `t`'s at `4t`), then their eight sub-block sums (i16, at
+/// `128 + 16t`), which the K-quant kernels' folds read for every item.
+pub(crate) const TOKEN_NUMBERS: usize = 4 * ITEM_TOKENS + 16 * ITEM_TOKENS;
+
+/// Where super-block `b`'s token numbers start in the packed Q8_K activations of a row of
+/// `blocks` super-blocks: past the A tiles' steps.
+pub(crate) const fn token_numbers_at(blocks: usize, b: usize) -> usize {
+    4 * blocks * a_step(64) + TOKEN_NUMBERS * b
+}
+
 /// Tokens `t0..t0 + m` (`m` ≤ 32) of `x` as the A tiles read them, rows of `k` bytes one after
 /// the other (aligned, in one line each, where the rows of `x` would cross lines and sit a
 /// page apart): step `j` (Q8_K rows, `k` = 64: values `64j..` of each token; Q8_0, `k` = 32:
 /// block `j`'s) at `dst[a_step(k)·j..]`, token `t`'s row at `k·(t − t0)` in it; rows past `m`
-/// left as they were (the tiles are configured not to read them).
+/// left as they were (the tiles are configured not to read them). Q8_K rows also get their
+/// [`TOKEN_NUMBERS`] per super-block, side by side: read from the rows, a page or more apart,
+/// the folds' loads of them missed the cache (17 % of the Q4_K kernel's samples in a profile
+/// of the 7B shape's prompt).
 pub(crate) fn pack_acts(x: &super::QuantizedActs, t0: usize, m: usize, k: usize, dst: &mut Lines) {
     let (steps, src_at): (usize, fn(usize) -> usize) = match k {
         64 => (x.cols() / 64, |j| {
@@ -360,13 +374,25 @@ pub(crate) fn pack_acts(x: &super::QuantizedActs, t0: usize, m: usize, k: usize,
         _ => (x.cols() / 32, |j| 34 * j + 2),
     };
     assert!(m <= ITEM_TOKENS && t0 + m <= x.n_tokens() && [32, 64].contains(&k));
-    dst.resize(steps * a_step(k));
+    let blocks = if k == 64 { steps / 4 } else { 0 };
+    dst.resize(steps * a_step(k) + blocks * TOKEN_NUMBERS);
     let dst = dst.bytes_mut();
     for t in 0..m {
         let row = x.row(t0 + t);
         for j in 0..steps {
             let at = a_step(k) * j + k * t;
             dst[at..at + k].copy_from_slice(&row[src_at(j)..src_at(j) + k]);
+        }
+        for b in 0..blocks {
+            let (src, at) = (&row[q4_k::ACT_BLOCK * b..], token_numbers_at(blocks, b));
+            dst[at + 4 * t..at + 4 * t + 4].copy_from_slice(&src[..4]);
+            // Sub-block j's sum: Q8_K's sums of 16, 2j and 2j + 1 (at most 4,096 in size).
+            let sum16 = |i: usize| i16::from_le_bytes([src[260 + 2 * i], src[261 + 2 * i]]);
+            for j in 0..8 {
+                let sum = sum16(2 * j).wrapping_add(sum16(2 * j + 1));
+                let to = at + 4 * ITEM_TOKENS + 16 * t + 2 * j;
+                dst[to..to + 2].copy_from_slice(&sum.to_le_bytes());
+            }
         }
     }
 }

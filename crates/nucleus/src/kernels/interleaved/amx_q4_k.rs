@@ -11,7 +11,6 @@ use std::mem::MaybeUninit;
 use super::amx::{
     d_dmin, plane_sum, write_out, Acc, ItemWeights, Job, Mins, Sums, Tiles, ITEM_TOKENS,
 };
-use super::q4_k;
 
 /// Q4_K: the chain of [`q4_k::tile_scalar`] (`PAIRS`: of `tile_scalar_pairs`).
 ///
@@ -89,8 +88,7 @@ unsafe fn fold<const FIRST: bool>(
         let [dw, dmw] = d_dmin(w, b);
         let zero = _mm512_setzero_ps();
         for t in 0..job.m {
-            let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
-            let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
+            let dy = job.dy(t, b);
             for h in 0..2 {
                 let sum = _mm512_cvtepi32_ps(plane_sum::<5>(c, t, h));
                 let min = _mm512_cvtepi32_ps(mins.all(t, h));
@@ -203,8 +201,7 @@ impl SuperBlock {
             let [dw, dmw] = d_dmin(w, b);
             self.mins.load(w, job, b);
             for t in 0..job.m {
-                let row = job.x_row(t).add(q4_k::ACT_BLOCK * b);
-                let dy = _mm512_set1_ps((row as *const f32).read_unaligned());
+                let dy = job.dy(t, b);
                 for h in 0..2 {
                     (*self.dv.as_mut_ptr())[t][h] = _mm512_mul_ps(dw[h], dy);
                     (*self.dminv.as_mut_ptr())[t][h] = _mm512_mul_ps(dmw[h], dy);

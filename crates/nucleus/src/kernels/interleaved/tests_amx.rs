@@ -368,6 +368,7 @@ fn prep_speed() {
 struct Skip;
 
 impl amx::Tiles for Skip {
+    fn release(&mut self) {}
     unsafe fn configure(&mut self, _: [usize; 2], _: usize) {}
     unsafe fn products(&mut self, _: [*const u8; 2], _: usize, _: *const u8, _: *mut i32) {}
     unsafe fn planes(&mut self, _: [*const u8; 2], _: usize, _: *const u8, _: usize, _: *mut i32) {}
@@ -428,8 +429,6 @@ fn tile_costs_on<T: amx::Tiles>(tiles: &mut T, rounds: usize) {
                 carry: std::ptr::null_mut(),
                 m: 32,
                 a: packed_x[chunk].as_ptr(),
-                x: x.row(32 * chunk).as_ptr(),
-                x_stride: x.row_bytes(),
                 scales: std::ptr::null(),
                 offsets: std::ptr::null(),
                 out: out.as_mut_ptr(),
@@ -498,6 +497,6 @@ fn tile_costs_on<T: amx::Tiles>(tiles: &mut T, rounds: usize) {
             }
             eprintln!("{line}");
         }
-        amx::release();
+        tiles.release();
     }
 }

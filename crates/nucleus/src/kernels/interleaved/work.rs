@@ -426,8 +426,6 @@ impl Product<'_> {
                                 .map_or(std::ptr::null_mut(), |c| c as *mut _),
                             m,
                             a: tile_acts[tb / amx::ITEM_TOKENS].as_ptr(),
-                            x: x.row(tb).as_ptr(),
-                            x_stride: x.row_bytes(),
                             scales,
                             offsets,
                             out: self.out.at(tb * w.rows() + g0 * GROUP_ROWS),
@@ -448,7 +446,7 @@ impl Product<'_> {
             }
             CARRY.set(carry);
         });
-        amx::release();
+        tiles.release();
     }
 
     /// Writes `item`, the AMX layout of groups `g` (at most four, whose packed bytes `src`
