@@ -324,7 +324,7 @@ fn prep_speed() {
         cols,
     );
     let groups: Vec<&[u8]> = (0..4).map(|g| q4.group(g)).collect();
-    let reps = 50;
+    let reps = 1000;
     let t = std::time::Instant::now();
     for _ in 0..reps {
         item.q4_k(&groups, blocks);
