@@ -521,6 +521,9 @@ mod tests {
                 let x = 85.0 + i as f32 * 0.17;
                 [x, -x]
             }))
+            // Densely where e^x is a subnormal float (x from about −87.3 to −104), which the
+            // sixteen-lane version rounds in integers.
+            .chain((0..1500).map(|i| -86.5 - i as f32 * 0.0123))
             .collect();
         let n = xs.len() / 16 * 16;
         let up: Vec<f32> = (0..n).map(|i| 1.0 + (i % 7) as f32 * 0.25).collect();
@@ -589,6 +592,25 @@ mod tests {
         expf_ggml_in_place(&mut got);
         for (x, g) in all.iter().zip(&got) {
             assert_eq!(g.to_bits(), expf_ggml(*x).to_bits(), "x = {x}");
+        }
+    }
+
+    /// How long ggml's e^x takes on a slice, by the range of its inputs (`cargo test --release
+    /// -p nucleus --lib expf_speed -- --ignored --nocapture`): a softmax's scores far below
+    /// their maximum give subnormal results.
+    #[test]
+    #[ignore = "a timing, not a check"]
+    fn expf_speed() {
+        for lo in [-10.0f32, -200.0, -1000.0] {
+            let orig: Vec<f32> = (0..64).map(|i| lo * (i as f32 * 0.61803 % 1.0)).collect();
+            let (mut v, reps) = (orig.clone(), 2_000_000);
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                v.copy_from_slice(&orig);
+                expf_ggml_in_place(&mut v);
+            }
+            let ns = t.elapsed().as_secs_f64() * 1e9 / (reps * v.len()) as f64;
+            eprintln!("x in [{lo}, 0]: {ns:.3} ns a value");
         }
     }
 
