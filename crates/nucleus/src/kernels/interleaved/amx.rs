@@ -130,11 +130,11 @@ pub(crate) use super::amx_tiles::{Emulated, Hardware, Tiles};
 
 /// What a kernel call reads and writes: `m` (1 to 32) tokens, packed for the A tiles at `a`
 /// ([`pack_acts`], Q8_K rows with the per-super-block numbers the folds read), their per-block
-/// scales and offsets (stride `blocks`; Q8_0 activations only), and eight outputs per group of the item per token at `out` (rows `out_stride` floats
-/// apart). A long row's product runs in slices of its blocks (`slice`), item after item over
-/// each slice before the next, so that a slice of the items' weights stays in L2: each job goes
-/// on with the chains where the slice before left them in `carry`, in the same order, so the
-/// same bits.
+/// scales and offsets (stride `blocks`; Q8_0 activations only), and eight outputs per group of
+/// the item per token at `out` (rows `out_stride` floats apart). A long row's product runs in
+/// slices of its blocks (`slice`), item after item over each slice before the next, so that a
+/// slice of the items' weights stays in L2: each job goes on with the chains where the slice
+/// before left them in `carry`, in the same order, so the same bits.
 pub(crate) struct Job {
     pub blocks: usize,
     pub slice: std::ops::Range<usize>,
@@ -466,10 +466,10 @@ impl Mins {
     }
 
     /// Token `t`'s `Σ min·sum` of pair `p`, rows `16h..`.
-    #[inline(always)]
     ///
     /// # Safety
     /// [`Mins::load`] ran for a job with token `t`; `p` < 4.
+    #[inline(always)]
     pub(super) unsafe fn pair(&self, t: usize, h: usize, p: usize) -> __m512i {
         // SAFETY: the caller's contract: token t's 16 bytes of sums.
         let sums = unsafe { self.pair_sums.add(4 * t + p).read() };

@@ -244,7 +244,7 @@ enum Values {
 /// by `vpmaddubsw` against their scales with every other byte zero (the even values' products
 /// in one vector of words, the odd ones' in another), split and joined into bytes by shifts and
 /// byte blends (`prep_speed`, with the loop over super-blocks outside the groups': 0.082–0.092
-/// ns a weight through 16-bit lanes and `vpmovwb`, 0.069–0.072 here).
+/// ns a weight through 16-bit lanes and `vpmovwb`, 0.069–0.074 here).
 ///
 /// # Safety
 /// `g` holds the group's block ([`q4_k::GROUP_BLOCK`] bytes; Q5_K: `q5_k::GROUP_BLOCK`); `dst`
