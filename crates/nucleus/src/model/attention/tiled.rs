@@ -13,8 +13,8 @@ const KEY_TILE: usize = 64;
 /// Calls with fewer queries take the scores with the keys as the lanes.
 const TRANSPOSED_MAX_QUERIES: usize = 4;
 
-/// Attention of queries of one sequence and KV head (up to [`tile::QUERY_LANES`] positions of
-/// each of the heads that share the KV head) with the arithmetic of llama.cpp's tiled flash
+/// Attention of queries of one sequence and KV head (a unit of positions, up to 32, of each of
+/// the heads that share the KV head) with the arithmetic of llama.cpp's tiled flash
 /// attention, which it uses for batches of [`TILED_MIN_BATCH`] or more queries: f32 queries and
 /// accumulators, keys in tiles of 64 positions (from position 0), per tile the scores as chains
 /// of FMAs, the tile's maximum, a rescale when it grows, ggml's SIMD `expf` and a sum per 16
