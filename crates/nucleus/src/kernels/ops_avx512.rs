@@ -39,7 +39,8 @@ unsafe fn expf16(x: __m512) -> __m512 {
     // same bits; the multiplies see 1·2^0 there and in the lanes the last blend replaces.
     let (mut j_normal, mut tiny, mut j_exp) = (j, 0, _mm512_setzero_si512());
     let low = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(n, _mm512_set1_ps(-125.0));
-    if (low | huge) != 0 {
+    // (Only low lanes can round into a subnormal: the huge ones among them get k = 0.)
+    if low != 0 {
         j_exp = _mm512_srli_epi32::<23>(_mm512_castps_si512(j));
         let sum = _mm512_add_epi32(j_exp, k);
         tiny = _mm512_mask_cmpgt_epi32_mask(low & !huge, _mm512_set1_epi32(1), sum);
