@@ -136,20 +136,26 @@ pub fn mad_rows(acc: &mut [f32], rows: &[f32], w: &[f32]) {
 pub const MAD_QUERIES: usize = 4;
 
 /// [`mad_rows`] for up to [`MAD_QUERIES`] accumulators over the same rows, each with its
-/// weights: the same chains, so the same bits, with every row read once for all of them.
-pub fn mad_rows_many(accs: &mut [&mut [f32]], rows: &[f32], ws: &[&[f32]]) {
-    assert!((1..=MAD_QUERIES).contains(&accs.len()) && ws.len() == accs.len());
+/// weights, row `j`'s at `ws[q][j · stride]` (the tiled attention's weights hold eight queries
+/// side by side): the same chains, so the same bits, with every row read once for all of them.
+pub fn mad_rows_many(accs: &mut [&mut [f32]], rows: &[f32], ws: &[&[f32]], stride: usize) {
+    assert!((1..=MAD_QUERIES).contains(&accs.len()) && ws.len() == accs.len() && stride > 0);
     let dv = accs[0].len();
-    let n = ws[0].len();
-    assert!(accs.iter().all(|a| a.len() == dv) && ws.iter().all(|w| w.len() == n));
-    assert_eq!(rows.len(), n * dv);
+    assert!(dv > 0 && accs.iter().all(|a| a.len() == dv) && rows.len().is_multiple_of(dv));
+    let n = rows.len() / dv;
+    assert!(n == 0 || ws.iter().all(|w| w.len() > (n - 1) * stride));
     #[cfg(target_arch = "x86_64")]
     if simd() && accs.len() > 1 {
         // SAFETY: as in `widen_f16`; the sizes are checked above.
-        return unsafe { x86::mad_rows_many(accs, rows, ws) };
+        return unsafe { x86::mad_rows_many(accs, rows, ws, stride) };
     }
     for (acc, w) in accs.iter_mut().zip(ws) {
-        mad_rows(acc, rows, w);
+        if stride == 1 {
+            mad_rows(acc, rows, &w[..n]);
+        } else {
+            let w: Vec<f32> = (0..n).map(|j| w[j * stride]).collect();
+            mad_rows(acc, rows, &w);
+        }
     }
 }
 
@@ -397,15 +403,20 @@ mod x86 {
     }
 
     /// # Safety
-    /// Requires AVX2 and FMA; 2 to 4 accumulators of one length `dv`, as many weight slices of
-    /// one length `n`, `rows.len() == n * dv` (checked by the caller).
-    pub unsafe fn mad_rows_many(accs: &mut [&mut [f32]], rows: &[f32], ws: &[&[f32]]) {
+    /// Requires AVX2 and FMA; 2 to 4 accumulators of one length `dv`, `rows.len() == n * dv`,
+    /// as many weight slices with `n` weights `stride` apart (checked by the caller).
+    pub unsafe fn mad_rows_many(
+        accs: &mut [&mut [f32]],
+        rows: &[f32],
+        ws: &[&[f32]],
+        stride: usize,
+    ) {
         // SAFETY: forwarded; the count picks the instantiation.
         unsafe {
             match accs.len() {
-                2 => mad_rows_nq::<2>(accs, rows, ws),
-                3 => mad_rows_nq::<3>(accs, rows, ws),
-                _ => mad_rows_nq::<4>(accs, rows, ws),
+                2 => mad_rows_nq::<2>(accs, rows, ws, stride),
+                3 => mad_rows_nq::<3>(accs, rows, ws, stride),
+                _ => mad_rows_nq::<4>(accs, rows, ws, stride),
             }
         }
     }
@@ -413,8 +424,14 @@ mod x86 {
     /// Sixteen outputs of `NQ` accumulators at a time: 2·NQ independent chains over the
     /// rows, each row's sixteen values loaded once for all of them.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn mad_rows_nq<const NQ: usize>(accs: &mut [&mut [f32]], rows: &[f32], ws: &[&[f32]]) {
+    unsafe fn mad_rows_nq<const NQ: usize>(
+        accs: &mut [&mut [f32]],
+        rows: &[f32],
+        ws: &[&[f32]],
+        stride: usize,
+    ) {
         let dv = accs[0].len();
+        let n = rows.len() / dv;
         let n16 = dv / 16 * 16;
         let rp = rows.as_ptr();
         let ap: [*mut f32; NQ] = std::array::from_fn(|q| accs[q].as_mut_ptr());
@@ -428,11 +445,11 @@ mod x86 {
                         _mm256_loadu_ps(ap[q].add(d + 8)),
                     ]
                 });
-                for j in 0..ws[0].len() {
+                for j in 0..n {
                     let v0 = _mm256_loadu_ps(rp.add(j * dv + d));
                     let v1 = _mm256_loadu_ps(rp.add(j * dv + d + 8));
                     for (q, aq) in a.iter_mut().enumerate() {
-                        let wv = _mm256_broadcast_ss(&*wp[q].add(j));
+                        let wv = _mm256_broadcast_ss(&*wp[q].add(j * stride));
                         aq[0] = _mm256_fmadd_ps(v0, wv, aq[0]);
                         aq[1] = _mm256_fmadd_ps(v1, wv, aq[1]);
                     }
@@ -445,7 +462,7 @@ mod x86 {
         }
         if n16 < dv {
             for (acc, w) in accs.iter_mut().zip(ws) {
-                for (j, &wj) in w.iter().enumerate() {
+                for (j, &wj) in w.iter().step_by(stride).take(n).enumerate() {
                     for d in n16..dv {
                         acc[d] = rows[j * dv + d].mul_add(wj, acc[d]);
                     }
@@ -525,9 +542,28 @@ mod tests {
                 let mut acc_refs: Vec<&mut [f32]> =
                     accs.iter_mut().map(|a| a.as_mut_slice()).collect();
                 let w_refs: Vec<&[f32]> = ws.iter().map(|w| w.as_slice()).collect();
-                mad_rows_many(&mut acc_refs, &rows, &w_refs);
+                mad_rows_many(&mut acc_refs, &rows, &w_refs, 1);
                 for (got, want) in accs.iter().zip(&wants) {
                     assert_eq!(bits(got), bits(want), "dv {dv}, {nq} accumulators");
+                }
+                // The weights eight apart (the tiled attention's lanes), NaN between them.
+                let mut spread: Vec<Vec<f32>> = vec![vec![f32::NAN; nk.max(1) * 8]; nq];
+                for (sp, w) in spread.iter_mut().zip(&ws) {
+                    for (j, &x) in w.iter().enumerate() {
+                        sp[8 * j] = x;
+                    }
+                }
+                let mut accs: Vec<Vec<f32>> = (0..nq).map(|q| vals(dv, 20 + q as u32)).collect();
+                let mut acc_refs: Vec<&mut [f32]> =
+                    accs.iter_mut().map(|a| a.as_mut_slice()).collect();
+                let w_refs: Vec<&[f32]> = spread.iter().map(|w| w.as_slice()).collect();
+                mad_rows_many(&mut acc_refs, &rows, &w_refs, 8);
+                for (got, want) in accs.iter().zip(&wants) {
+                    assert_eq!(
+                        bits(got),
+                        bits(want),
+                        "dv {dv}, {nq} accumulators, stride 8"
+                    );
                 }
             }
         }

@@ -36,7 +36,6 @@ pub fn attend_tiled(
     (scale, sinks): (ScoreScale, Option<&[f32]>),
     out: &mut [&mut [f32]],
 ) {
-    const LANES: usize = tile::QUERY_LANES;
     let cfg = kv.config();
     let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
     let nq = queries.len();
@@ -62,8 +61,9 @@ pub fn attend_tiled(
     let mut keys = vec![0f32; KEY_TILE * dk];
     let mut values = vec![0f32; KEY_TILE * dv];
     let mut scores = vec![[0f32; LANES]; KEY_TILE * chunks];
-    // Each query's weights for the tile, and the queries that see some key of it.
-    let mut weights = vec![[0f32; KEY_TILE]; nq];
+    // Each query's weights for the tile (row r: key tile_start + r, a chunk's queries side by
+    // side as its scores are), and the queries that see some key of it.
+    let mut weights = vec![[[0f32; LANES]; KEY_TILE]; chunks];
     let mut seeing: Vec<usize> = Vec::with_capacity(nq);
     let mut tile_start = lo / KEY_TILE * KEY_TILE;
     while tile_start < hi {
@@ -98,13 +98,18 @@ pub fn attend_tiled(
         let by_lanes = (!transposed).then_some(&qt[..]);
         score_tile(queries, by_lanes, &keys, (nk, dk), &mut scores);
         seeing.clear();
-        for l in 0..nq {
-            let lane = (&scores[l / LANES * KEY_TILE..], l % LANES);
-            let state = (&mut max[l], &mut sum[l], &mut acc[l * dv..(l + 1) * dv]);
-            let tile = (tile_start, k0, k1);
-            if tile_weights(lane, ranges[l], tile, scale, &mut weights[l], state) {
-                seeing.push(l);
-            }
+        for c in 0..chunks {
+            let ls = c * LANES..((c + 1) * LANES).min(nq);
+            let state = ChunkState {
+                first: ls.start,
+                max: &mut max[ls.clone()],
+                sum: &mut sum[ls.clone()],
+                acc: &mut acc[ls.start * dv..ls.end * dv],
+                weights: &mut weights[c],
+                seeing: &mut seeing,
+            };
+            let lanes = &scores[c * KEY_TILE..(c + 1) * KEY_TILE];
+            chunk_weights(lanes, &ranges[ls], (tile_start, k0, k1), scale, state);
         }
         // The values folded into the accumulators of the queries that see the tile.
         let w = (k0 - tile_start, k1 - tile_start);
@@ -123,9 +128,8 @@ fn score_tile(
     qt: Option<&[f32]>,
     keys: &[f32],
     (nk, dk): (usize, usize),
-    scores: &mut [[f32; tile::QUERY_LANES]],
+    scores: &mut [[f32; LANES]],
 ) {
-    const LANES: usize = tile::QUERY_LANES;
     let Some(qt) = qt else {
         let mut query_scores = [0f32; KEY_TILE];
         for (l, q) in queries.iter().enumerate() {
@@ -149,18 +153,22 @@ fn score_tile(
     }
 }
 
-/// The tile's values, weighted by `weights[l][w0..w1]`, folded into the accumulators of the
+/// The tile's values, weighted by rows `w0..w1` of each query's lane of `weights` (a chunk's
+/// per [`LANES`] queries), folded into the accumulators of the
 /// queries `seeing` (increasing), [`tile::MAD_QUERIES`] at a time.
 fn fold_values(
     seeing: &[usize],
-    weights: &[[f32; KEY_TILE]],
+    weights: &[[[f32; LANES]; KEY_TILE]],
     (w0, w1): (usize, usize),
     values: &[f32],
     acc: &mut [f32],
     dv: usize,
 ) {
     for group in seeing.chunks(tile::MAD_QUERIES) {
-        let ws: Vec<&[f32]> = group.iter().map(|&l| &weights[l][w0..w1]).collect();
+        let ws: Vec<&[f32]> = group
+            .iter()
+            .map(|&l| &weights[l / LANES].as_flattened()[w0 * LANES + l % LANES..w1 * LANES])
+            .collect();
         let mut accs: Vec<&mut [f32]> = Vec::with_capacity(group.len());
         let mut rest = &mut acc[..];
         let mut at = 0;
@@ -172,7 +180,7 @@ fn fold_values(
             rest = tail;
             at = l + 1;
         }
-        tile::mad_rows_many(&mut accs, values, &ws);
+        tile::mad_rows_many(&mut accs, values, &ws, LANES);
     }
 }
 
@@ -199,7 +207,6 @@ fn finish(
 /// The queries transposed, eight to a lane chunk: element d of query c·8 + l at
 /// `qt[c·dk·8 + d·8 + l]`.
 fn transpose_queries(queries: &[&[f32]], dk: usize) -> Vec<f32> {
-    const LANES: usize = tile::QUERY_LANES;
     let mut qt = vec![0f32; queries.len().div_ceil(LANES) * dk * LANES];
     for (i, q) in queries.iter().enumerate() {
         let (c, l) = (i / LANES, i % LANES);
@@ -210,67 +217,315 @@ fn transpose_queries(queries: &[&[f32]], dk: usize) -> Vec<f32> {
     qt
 }
 
-/// One query's weights for the tile of keys `k0..k1` (starting at `tile_start`) from its lane
-/// of the tile's scores: scaled scores, −∞ where masked, and the tile's maximum (the masked
-/// entries, −∞, never raise it), in the same pass; then its online-softmax step (rescaling its
-/// accumulator and sum when the maximum grows, ggml's SIMD `expf`, the tile's sum in groups of
-/// 16). Returns whether the query sees a key of the tile.
-fn tile_weights(
-    (scores, lane): (&[[f32; tile::QUERY_LANES]], usize),
-    (start, end): (usize, usize),
+/// What [`chunk_weights`] updates for a chunk's queries (from query `first` on): each one's
+/// running maximum, sum and accumulator, their weights for the tile (a query's in its lane),
+/// and the list of queries that see some key of it.
+struct ChunkState<'a> {
+    first: usize,
+    max: &'a mut [f32],
+    sum: &'a mut [f32],
+    acc: &'a mut [f32],
+    weights: &'a mut [[f32; LANES]; KEY_TILE],
+    seeing: &'a mut Vec<usize>,
+}
+
+/// The weights of a chunk's queries (up to eight, `ranges` the positions each sees) for the
+/// tile of keys `k0..k1` (starting at `tile_start`) from the chunk's scores (row `r`: key
+/// `k0 + r`, a query's in its lane): per query, its scaled scores, −∞ where masked, the tile's
+/// maximum, its online-softmax step (rescaling its accumulator and sum when the maximum grows,
+/// ggml's SIMD `expf`, the tile's sum in groups of 16 as `_mm512_reduce_add_ps` adds them).
+/// The queries are the lanes: every step is one query's own arithmetic, done for eight at once
+/// (one query at a time, these steps took 6 % of a 1.5B's 2048-token prompt), so the same bits
+/// whatever the company.
+fn chunk_weights(
+    scores: &[[f32; LANES]],
+    ranges: &[(usize, usize)],
+    tile: (usize, usize, usize),
+    scale: ScoreScale,
+    state: ChunkState,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::quant::simd_level() != crate::quant::SimdLevel::Scalar {
+        // SAFETY: every non-scalar dispatch level has AVX2 and FMA.
+        return unsafe { chunk_weights_avx2(scores, ranges, tile, scale, state) };
+    }
+    chunk_weights_lanes(scores, ranges, tile, scale, state)
+}
+
+/// [`chunk_weights_lanes`] compiled for AVX2 (its loops over the lanes become vectors).
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn chunk_weights_avx2(
+    scores: &[[f32; LANES]],
+    ranges: &[(usize, usize)],
+    tile: (usize, usize, usize),
+    scale: ScoreScale,
+    state: ChunkState,
+) {
+    chunk_weights_lanes(scores, ranges, tile, scale, state)
+}
+
+const LANES: usize = tile::QUERY_LANES;
+
+/// [`chunk_weights`]' steps, lane by lane in plain code (IEEE operations, none fused).
+#[inline(always)]
+fn chunk_weights_lanes(
+    scores: &[[f32; LANES]],
+    ranges: &[(usize, usize)],
     (tile_start, k0, k1): (usize, usize, usize),
     scale: ScoreScale,
-    row: &mut [f32; KEY_TILE],
-    (max, sum, acc): (&mut f32, &mut f32, &mut [f32]),
-) -> bool {
-    row.fill(f32::NEG_INFINITY);
-    let (s0, s1) = (k0.max(start), k1.min(end));
-    let mut put = |p: usize, x: f32| row[p - tile_start] = x;
-    if let Some(factor) = scale.plain_factor() {
-        (s0..s1).for_each(|p| put(p, scores[p - k0][lane] * factor));
-    } else {
-        (s0..s1).for_each(|p| put(p, scale.score(scores[p - k0][lane])));
-    }
-    let tile_max = row_max(row);
-    if tile_max == f32::NEG_INFINITY {
-        return false;
-    }
-    let new_max = max.max(tile_max);
-    if new_max > *max {
-        let ms = (*max - new_max).exp();
-        acc.iter_mut().for_each(|a| *a *= ms);
-        *sum *= ms;
-    }
-    *max = new_max;
-    row.iter_mut().for_each(|x| *x -= new_max);
-    ops::expf_ggml_in_place(row);
-    let tile_sum: f64 = row
-        .chunks_exact(16)
-        .map(|g| reduce_add_16(g.try_into().expect("16 lanes")) as f64)
-        .sum();
-    *sum = (*sum as f64 + tile_sum) as f32;
-    true
-}
-
-/// The largest of a tile's weights (−∞ where masked), in eight running maxima folded at the
-/// end: one chain through the 64 took four cycles a key (the latency of `maxss`), 6 % of a
-/// 1.5B's 2048-token prompt. The maximum of numbers does not depend on their order (with a
-/// NaN among them, no maximum is meaningful, and every path takes this same order).
-fn row_max(row: &[f32; KEY_TILE]) -> f32 {
-    let mut m = [f32::NEG_INFINITY; 8];
-    for chunk in row.chunks_exact(8) {
-        for (m, &x) in m.iter_mut().zip(chunk) {
-            *m = if *m > x { *m } else { x };
+    st: ChunkState,
+) {
+    let row = st.weights;
+    // The tile's rows each query sees (none: an empty span), as lanes of i32 for compares.
+    let (mut from, mut to) = ([0i32; LANES], [0i32; LANES]);
+    for l in 0..ranges.len() {
+        let (start, end) = ranges[l];
+        let (s0, s1) = (k0.max(start), k1.min(end));
+        if s0 < s1 {
+            (from[l], to[l]) = ((s0 - tile_start) as i32, (s1 - tile_start) as i32);
         }
     }
-    m.into_iter()
-        .fold(f32::NEG_INFINITY, |a, x| if a > x { a } else { x })
+    let (r0, r1) = (k0 - tile_start, k1 - tile_start);
+    row[..r0].fill([f32::NEG_INFINITY; LANES]);
+    row[r1..].fill([f32::NEG_INFINITY; LANES]);
+    for (r, out) in row.iter_mut().enumerate().take(r1).skip(r0) {
+        let s = &scores[r - r0];
+        let x: [f32; LANES] = match scale.plain_factor() {
+            Some(factor) => std::array::from_fn(|l| s[l] * factor),
+            None => std::array::from_fn(|l| scale.score(s[l])),
+        };
+        let r = r as i32;
+        for l in 0..LANES {
+            let seen = from[l] <= r && r < to[l];
+            out[l] = if seen { x[l] } else { f32::NEG_INFINITY };
+        }
+    }
+    let tile_max = lane_max(row);
+    // Per query: the maximum, a rescale where it grows; each lane's scores then less it.
+    let mut less = [0f32; LANES];
+    let mut sees = [false; LANES];
+    for l in 0..ranges.len() {
+        if tile_max[l] == f32::NEG_INFINITY {
+            continue;
+        }
+        sees[l] = true;
+        st.seeing.push(st.first + l);
+        let new_max = st.max[l].max(tile_max[l]);
+        if new_max > st.max[l] {
+            let ms = (st.max[l] - new_max).exp();
+            let dv = st.acc.len() / ranges.len();
+            st.acc[l * dv..(l + 1) * dv]
+                .iter_mut()
+                .for_each(|a| *a *= ms);
+            st.sum[l] *= ms;
+        }
+        st.max[l] = new_max;
+        less[l] = new_max;
+    }
+    for v in row.iter_mut() {
+        for l in 0..LANES {
+            v[l] -= less[l];
+        }
+    }
+    ops::expf_ggml_in_place(row.as_flattened_mut());
+    let groups = group_sums(row);
+    for l in (0..ranges.len()).filter(|&l| sees[l]) {
+        let tile_sum: f64 = groups.iter().map(|g| g[l] as f64).sum();
+        st.sum[l] = (st.sum[l] as f64 + tile_sum) as f32;
+    }
 }
 
-/// `_mm512_reduce_add_ps` as GCC defines it: upper 8 lanes + lower 8, upper 4 + lower 4, then
+/// Each lane's largest weight of the tile (−∞ where all are masked), in four running maxima
+/// folded at the end. The maximum of numbers does not depend on their order (with a NaN among
+/// them, no maximum is meaningful, and every path takes this same order).
+#[inline(always)]
+fn lane_max(row: &[[f32; LANES]; KEY_TILE]) -> [f32; LANES] {
+    let mut m = [[f32::NEG_INFINITY; LANES]; 4];
+    for rows in row.chunks_exact(4) {
+        for (m, v) in m.iter_mut().zip(rows) {
+            for l in 0..LANES {
+                m[l] = if m[l] > v[l] { m[l] } else { v[l] };
+            }
+        }
+    }
+    let pick = |a: f32, b: f32| if a > b { a } else { b };
+    std::array::from_fn(|l| pick(pick(m[0][l], m[1][l]), pick(m[2][l], m[3][l])))
+}
+
+/// Each lane's sums of its weights in the tile's four groups of 16 (keys), each as GCC's
+/// `_mm512_reduce_add_ps` adds a group: upper 8 + lower 8, upper 4 + lower 4, then
 /// (0+2) + (1+3).
-fn reduce_add_16(a: &[f32; 16]) -> f32 {
-    let t8: [f32; 8] = std::array::from_fn(|l| a[8 + l] + a[l]);
-    let t4: [f32; 4] = std::array::from_fn(|l| t8[4 + l] + t8[l]);
-    (t4[0] + t4[2]) + (t4[1] + t4[3])
+#[inline(always)]
+fn group_sums(row: &[[f32; LANES]; KEY_TILE]) -> [[f32; LANES]; KEY_TILE / 16] {
+    std::array::from_fn(|g| {
+        let a = &row[16 * g..16 * (g + 1)];
+        let t8: [[f32; LANES]; 8] = std::array::from_fn(|i| add(a[8 + i], a[i]));
+        let t4: [[f32; LANES]; 4] = std::array::from_fn(|i| add(t8[4 + i], t8[i]));
+        add(add(t4[0], t4[2]), add(t4[1], t4[3]))
+    })
+}
+
+#[inline(always)]
+fn add(a: [f32; LANES], b: [f32; LANES]) -> [f32; LANES] {
+    std::array::from_fn(|l| a[l] + b[l])
+}
+
+/// The chunks' weights against the code they replaced, which took one query at a time
+/// (llama.cpp's order for one query): the same weights, maxima, sums, accumulators and list
+/// of queries that see the tile, to the bit.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_rng::Rng;
+
+    /// One query's weights for the tile of keys `k0..k1` (starting at `tile_start`) from its lane
+    /// of the tile's scores: scaled scores, −∞ where masked, and the tile's maximum (the masked
+    /// entries, −∞, never raise it), in the same pass; then its online-softmax step (rescaling its
+    /// accumulator and sum when the maximum grows, ggml's SIMD `expf`, the tile's sum in groups of
+    /// 16). Returns whether the query sees a key of the tile.
+    fn one_query_weights(
+        (scores, lane): (&[[f32; LANES]], usize),
+        (start, end): (usize, usize),
+        (tile_start, k0, k1): (usize, usize, usize),
+        scale: ScoreScale,
+        row: &mut [f32; KEY_TILE],
+        (max, sum, acc): (&mut f32, &mut f32, &mut [f32]),
+    ) -> bool {
+        row.fill(f32::NEG_INFINITY);
+        let (s0, s1) = (k0.max(start), k1.min(end));
+        let mut put = |p: usize, x: f32| row[p - tile_start] = x;
+        if let Some(factor) = scale.plain_factor() {
+            (s0..s1).for_each(|p| put(p, scores[p - k0][lane] * factor));
+        } else {
+            (s0..s1).for_each(|p| put(p, scale.score(scores[p - k0][lane])));
+        }
+        let tile_max = one_query_max(row);
+        if tile_max == f32::NEG_INFINITY {
+            return false;
+        }
+        let new_max = max.max(tile_max);
+        if new_max > *max {
+            let ms = (*max - new_max).exp();
+            acc.iter_mut().for_each(|a| *a *= ms);
+            *sum *= ms;
+        }
+        *max = new_max;
+        row.iter_mut().for_each(|x| *x -= new_max);
+        ops::expf_ggml_in_place(row);
+        let tile_sum: f64 = row
+            .chunks_exact(16)
+            .map(|g| reduce_add_16(g.try_into().expect("16 lanes")) as f64)
+            .sum();
+        *sum = (*sum as f64 + tile_sum) as f32;
+        true
+    }
+
+    /// The largest of a tile's weights (−∞ where masked), in eight running maxima folded at the
+    /// end: one chain through the 64 took four cycles a key (the latency of `maxss`), 6 % of a
+    /// 1.5B's 2048-token prompt. The maximum of numbers does not depend on their order (with a
+    /// NaN among them, no maximum is meaningful, and every path takes this same order).
+    fn one_query_max(row: &[f32; KEY_TILE]) -> f32 {
+        let mut m = [f32::NEG_INFINITY; 8];
+        for chunk in row.chunks_exact(8) {
+            for (m, &x) in m.iter_mut().zip(chunk) {
+                *m = if *m > x { *m } else { x };
+            }
+        }
+        m.into_iter()
+            .fold(f32::NEG_INFINITY, |a, x| if a > x { a } else { x })
+    }
+
+    /// `_mm512_reduce_add_ps` as GCC defines it: upper 8 lanes + lower 8, upper 4 + lower 4, then
+    /// (0+2) + (1+3).
+    fn reduce_add_16(a: &[f32; 16]) -> f32 {
+        let t8: [f32; 8] = std::array::from_fn(|l| a[8 + l] + a[l]);
+        let t4: [f32; 4] = std::array::from_fn(|l| t8[4 + l] + t8[l]);
+        (t4[0] + t4[2]) + (t4[1] + t4[3])
+    }
+
+    #[test]
+    fn chunks_weigh_as_one_query_at_a_time() {
+        let mut rng = Rng(0x5eed_1234_abcd);
+        let dv = 24;
+        for case in 0..400 {
+            let nq = 1 + case % LANES;
+            let tile_start = KEY_TILE * (case % 5);
+            let k0 = tile_start + (rng.next() % 20) as usize;
+            let k1 = (k0 + 1 + (rng.next() % 70) as usize).min(tile_start + KEY_TILE);
+            // Ranges before, across, inside and after the tile's keys.
+            let ranges: Vec<(usize, usize)> = (0..nq)
+                .map(|_| {
+                    let a = tile_start.saturating_sub(10) + (rng.next() % 90) as usize;
+                    (a, a + (rng.next() % 80) as usize)
+                })
+                .collect();
+            let scale = if case % 3 == 0 {
+                ScoreScale::new(0.125, Some(30.0))
+            } else {
+                ScoreScale::new(0.088_388_35, None)
+            };
+            let scores: Vec<[f32; LANES]> = (0..KEY_TILE)
+                .map(|_| std::array::from_fn(|_| rng.f32() * 40.0))
+                .collect();
+            // Running states as earlier tiles leave them (a first tile's too: −∞ and 0).
+            let max: Vec<f32> = (0..nq)
+                .map(|l| {
+                    if (case + l) % 4 == 0 {
+                        f32::NEG_INFINITY
+                    } else {
+                        rng.f32() * 4.0
+                    }
+                })
+                .collect();
+            let sum: Vec<f32> = max
+                .iter()
+                .map(|m| {
+                    if *m == f32::NEG_INFINITY {
+                        0.0
+                    } else {
+                        1.0 + rng.f32().abs() * 9.0
+                    }
+                })
+                .collect();
+            let acc: Vec<f32> = (0..nq * dv).map(|_| rng.f32()).collect();
+            let tile = (tile_start, k0, k1);
+
+            let (mut max1, mut sum1, mut acc1) = (max.clone(), sum.clone(), acc.clone());
+            let mut w1 = vec![[0f32; KEY_TILE]; nq];
+            let mut seeing1 = Vec::new();
+            for l in 0..nq {
+                let state = (&mut max1[l], &mut sum1[l], &mut acc1[l * dv..(l + 1) * dv]);
+                if one_query_weights((&scores, l), ranges[l], tile, scale, &mut w1[l], state) {
+                    seeing1.push(l);
+                }
+            }
+            let (mut max2, mut sum2, mut acc2) = (max.clone(), sum.clone(), acc.clone());
+            let mut w2 = [[0f32; LANES]; KEY_TILE];
+            let mut seeing2 = Vec::new();
+            let state = ChunkState {
+                first: 0,
+                max: &mut max2,
+                sum: &mut sum2,
+                acc: &mut acc2,
+                weights: &mut w2,
+                seeing: &mut seeing2,
+            };
+            chunk_weights(&scores, &ranges, tile, scale, state);
+
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(seeing1, seeing2, "case {case}");
+            assert_eq!(bits(&max1), bits(&max2), "case {case}");
+            assert_eq!(bits(&sum1), bits(&sum2), "case {case}");
+            assert_eq!(bits(&acc1), bits(&acc2), "case {case}");
+            let (w0, w1_) = (k0 - tile_start, k1 - tile_start);
+            for &l in &seeing1 {
+                let lane: Vec<f32> = w2[w0..w1_].iter().map(|v| v[l]).collect();
+                assert_eq!(bits(&w1[l][w0..w1_]), bits(&lane), "case {case} query {l}");
+            }
+        }
+    }
 }
