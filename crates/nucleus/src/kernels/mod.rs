@@ -13,6 +13,8 @@ pub mod rope;
 #[cfg(test)]
 pub(crate) mod test_rng;
 pub mod tile;
+#[cfg(target_arch = "x86_64")]
+mod tile_avx512;
 
 pub use matmul::{matmul, matmul_f32, PromptSlot, QMatrix, QuantizedActs};
 pub use pool::ThreadPool;

@@ -111,6 +111,16 @@ pub fn dot_keys_pair(
     assert_eq!(keys.len(), out0.len() * dk);
     assert_eq!(out0.len(), out1.len());
     #[cfg(target_arch = "x86_64")]
+    if crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512 {
+        // SAFETY: AVX-512F (and AVX2, FMA) present; the sizes are checked above.
+        let done = unsafe { super::tile_avx512::dot_keys_pair(qt0, qt1, keys, dk, out0, out1) };
+        let rest = &keys[done * dk..];
+        // SAFETY: as in `widen_f16`; the sizes follow from the checks above.
+        return unsafe {
+            x86::dot_keys_pair(qt0, qt1, rest, dk, &mut out0[done..], &mut out1[done..])
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
     if simd() {
         // SAFETY: as in `widen_f16`; the sizes are checked above.
         return unsafe { x86::dot_keys_pair(qt0, qt1, keys, dk, out0, out1) };
@@ -488,7 +498,7 @@ mod tests {
     /// The dispatched paths give the bits of the plain FMA chains.
     #[test]
     fn simd_equals_fma_chains() {
-        for (dk, nk) in [(64, 64), (256, 13), (40, 3), (128, 1)] {
+        for (dk, nk) in [(64, 64), (256, 13), (40, 3), (128, 1), (45, 17)] {
             let qt = vals(dk * QUERY_LANES, 1);
             let keys = vals(nk * dk, 2);
             let mut got = vec![[0f32; QUERY_LANES]; nk];
