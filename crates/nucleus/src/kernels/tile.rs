@@ -495,6 +495,28 @@ mod tests {
             .collect()
     }
 
+    /// How fast a tile's values fold into queries' accumulators, four at a time (`cargo test
+    /// --release -p nucleus --lib mad_rows_speed -- --ignored --nocapture`). A 512-bit kernel
+    /// (eight queries a pass) ran at 42-44 G MAC/s against this one's 52-53 on the Xeon with
+    /// AMX (2026-12-07), and gave a 2048-token prompt nothing.
+    #[test]
+    #[ignore = "a timing, not a check"]
+    fn mad_rows_speed() {
+        let (n, dv, reps) = (64, 128, 200_000);
+        let rows = vals(n * dv, 3);
+        let w = vals(n * 8, 4);
+        let mut accs: Vec<Vec<f32>> = (0..MAD_QUERIES as u32).map(|q| vals(dv, 20 + q)).collect();
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            let mut acc_refs: Vec<&mut [f32]> = accs.iter_mut().map(|a| a.as_mut_slice()).collect();
+            let w_refs: Vec<&[f32]> = (0..MAD_QUERIES).map(|q| &w[q..]).collect();
+            mad_rows_many(&mut acc_refs, &rows, &w_refs, 8);
+        }
+        let s = t.elapsed().as_secs_f64();
+        let macs = (reps * n * dv * MAD_QUERIES) as f64;
+        eprintln!("{:.1} G MAC/s", macs / s / 1e9);
+    }
+
     /// The dispatched paths give the bits of the plain FMA chains.
     #[test]
     fn simd_equals_fma_chains() {
@@ -541,7 +563,7 @@ mod tests {
             mad_rows_scalar(&mut want, &rows, &w);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&acc), bits(&want), "dv {dv}");
-            // Two to four accumulators at once: each gets its own chains' bits.
+            // One to four accumulators at once: each gets its own chains' bits.
             for nq in 1..=MAD_QUERIES {
                 let ws: Vec<Vec<f32>> = (0..nq).map(|q| vals(nk, 10 + q as u32)).collect();
                 let mut accs: Vec<Vec<f32>> = (0..nq).map(|q| vals(dv, 20 + q as u32)).collect();

@@ -1,7 +1,7 @@
 //! [`super::tile`]'s scores of a pair of query chunks on 512-bit vectors: the same chains (one
 //! per query and key, over the key's elements in order), so the same bits, twice as many
-//! lanes a fused multiply-add. (The values' products gained nothing from 512 bits: the
-//! benchmark log.)
+//! lanes a fused multiply-add. (The values' products ran slower on 512 bits:
+//! `tile::tests::mad_rows_speed`.)
 
 use std::arch::x86_64::*;
 
