@@ -234,10 +234,63 @@ struct ChunkState<'a> {
 /// `k0 + r`, a query's in its lane): per query, its scaled scores, −∞ where masked, the tile's
 /// maximum, its online-softmax step (rescaling its accumulator and sum when the maximum grows,
 /// ggml's SIMD `expf`, the tile's sum in groups of 16 as `_mm512_reduce_add_ps` adds them).
-/// The queries are the lanes: every step is one query's own arithmetic, done for eight at once
-/// (one query at a time, these steps took 6 % of a 1.5B's 2048-token prompt), so the same bits
-/// whatever the company.
+/// From [`LANES_FROM`] queries the queries are the lanes, every step one query's own
+/// arithmetic done for eight at once (one query at a time, these steps took 6 % of a 1.5B's
+/// 2048-token prompt); fewer take them one at a time. The same bits either way
+/// (`chunks_weigh_as_one_query_at_a_time`), so whatever the company.
 fn chunk_weights(
+    scores: &[[f32; LANES]],
+    ranges: &[(usize, usize)],
+    tile: (usize, usize, usize),
+    scale: ScoreScale,
+    state: ChunkState,
+) {
+    if ranges.len() < LANES_FROM {
+        return each_query_weights(scores, ranges, tile, scale, state);
+    }
+    in_lanes(scores, ranges, tile, scale, state)
+}
+
+/// Chunks of fewer queries take their steps one query at a time (a decode step's few heads
+/// of a KV head): the lanes cost what four or five queries do alone (`weights_speed`,
+/// 2026-12-07: 349–365 ns a full tile in lanes for one to eight queries, 79 ns a query alone).
+const LANES_FROM: usize = 5;
+
+/// [`chunk_weights`] one query at a time ([`one_query_weights`]), each query's weights then
+/// put in its lane: the same bits.
+fn each_query_weights(
+    scores: &[[f32; LANES]],
+    ranges: &[(usize, usize)],
+    (tile_start, k0, k1): (usize, usize, usize),
+    scale: ScoreScale,
+    st: ChunkState,
+) {
+    let dv = st.acc.len() / ranges.len().max(1);
+    for (l, &range) in ranges.iter().enumerate() {
+        let mut row = [0f32; KEY_TILE];
+        let state = (
+            &mut st.max[l],
+            &mut st.sum[l],
+            &mut st.acc[l * dv..(l + 1) * dv],
+        );
+        let tile = (tile_start, k0, k1);
+        if one_query_weights((scores, l), range, tile, scale, &mut row, state) {
+            st.seeing.push(st.first + l);
+            for (w, &x) in st
+                .weights
+                .iter_mut()
+                .zip(&row)
+                .take(k1 - tile_start)
+                .skip(k0 - tile_start)
+            {
+                w[l] = x;
+            }
+        }
+    }
+}
+
+/// [`chunk_weights`] with the queries as the lanes.
+fn in_lanes(
     scores: &[[f32; LANES]],
     ranges: &[(usize, usize)],
     tile: (usize, usize, usize),
@@ -292,6 +345,15 @@ fn chunk_weights_lanes(
     let (r0, r1) = (k0 - tile_start, k1 - tile_start);
     row[..r0].fill([f32::NEG_INFINITY; LANES]);
     row[r1..].fill([f32::NEG_INFINITY; LANES]);
+    // A masked weight is e^−∞ = 0; the lanes past the chunk's queries hold 0 instead, never
+    // read, as e^x takes a slow path for −∞.
+    let masked: [f32; LANES] = std::array::from_fn(|l| {
+        if l < ranges.len() {
+            f32::NEG_INFINITY
+        } else {
+            0.0
+        }
+    });
     for (r, out) in row.iter_mut().enumerate().take(r1).skip(r0) {
         let s = &scores[r - r0];
         let x: [f32; LANES] = match scale.plain_factor() {
@@ -300,8 +362,11 @@ fn chunk_weights_lanes(
         };
         let r = r as i32;
         for l in 0..LANES {
-            let seen = from[l] <= r && r < to[l];
-            out[l] = if seen { x[l] } else { f32::NEG_INFINITY };
+            out[l] = if from[l] <= r && r < to[l] {
+                x[l]
+            } else {
+                masked[l]
+            };
         }
     }
     let tile_max = lane_max(row);
@@ -326,12 +391,15 @@ fn chunk_weights_lanes(
         st.max[l] = new_max;
         less[l] = new_max;
     }
-    for v in row.iter_mut() {
+    // Rows of keys no query sees weigh 0 (e^−∞), without e^x.
+    row[..r0].fill([0.0; LANES]);
+    row[r1..].fill([0.0; LANES]);
+    for v in row[r0..r1].iter_mut() {
         for l in 0..LANES {
             v[l] -= less[l];
         }
     }
-    ops::expf_ggml_in_place(row.as_flattened_mut());
+    ops::expf_ggml_in_place(row[r0..r1].as_flattened_mut());
     let groups = group_sums(row);
     for l in (0..ranges.len()).filter(|&l| sees[l]) {
         let tile_sum: f64 = groups.iter().map(|g| g[l] as f64).sum();
@@ -374,158 +442,71 @@ fn add(a: [f32; LANES], b: [f32; LANES]) -> [f32; LANES] {
     std::array::from_fn(|l| a[l] + b[l])
 }
 
-/// The chunks' weights against the code they replaced, which took one query at a time
-/// (llama.cpp's order for one query): the same weights, maxima, sums, accumulators and list
-/// of queries that see the tile, to the bit.
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernels::test_rng::Rng;
-
-    /// One query's weights for the tile of keys `k0..k1` (starting at `tile_start`) from its lane
-    /// of the tile's scores: scaled scores, −∞ where masked, and the tile's maximum (the masked
-    /// entries, −∞, never raise it), in the same pass; then its online-softmax step (rescaling its
-    /// accumulator and sum when the maximum grows, ggml's SIMD `expf`, the tile's sum in groups of
-    /// 16). Returns whether the query sees a key of the tile.
-    fn one_query_weights(
-        (scores, lane): (&[[f32; LANES]], usize),
-        (start, end): (usize, usize),
-        (tile_start, k0, k1): (usize, usize, usize),
-        scale: ScoreScale,
-        row: &mut [f32; KEY_TILE],
-        (max, sum, acc): (&mut f32, &mut f32, &mut [f32]),
-    ) -> bool {
-        row.fill(f32::NEG_INFINITY);
-        let (s0, s1) = (k0.max(start), k1.min(end));
-        let mut put = |p: usize, x: f32| row[p - tile_start] = x;
-        if let Some(factor) = scale.plain_factor() {
-            (s0..s1).for_each(|p| put(p, scores[p - k0][lane] * factor));
-        } else {
-            (s0..s1).for_each(|p| put(p, scale.score(scores[p - k0][lane])));
-        }
-        let tile_max = one_query_max(row);
-        if tile_max == f32::NEG_INFINITY {
-            return false;
-        }
-        let new_max = max.max(tile_max);
-        if new_max > *max {
-            let ms = (*max - new_max).exp();
-            acc.iter_mut().for_each(|a| *a *= ms);
-            *sum *= ms;
-        }
-        *max = new_max;
-        row.iter_mut().for_each(|x| *x -= new_max);
-        ops::expf_ggml_in_place(row);
-        let tile_sum: f64 = row
-            .chunks_exact(16)
-            .map(|g| reduce_add_16(g.try_into().expect("16 lanes")) as f64)
-            .sum();
-        *sum = (*sum as f64 + tile_sum) as f32;
-        true
+/// One query's weights for the tile of keys `k0..k1` (starting at `tile_start`) from its lane
+/// of the tile's scores: scaled scores, −∞ where masked, and the tile's maximum (the masked
+/// entries, −∞, never raise it), in the same pass; then its online-softmax step (rescaling its
+/// accumulator and sum when the maximum grows, ggml's SIMD `expf`, the tile's sum in groups of
+/// 16). Returns whether the query sees a key of the tile.
+fn one_query_weights(
+    (scores, lane): (&[[f32; LANES]], usize),
+    (start, end): (usize, usize),
+    (tile_start, k0, k1): (usize, usize, usize),
+    scale: ScoreScale,
+    row: &mut [f32; KEY_TILE],
+    (max, sum, acc): (&mut f32, &mut f32, &mut [f32]),
+) -> bool {
+    row.fill(f32::NEG_INFINITY);
+    let (s0, s1) = (k0.max(start), k1.min(end));
+    let mut put = |p: usize, x: f32| row[p - tile_start] = x;
+    if let Some(factor) = scale.plain_factor() {
+        (s0..s1).for_each(|p| put(p, scores[p - k0][lane] * factor));
+    } else {
+        (s0..s1).for_each(|p| put(p, scale.score(scores[p - k0][lane])));
     }
-
-    /// The largest of a tile's weights (−∞ where masked), in eight running maxima folded at the
-    /// end: one chain through the 64 took four cycles a key (the latency of `maxss`), 6 % of a
-    /// 1.5B's 2048-token prompt. The maximum of numbers does not depend on their order (with a
-    /// NaN among them, no maximum is meaningful, and every path takes this same order).
-    fn one_query_max(row: &[f32; KEY_TILE]) -> f32 {
-        let mut m = [f32::NEG_INFINITY; 8];
-        for chunk in row.chunks_exact(8) {
-            for (m, &x) in m.iter_mut().zip(chunk) {
-                *m = if *m > x { *m } else { x };
-            }
-        }
-        m.into_iter()
-            .fold(f32::NEG_INFINITY, |a, x| if a > x { a } else { x })
+    let tile_max = row_max(row);
+    if tile_max == f32::NEG_INFINITY {
+        return false;
     }
-
-    /// `_mm512_reduce_add_ps` as GCC defines it: upper 8 lanes + lower 8, upper 4 + lower 4, then
-    /// (0+2) + (1+3).
-    fn reduce_add_16(a: &[f32; 16]) -> f32 {
-        let t8: [f32; 8] = std::array::from_fn(|l| a[8 + l] + a[l]);
-        let t4: [f32; 4] = std::array::from_fn(|l| t8[4 + l] + t8[l]);
-        (t4[0] + t4[2]) + (t4[1] + t4[3])
+    let new_max = max.max(tile_max);
+    if new_max > *max {
+        let ms = (*max - new_max).exp();
+        acc.iter_mut().for_each(|a| *a *= ms);
+        *sum *= ms;
     }
-
-    #[test]
-    fn chunks_weigh_as_one_query_at_a_time() {
-        let mut rng = Rng(0x5eed_1234_abcd);
-        let dv = 24;
-        for case in 0..400 {
-            let nq = 1 + case % LANES;
-            let tile_start = KEY_TILE * (case % 5);
-            let k0 = tile_start + (rng.next() % 20) as usize;
-            let k1 = (k0 + 1 + (rng.next() % 70) as usize).min(tile_start + KEY_TILE);
-            // Ranges before, across, inside and after the tile's keys.
-            let ranges: Vec<(usize, usize)> = (0..nq)
-                .map(|_| {
-                    let a = tile_start.saturating_sub(10) + (rng.next() % 90) as usize;
-                    (a, a + (rng.next() % 80) as usize)
-                })
-                .collect();
-            let scale = if case % 3 == 0 {
-                ScoreScale::new(0.125, Some(30.0))
-            } else {
-                ScoreScale::new(0.088_388_35, None)
-            };
-            let scores: Vec<[f32; LANES]> = (0..KEY_TILE)
-                .map(|_| std::array::from_fn(|_| rng.f32() * 40.0))
-                .collect();
-            // Running states as earlier tiles leave them (a first tile's too: −∞ and 0).
-            let max: Vec<f32> = (0..nq)
-                .map(|l| {
-                    if (case + l) % 4 == 0 {
-                        f32::NEG_INFINITY
-                    } else {
-                        rng.f32() * 4.0
-                    }
-                })
-                .collect();
-            let sum: Vec<f32> = max
-                .iter()
-                .map(|m| {
-                    if *m == f32::NEG_INFINITY {
-                        0.0
-                    } else {
-                        1.0 + rng.f32().abs() * 9.0
-                    }
-                })
-                .collect();
-            let acc: Vec<f32> = (0..nq * dv).map(|_| rng.f32()).collect();
-            let tile = (tile_start, k0, k1);
-
-            let (mut max1, mut sum1, mut acc1) = (max.clone(), sum.clone(), acc.clone());
-            let mut w1 = vec![[0f32; KEY_TILE]; nq];
-            let mut seeing1 = Vec::new();
-            for l in 0..nq {
-                let state = (&mut max1[l], &mut sum1[l], &mut acc1[l * dv..(l + 1) * dv]);
-                if one_query_weights((&scores, l), ranges[l], tile, scale, &mut w1[l], state) {
-                    seeing1.push(l);
-                }
-            }
-            let (mut max2, mut sum2, mut acc2) = (max.clone(), sum.clone(), acc.clone());
-            let mut w2 = [[0f32; LANES]; KEY_TILE];
-            let mut seeing2 = Vec::new();
-            let state = ChunkState {
-                first: 0,
-                max: &mut max2,
-                sum: &mut sum2,
-                acc: &mut acc2,
-                weights: &mut w2,
-                seeing: &mut seeing2,
-            };
-            chunk_weights(&scores, &ranges, tile, scale, state);
-
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(seeing1, seeing2, "case {case}");
-            assert_eq!(bits(&max1), bits(&max2), "case {case}");
-            assert_eq!(bits(&sum1), bits(&sum2), "case {case}");
-            assert_eq!(bits(&acc1), bits(&acc2), "case {case}");
-            let (w0, w1_) = (k0 - tile_start, k1 - tile_start);
-            for &l in &seeing1 {
-                let lane: Vec<f32> = w2[w0..w1_].iter().map(|v| v[l]).collect();
-                assert_eq!(bits(&w1[l][w0..w1_]), bits(&lane), "case {case} query {l}");
-            }
-        }
-    }
+    *max = new_max;
+    row.iter_mut().for_each(|x| *x -= new_max);
+    ops::expf_ggml_in_place(row);
+    let tile_sum: f64 = row
+        .chunks_exact(16)
+        .map(|g| reduce_add_16(g.try_into().expect("16 lanes")) as f64)
+        .sum();
+    *sum = (*sum as f64 + tile_sum) as f32;
+    true
 }
+
+/// The largest of a tile's weights (−∞ where masked), in eight running maxima folded at the
+/// end: one chain through the 64 took four cycles a key (the latency of `maxss`), 6 % of a
+/// 1.5B's 2048-token prompt. The maximum of numbers does not depend on their order (with a
+/// NaN among them, no maximum is meaningful, and every path takes this same order).
+fn row_max(row: &[f32; KEY_TILE]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; 8];
+    for chunk in row.chunks_exact(8) {
+        for (m, &x) in m.iter_mut().zip(chunk) {
+            *m = if *m > x { *m } else { x };
+        }
+    }
+    m.into_iter()
+        .fold(f32::NEG_INFINITY, |a, x| if a > x { a } else { x })
+}
+
+/// `_mm512_reduce_add_ps` as GCC defines it: upper 8 lanes + lower 8, upper 4 + lower 4, then
+/// (0+2) + (1+3).
+fn reduce_add_16(a: &[f32; 16]) -> f32 {
+    let t8: [f32; 8] = std::array::from_fn(|l| a[8 + l] + a[l]);
+    let t4: [f32; 4] = std::array::from_fn(|l| t8[4 + l] + t8[l]);
+    (t4[0] + t4[2]) + (t4[1] + t4[3])
+}
+
+#[cfg(test)]
+#[path = "tiled_tests.rs"]
+mod tests;
