@@ -5,6 +5,7 @@ pub mod expf_libm;
 pub mod f16;
 pub mod interleaved;
 pub mod matmul;
+mod norm;
 pub mod ops;
 #[cfg(target_arch = "x86_64")]
 mod ops_avx512;

@@ -10,6 +10,9 @@
 
 use half::f16;
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::transpose8;
+
 /// Queries per [`dot_keys`] call.
 pub const QUERY_LANES: usize = 8;
 
@@ -206,6 +209,40 @@ mod x86 {
         }
     }
 
+    /// The 8×8 transpose of rows `v` (result `c`: element `r` of column `c` is `v[r][c]`).
+    #[inline(always)]
+    pub(crate) fn transpose8(v: [__m256; 8]) -> [__m256; 8] {
+        // SAFETY (every intrinsic): AVX (the callers' target features).
+        unsafe {
+            let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+            let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+            let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+            let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+            let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+            let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+            let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+            let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            [
+                _mm256_permute2f128_ps::<0x20>(s0, s4),
+                _mm256_permute2f128_ps::<0x20>(s1, s5),
+                _mm256_permute2f128_ps::<0x20>(s2, s6),
+                _mm256_permute2f128_ps::<0x20>(s3, s7),
+                _mm256_permute2f128_ps::<0x31>(s0, s4),
+                _mm256_permute2f128_ps::<0x31>(s1, s5),
+                _mm256_permute2f128_ps::<0x31>(s2, s6),
+                _mm256_permute2f128_ps::<0x31>(s3, s7),
+            ]
+        }
+    }
+
     /// # Safety
     /// Requires F16C, AVX2 and FMA; the sizes checked by the caller.
     #[target_feature(enable = "f16c,avx2,fma")]
@@ -226,32 +263,7 @@ mod x86 {
                     _mm256_cvtph_ps(_mm_loadu_si128(rows[j].as_ptr().add(d) as *const __m128i))
                 });
                 // An 8×8 transpose: column i of the rows becomes vector c[i].
-                let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-                let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-                let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-                let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-                let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-                let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-                let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-                let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-                let c = [
-                    _mm256_permute2f128_ps::<0x20>(u0, u4),
-                    _mm256_permute2f128_ps::<0x20>(u1, u5),
-                    _mm256_permute2f128_ps::<0x20>(u2, u6),
-                    _mm256_permute2f128_ps::<0x20>(u3, u7),
-                    _mm256_permute2f128_ps::<0x31>(u0, u4),
-                    _mm256_permute2f128_ps::<0x31>(u1, u5),
-                    _mm256_permute2f128_ps::<0x31>(u2, u6),
-                    _mm256_permute2f128_ps::<0x31>(u3, u7),
-                ];
+                let c = transpose8(r);
                 for (i, ci) in c.iter().enumerate() {
                     _mm256_storeu_ps(kp.add((d + i) * stride + j0), *ci);
                 }
