@@ -140,7 +140,7 @@ pub fn mad_rows(acc: &mut [f32], rows: &[f32], w: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     if simd() {
         // SAFETY: as in `widen_f16`; the sizes are checked above.
-        return unsafe { x86::mad_rows(acc, rows, w) };
+        return unsafe { x86::mad_rows(acc, rows, w, 1) };
     }
     mad_rows_scalar(acc, rows, w);
 }
@@ -158,23 +158,23 @@ pub fn mad_rows_many(accs: &mut [&mut [f32]], rows: &[f32], ws: &[&[f32]], strid
     let n = rows.len() / dv;
     assert!(n == 0 || ws.iter().all(|w| w.len() > (n - 1) * stride));
     #[cfg(target_arch = "x86_64")]
-    if simd() && accs.len() > 1 {
+    if simd() {
         // SAFETY: as in `widen_f16`; the sizes are checked above.
         return unsafe { x86::mad_rows_many(accs, rows, ws, stride) };
     }
     for (acc, w) in accs.iter_mut().zip(ws) {
-        if stride == 1 {
-            mad_rows(acc, rows, &w[..n]);
-        } else {
-            let w: Vec<f32> = (0..n).map(|j| w[j * stride]).collect();
-            mad_rows(acc, rows, &w);
-        }
+        mad_rows_strided(acc, rows, w, stride);
     }
 }
 
 fn mad_rows_scalar(acc: &mut [f32], rows: &[f32], w: &[f32]) {
+    mad_rows_strided(acc, rows, w, 1);
+}
+
+/// [`mad_rows_scalar`] with row `j`'s weight at `w[j · stride]`.
+fn mad_rows_strided(acc: &mut [f32], rows: &[f32], w: &[f32], stride: usize) {
     let dv = acc.len();
-    for (row, &wj) in rows.chunks_exact(dv).zip(w) {
+    for (row, &wj) in rows.chunks_exact(dv).zip(w.iter().step_by(stride)) {
         for (a, &v) in acc.iter_mut().zip(row) {
             *a = v.mul_add(wj, *a);
         }
@@ -392,18 +392,20 @@ mod x86 {
     }
 
     /// # Safety
-    /// Requires AVX2 and FMA; `rows.len() == w.len() * acc.len()`.
+    /// Requires AVX2 and FMA; `rows.len() == n * acc.len()`, `w` holding `n` weights
+    /// `stride` apart.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn mad_rows(acc: &mut [f32], rows: &[f32], w: &[f32]) {
+    pub unsafe fn mad_rows(acc: &mut [f32], rows: &[f32], w: &[f32], stride: usize) {
         let dv = acc.len();
         let n32 = dv / 32 * 32;
         let (ap, rp) = (acc.as_mut_ptr(), rows.as_ptr());
+        let n = rows.len() / dv;
         // 32 outputs at a time: four independent chains over the rows.
         for d in (0..n32).step_by(32) {
             // SAFETY: d + 32 <= dv: in bounds of `acc` and of every row.
             unsafe {
                 let mut a = [0, 1, 2, 3].map(|c| _mm256_loadu_ps(ap.add(d + 8 * c)));
-                for (j, &wj) in w.iter().enumerate() {
+                for (j, &wj) in w.iter().step_by(stride).take(n).enumerate() {
                     let wv = _mm256_set1_ps(wj);
                     for (c, ac) in a.iter_mut().enumerate() {
                         let v = _mm256_loadu_ps(rp.add(j * dv + d + 8 * c));
@@ -416,7 +418,7 @@ mod x86 {
             }
         }
         if n32 < dv {
-            for (j, &wj) in w.iter().enumerate() {
+            for (j, &wj) in w.iter().step_by(stride).take(n).enumerate() {
                 for d in n32..dv {
                     acc[d] = rows[j * dv + d].mul_add(wj, acc[d]);
                 }
@@ -425,7 +427,7 @@ mod x86 {
     }
 
     /// # Safety
-    /// Requires AVX2 and FMA; 2 to 4 accumulators of one length `dv`, `rows.len() == n * dv`,
+    /// Requires AVX2 and FMA; 1 to 4 accumulators of one length `dv`, `rows.len() == n * dv`,
     /// as many weight slices with `n` weights `stride` apart (checked by the caller).
     pub unsafe fn mad_rows_many(
         accs: &mut [&mut [f32]],
@@ -436,6 +438,7 @@ mod x86 {
         // SAFETY: forwarded; the count picks the instantiation.
         unsafe {
             match accs.len() {
+                1 => mad_rows(accs[0], rows, ws[0], stride),
                 2 => mad_rows_nq::<2>(accs, rows, ws, stride),
                 3 => mad_rows_nq::<3>(accs, rows, ws, stride),
                 _ => mad_rows_nq::<4>(accs, rows, ws, stride),

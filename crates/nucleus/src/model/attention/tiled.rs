@@ -10,6 +10,8 @@ use crate::kv_cache::{BlockId, KvCache};
 pub const TILED_MIN_BATCH: usize = 64;
 /// Keys per tile of llama.cpp's tiled flash attention; tiles start at multiples of it.
 const KEY_TILE: usize = 64;
+/// Queries per chunk: the lanes of the scores and of the weights.
+const LANES: usize = tile::QUERY_LANES;
 /// Calls with fewer queries take the scores with the keys as the lanes.
 const TRANSPOSED_MAX_QUERIES: usize = 4;
 
@@ -320,8 +322,6 @@ unsafe fn chunk_weights_avx2(
 ) {
     chunk_weights_lanes(scores, ranges, tile, scale, state)
 }
-
-const LANES: usize = tile::QUERY_LANES;
 
 /// [`chunk_weights`]' steps, lane by lane in plain code (IEEE operations, none fused).
 #[inline(always)]
