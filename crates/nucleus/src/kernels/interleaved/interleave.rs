@@ -178,8 +178,7 @@ unsafe fn interleave_avx2(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
 }
 
 /// Eight rows' eight words (row `r` in `v[r]`) to `dst[..256]` as eight chunks of eight
-/// words (word `k` of row `r` at `32k + 4r`): pairs of rows, then quads, then the two 128-bit
-/// halves.
+/// words (word `k` of row `r` at `32k + 4r`): the 8×8 transpose of [`crate::kernels::tile`].
 ///
 /// # Panics
 /// When `dst` is shorter than 256 bytes.
@@ -189,35 +188,16 @@ unsafe fn interleave_avx2(rows: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
 pub(super) fn store_transposed_avx2(v: [std::arch::x86_64::__m256i; GROUP_ROWS], dst: &mut [u8]) {
     use std::arch::x86_64::*;
     let dst = &mut dst[..256];
-    let a0 = _mm256_unpacklo_epi32(v[0], v[1]);
-    let a1 = _mm256_unpackhi_epi32(v[0], v[1]);
-    let a2 = _mm256_unpacklo_epi32(v[2], v[3]);
-    let a3 = _mm256_unpackhi_epi32(v[2], v[3]);
-    let a4 = _mm256_unpacklo_epi32(v[4], v[5]);
-    let a5 = _mm256_unpackhi_epi32(v[4], v[5]);
-    let a6 = _mm256_unpacklo_epi32(v[6], v[7]);
-    let a7 = _mm256_unpackhi_epi32(v[6], v[7]);
-    let b0 = _mm256_unpacklo_epi64(a0, a2);
-    let b1 = _mm256_unpackhi_epi64(a0, a2);
-    let b2 = _mm256_unpacklo_epi64(a1, a3);
-    let b3 = _mm256_unpackhi_epi64(a1, a3);
-    let b4 = _mm256_unpacklo_epi64(a4, a6);
-    let b5 = _mm256_unpackhi_epi64(a4, a6);
-    let b6 = _mm256_unpacklo_epi64(a5, a7);
-    let b7 = _mm256_unpackhi_epi64(a5, a7);
-    let t = [
-        _mm256_permute2x128_si256::<0x20>(b0, b4),
-        _mm256_permute2x128_si256::<0x20>(b1, b5),
-        _mm256_permute2x128_si256::<0x20>(b2, b6),
-        _mm256_permute2x128_si256::<0x20>(b3, b7),
-        _mm256_permute2x128_si256::<0x31>(b0, b4),
-        _mm256_permute2x128_si256::<0x31>(b1, b5),
-        _mm256_permute2x128_si256::<0x31>(b2, b6),
-        _mm256_permute2x128_si256::<0x31>(b3, b7),
-    ];
-    for (k, t) in t.iter().enumerate() {
+    // The words moved by the float transpose's shuffles, which move bits and compute nothing.
+    let mut words = [_mm256_setzero_ps(); GROUP_ROWS];
+    for (w, &r) in words.iter_mut().zip(&v) {
+        *w = _mm256_castsi256_ps(r);
+    }
+    for (k, t) in crate::kernels::tile::transpose8(words).iter().enumerate() {
         // SAFETY: `dst` holds 256 bytes (unaligned stores).
-        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().add(32 * k).cast(), *t) };
+        unsafe {
+            _mm256_storeu_si256(dst.as_mut_ptr().add(32 * k).cast(), _mm256_castps_si256(*t))
+        };
     }
 }
 
