@@ -112,6 +112,8 @@ mod tests_amx;
 mod tests_deferred;
 #[cfg(test)]
 mod tests_tiled;
+#[cfg(test)]
+mod tests_wide;
 
 #[cfg(target_arch = "x86_64")]
 pub use amx::{amx_refusal, uses_amx};
