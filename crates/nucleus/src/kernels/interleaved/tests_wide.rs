@@ -17,6 +17,16 @@ fn q4_k_at_the_top(rows: usize, cols: usize) -> Vec<u8> {
     data
 }
 
+/// `data` as a Q4_K matrix of `rows × cols`.
+fn q4_k_matrix(data: &[u8], rows: usize, cols: usize) -> QMatrix<'_> {
+    QMatrix {
+        ty: GgmlType::Q4_K,
+        data,
+        rows,
+        cols,
+    }
+}
+
 /// Activations that quantize to Q8_K's extremes (ggml's Q8_K takes −127 to 127): token `t`'s
 /// blocks all −127 (even `t`) or all 127 but the first value (odd `t`: that one a little larger
 /// in magnitude and negative, the rest positive).
@@ -44,12 +54,7 @@ fn q4_k_prompts_at_the_extremes_keep_the_one_row_bits() {
     let pool = ThreadPool::new(2);
     let (rows, cols) = (32, 1024);
     let data = q4_k_at_the_top(rows, cols);
-    let qm = QMatrix {
-        ty: GgmlType::Q4_K,
-        data: &data,
-        rows,
-        cols,
-    };
+    let qm = q4_k_matrix(&data, rows, cols);
     let w = pack(&qm).unwrap();
     let none = PackedActs::new();
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
@@ -83,7 +88,8 @@ fn q4_k_prompts_at_the_extremes_keep_the_one_row_bits() {
 
 /// G multiply-adds a second of one thread in a prompt's Q4_K product (4096 × 4096, 64 tokens,
 /// the weights hot in the caches), each chain: `cargo test --release -p nucleus --lib
-/// wide_q4_k_speed -- --ignored --nocapture`.
+/// wide_q4_k_speed -- --ignored --nocapture`. The 512-bit kernels with AVX-512 VNNI; where AMX
+/// runs, the tiles (the products' own choice).
 #[test]
 #[ignore]
 fn wide_q4_k_speed() {
@@ -91,12 +97,7 @@ fn wide_q4_k_speed() {
     let (rows, cols, nt) = (4096, 4096, 64);
     let mut rng = crate::kernels::test_rng::Rng(3);
     let data = super::tests::random_q4_k(&mut rng, rows, cols);
-    let qm = QMatrix {
-        ty: GgmlType::Q4_K,
-        data: &data,
-        rows,
-        cols,
-    };
+    let qm = q4_k_matrix(&data, rows, cols);
     let w = pack(&qm).unwrap();
     let x = super::tests::wide_q8_k_acts(&mut rng, nt, cols);
     let none = PackedActs::new();
