@@ -194,12 +194,18 @@ const TILE_TOKENS: usize = 4;
 /// block's scale as f32 and 16 and 8 times the sum of its values (Q5_0 and Q4_0 weights are
 /// kept unsigned, weight + 16 or + 8: the kernels take these offsets off their integer sums,
 /// ready to subtract, which saves a multiply and a broadcast from a register per block and
-/// token).
+/// token). For Q8_K rows, only [`Self::min_pairs`].
 #[derive(Debug, Default)]
 pub struct PackedActs {
     scales: Vec<f32>,
     offsets16: Vec<i32>,
     offsets8: Vec<i32>,
+    /// Q8_K rows: per block, four i32 that each hold two sums of a sub-block of 32 as i16
+    /// (sub-block 2p in the low half, 2p + 1 in the high), what the Q4_K and Q5_K mins
+    /// multiply. Made once per product call ([`Self::prepare_q8_k`]), so that a kernel reads
+    /// each pair with a broadcast rather than adding and shuffling the block's sums of 16 for
+    /// every group of rows.
+    min_pairs: Vec<i32>,
 }
 
 impl PackedActs {
@@ -232,12 +238,36 @@ impl PackedActs {
             }
         }
     }
+
+    /// Reads the sub-blocks' sums of `x` (Q8_K rows) into [`Self::min_pairs`].
+    fn prepare_q8_k(&mut self, x: &QuantizedActs) {
+        assert_eq!(
+            x.ty(),
+            GgmlType::Q8_K,
+            "PackedActs: activations must be Q8_K"
+        );
+        self.min_pairs.clear();
+        self.min_pairs.reserve(x.n_tokens() * x.cols() / 64);
+        for t in 0..x.n_tokens() {
+            for block in x.row(t).chunks_exact(q4_k::ACT_BLOCK) {
+                // The block's sixteen i16 sums of 16 values, after its f32 d and 256 values.
+                let sums: &[u8; 32] = block[260..].try_into().expect("a Q8_K block");
+                let sum16 = |i: usize| i16::from_le_bytes([sums[2 * i], sums[2 * i + 1]]);
+                // Two sums of 16 make a sub-block's; |sum| <= 32 * 127 fits in an i16.
+                let sub = |j: usize| sum16(2 * j).wrapping_add(sum16(2 * j + 1)) as u16 as u32;
+                self.min_pairs
+                    .extend((0..4).map(|p| (sub(2 * p) | sub(2 * p + 1) << 16) as i32));
+            }
+        }
+    }
 }
 
 /// What a kernel call reads: `nx` token rows of quantized activations starting at `x` (stride
 /// `x_stride` bytes), their `blocks` scales and offsets each at `scales`/`offsets` (stride
 /// `blocks`; the offset of an unsigned type's block: its bias times the sum of the block's
-/// activations), and writes eight floats per token at `out` (stride `out_stride` floats).
+/// activations; for Q8_K rows no scales, and at `offsets` their blocks' four
+/// [`PackedActs::min_pairs`], stride `4 * blocks`), and writes eight floats per token at `out`
+/// (stride `out_stride` floats).
 #[derive(Clone, Copy)]
 pub(crate) struct Tile {
     pub blocks: usize,
@@ -608,10 +638,17 @@ fn matmul_packed_tiles(
     }
     thread_local! {
         static TILE_ACTS: std::cell::RefCell<Vec<lines::Lines>> = Default::default();
+        static Q8_K_ACTS: std::cell::RefCell<PackedActs> = Default::default();
     }
     TILE_ACTS.with_borrow_mut(|tile_acts| {
         pack_tile_acts(&list, x, tile_acts);
-        run_products(pool, &list, n_chunks, (x, acts, tile_acts));
+        if x.ty() != GgmlType::Q8_K {
+            return run_products(pool, &list, n_chunks, (x, acts, tile_acts));
+        }
+        Q8_K_ACTS.with_borrow_mut(|k_acts| {
+            k_acts.prepare_q8_k(x);
+            run_products(pool, &list, n_chunks, (x, k_acts, tile_acts));
+        });
     });
 }
 

@@ -41,23 +41,30 @@ const ACT_BLOCK: usize = q4_k::ACT_BLOCK;
 /// Most tokens per kernel call: each register of values serves this many.
 pub(crate) const WIDE_TOKENS: usize = 8;
 
-fn f16_to_f32(b: &[u8]) -> f32 {
-    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
-}
-
 /// The header of a pair's unpacked super-block `w`: row `8h + r`'s d (and dmin) as f32 from
-/// the f16 at `d[2r]` (`dmin[2r]`), its scales from byte `8j + r` of `scales`.
+/// the f16 at `d[2r]` (`dmin[2r]`), its scales from byte `8j + r` of `scales`. The CPU has
+/// AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
 fn write_header(w: &mut [u8], h: usize, d: &[u8], dmin: Option<&[u8]>, scales: &[u8], subs: usize) {
-    for r in 0..GROUP_ROWS {
-        let row = GROUP_ROWS * h + r;
-        w[D + 4 * row..D + 4 * row + 4].copy_from_slice(&f16_to_f32(&d[2 * r..]).to_le_bytes());
-        if let Some(dmin) = dmin {
-            let m = f16_to_f32(&dmin[2 * r..]).to_le_bytes();
-            w[DMIN + 4 * row..DMIN + 4 * row + 4].copy_from_slice(&m);
+    assert!(h < 2 && w.len() >= VALUES && scales.len() >= GROUP_ROWS * subs);
+    // The eight rows' f16 at `src` to f32 at `at` (eight values, exact: every f16 is an f32).
+    let widen = |w: &mut [u8], src: &[u8], at: usize| {
+        let f: &[u8; 16] = src[..16].try_into().expect("eight f16");
+        let out: &mut [u8; 32] = (&mut w[at..at + 32]).try_into().expect("eight f32");
+        // SAFETY: 16 bytes at `f` and 32 at `out` (their types).
+        unsafe {
+            let wide = _mm256_cvtph_ps(_mm_loadu_si128(f as *const [u8; 16] as *const __m128i));
+            _mm256_storeu_ps(out as *mut [u8; 32] as *mut f32, wide);
         }
-        for j in 0..subs {
-            w[SCALES + 16 * j + row] = scales[8 * j + r];
-        }
+    };
+    let at = 4 * GROUP_ROWS * h;
+    widen(w, d, D + at);
+    if let Some(dmin) = dmin {
+        widen(w, dmin, DMIN + at);
+    }
+    for j in 0..subs {
+        let row0 = SCALES + 16 * j + GROUP_ROWS * h;
+        w[row0..row0 + GROUP_ROWS].copy_from_slice(&scales[8 * j..8 * j + GROUP_ROWS]);
     }
 }
 
@@ -76,7 +83,7 @@ pub(super) unsafe fn join(a: *const u8, b: *const u8) -> __m512i {
 /// Q6_K's values whole (each group's joined in registers by `q6_k::for_each_chunk`), IQ4_XS's
 /// looked up and stored plus 128 (each sub-block's scale written for its two halves of 16, the
 /// layout of Q6_K's sixteen sub-blocks), Q3_K's unsigned (its two low bits and its third
-/// joined). The CPU has AVX-512 F/BW.
+/// joined). The CPU has AVX-512 F/BW and F16C.
 pub(crate) fn unpack(ty: GgmlType, blocks: usize, pair: [&[u8]; 2], dst: &mut [u8]) {
     assert!(dst.len() >= blocks * WIDE_BLOCK);
     let group_block = super::pack::group_block_bytes(ty);
@@ -94,7 +101,7 @@ pub(crate) fn unpack(ty: GgmlType, blocks: usize, pair: [&[u8]; 2], dst: &mut [u
 }
 
 /// `FIFTH`: Q5_K's groups (Q4_K's layout, then the fifth bits), else Q4_K's.
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw")]
 unsafe fn unpack_k4_avx512<const FIFTH: bool>(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
     const NIBBLES: usize = 160;
     let m4 = _mm512_set1_epi8(0x0F);
@@ -159,7 +166,7 @@ unsafe fn unpack_k4_avx512<const FIFTH: bool>(blocks: usize, [a, b]: [&[u8]; 2],
     }
 }
 
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw")]
 unsafe fn unpack_q6_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
     for blk in 0..blocks {
         let (ga, gb) = (
@@ -181,7 +188,7 @@ unsafe fn unpack_q6_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) 
     }
 }
 
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw")]
 unsafe fn unpack_iq4_xs_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
     let gbb = iq4_xs::GROUP_BLOCK;
     let m4 = _mm512_set1_epi8(0x0F);
@@ -224,7 +231,7 @@ unsafe fn unpack_iq4_xs_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]
     }
 }
 
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw")]
 unsafe fn unpack_q3_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
     let gbb = q3_k::GROUP_BLOCK;
     let (m3, m4) = (_mm512_set1_epi8(0x03), _mm512_set1_epi8(0x04));
@@ -287,6 +294,10 @@ macro_rules! by_tokens {
 /// [`Tile`] says with sixteen outputs per token; the CPU has AVX-512 F/BW/VNNI, FMA and F16C.
 pub(crate) unsafe fn q4_k(w: &[u8], t: &Tile, pairs: bool) {
     assert!(w.len() >= t.blocks * WIDE_BLOCK && (1..=WIDE_TOKENS).contains(&t.nx));
+    assert!(
+        !t.offsets.is_null(),
+        "wide::q4_k: the activations' min_pairs"
+    );
     let w = w.as_ptr();
     // SAFETY: the caller's contract.
     unsafe {
@@ -305,6 +316,10 @@ pub(crate) unsafe fn q4_k(w: &[u8], t: &Tile, pairs: bool) {
 /// As [`q4_k`].
 pub(crate) unsafe fn q5_k(w: &[u8], t: &Tile) {
     assert!(w.len() >= t.blocks * WIDE_BLOCK && (1..=WIDE_TOKENS).contains(&t.nx));
+    assert!(
+        !t.offsets.is_null(),
+        "wide::q5_k: the activations' min_pairs"
+    );
     let w = w.as_ptr();
     // SAFETY: the caller's contract.
     unsafe { by_tokens!(q5_k_tiled, t.nx, w, t) }
@@ -356,7 +371,8 @@ unsafe fn q4_k_nx<const NX: usize, const FINISH: u8>(w: *const u8, t: &Tile) {
     // integer work, so that the loop over sub-blocks holds no float state in registers.
     let mut pair_sums = [[_mm512_setzero_si512(); 4]; NX];
     // SAFETY (all reads below): super-block b < blocks of the pair (WIDE_BLOCK bytes each);
-    // token n < nx's Q8_K block b (ACT_BLOCK bytes) in its row; sixteen outputs per token.
+    // token n < nx's Q8_K block b (ACT_BLOCK bytes) in its row and its four min pairs at
+    // t.offsets (the Tile's contract); sixteen outputs per token.
     unsafe {
         for b in 0..t.blocks {
             let g = w.add(WIDE_BLOCK * b);
@@ -398,19 +414,13 @@ unsafe fn q4_k_nx<const NX: usize, const FINISH: u8>(w: *const u8, t: &Tile) {
                     }
                 }
                 let dmin_dy = _mm512_mul_ps(dmin, dy(n));
-                let q8s = q4_k::sub_block_sums(xb(n));
-                let sums = [
-                    _mm_extract_epi32::<0>(q8s),
-                    _mm_extract_epi32::<1>(q8s),
-                    _mm_extract_epi32::<2>(q8s),
-                    _mm_extract_epi32::<3>(q8s),
-                ];
+                let pairs = t.offsets.add(4 * (n * t.blocks + b)) as *const u8;
                 let mut imin = _mm512_setzero_si512();
-                for (p, pair) in sums.into_iter().enumerate() {
+                for p in 0..4 {
                     let mins = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
                         g.add(MINS + 32 * p) as *const __m256i
                     ));
-                    let m = _mm512_madd_epi16(mins, _mm512_set1_epi32(pair));
+                    let m = _mm512_madd_epi16(mins, bcast(pairs.add(4 * p)));
                     if FINISH == PAIRS {
                         acc_min[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dmin_dy, acc_min[n]);
                     } else {

@@ -43,7 +43,9 @@ impl Product<'_> {
         } else {
             &acts.offsets16
         };
-        let (scales, offsets) = if acts.scales.is_empty() {
+        let (scales, offsets) = if !acts.min_pairs.is_empty() {
+            (std::ptr::null(), acts.min_pairs[t * 4 * blocks..].as_ptr())
+        } else if acts.scales.is_empty() {
             (std::ptr::null(), std::ptr::null())
         } else {
             (
