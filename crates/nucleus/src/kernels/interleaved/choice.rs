@@ -52,6 +52,7 @@ impl<'a> Product<'a> {
             && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512Vnni;
         let wide = vnni
             && tiles == TileUse::No
+            && !q8_lanes
             && wide_min_tokens(w.ty()).is_some_and(|least| nt >= least);
         let wide_decode =
             vnni && matches!(
@@ -215,6 +216,7 @@ fn wide_min_tokens(ty: GgmlType) -> Option<usize> {
         GgmlType::IQ4_XS => Some(32),
         GgmlType::Q3_K => Some(TILE_TOKENS + 1),
         GgmlType::Q6_K => Some(TILE_TOKENS + 1),
+        GgmlType::Q8_0 => Some(TILE_TOKENS + 1),
         _ => None,
     }
 }

@@ -95,6 +95,8 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod wide;
 #[cfg(target_arch = "x86_64")]
+mod wide_q8_0;
+#[cfg(target_arch = "x86_64")]
 mod wide_stored;
 #[cfg(target_arch = "x86_64")]
 mod wide_stored_scaled;
@@ -200,6 +202,8 @@ pub struct PackedActs {
     scales: Vec<f32>,
     offsets16: Vec<i32>,
     offsets8: Vec<i32>,
+    /// −128·Σx per block: the 512-bit Q8_0 kernel makes its weights unsigned (w + 128).
+    neg_offsets128: Vec<i32>,
     /// Q8_K rows: per block, four i32 that each hold two sums of a sub-block of 32 as i16
     /// (sub-block 2p in the low half, 2p + 1 in the high), what the Q4_K and Q5_K mins
     /// multiply. Made once per product call ([`Self::prepare_q8_k`]), so that a kernel reads
@@ -225,9 +229,11 @@ impl PackedActs {
         self.scales.clear();
         self.offsets16.clear();
         self.offsets8.clear();
+        self.neg_offsets128.clear();
         self.scales.reserve(n);
         self.offsets16.reserve(n);
         self.offsets8.reserve(n);
+        self.neg_offsets128.reserve(n);
         for t in 0..x.n_tokens() {
             for block in x.row(t).chunks_exact(ACT_BLOCK) {
                 let d = half::f16::from_bits(u16::from_le_bytes([block[0], block[1]]));
@@ -235,6 +241,7 @@ impl PackedActs {
                 let sum: i32 = block[2..].iter().map(|&q| q as i8 as i32).sum();
                 self.offsets16.push(16 * sum);
                 self.offsets8.push(8 * sum);
+                self.neg_offsets128.push(-128 * sum);
             }
         }
     }

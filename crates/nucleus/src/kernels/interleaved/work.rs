@@ -4,7 +4,8 @@
 use super::lines::Lines;
 #[cfg(target_arch = "x86_64")]
 use super::{
-    amx, choice::tile_slices, q6_k, q8_lanes, wide, wide_stored, wide_stored_scaled, x86, TileUse,
+    amx, choice::tile_slices, q6_k, q8_lanes, wide, wide_q8_0, wide_stored, wide_stored_scaled,
+    x86, TileUse,
 };
 use super::{
     pack, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
@@ -37,11 +38,13 @@ impl Product<'_> {
     /// blocks), and row `8g` of token `t`'s output.
     fn tile(&self, x: &QuantizedActs, acts: &PackedActs, g: usize, t: usize, nx: usize) -> Tile {
         let (blocks, rows) = (self.blocks, self.w.rows());
-        // Q4_0's weights carry a bias of 8, Q5_0's of 16 (the signed types ignore it).
-        let offsets = if self.w.ty() == GgmlType::Q4_0 {
-            &acts.offsets8
-        } else {
-            &acts.offsets16
+        // Q4_0's weights carry a bias of 8, Q5_0's of 16, Q8_0's of 128 in the 512-bit
+        // kernel, which starts its sums from the negated offset (the other signed kernels
+        // ignore it).
+        let offsets = match self.w.ty() {
+            GgmlType::Q4_0 => &acts.offsets8,
+            GgmlType::Q8_0 => &acts.neg_offsets128,
+            _ => &acts.offsets16,
         };
         let (scales, offsets) = if !acts.min_pairs.is_empty() {
             (std::ptr::null(), acts.min_pairs[t * 4 * blocks..].as_ptr())
@@ -316,6 +319,9 @@ impl Product<'_> {
         thread_local! {
             static UNPACKED: std::cell::RefCell<Vec<u8>> = Default::default();
         }
+        if self.w.ty() == GgmlType::Q8_0 {
+            return self.wide_q8_0_tiles(gs, src, x, acts, scratch);
+        }
         let (w, blocks, nt) = (self.w, self.blocks, x.n_tokens());
         let pairs = gs.len() / 2;
         let pair_bytes = blocks * wide::WIDE_BLOCK;
@@ -350,6 +356,41 @@ impl Product<'_> {
                 }
             }
         });
+        if gs.len() % 2 == 1 {
+            self.token_tiles(gs.end - 1..gs.end, src, x, acts, scratch);
+        }
+    }
+
+    /// [`Self::wide_tiles`] for Q8_0: each pair of groups read as stored
+    /// ([`wide_q8_0::q8_0_pair`]), tokens a block at a time; an odd last group goes through
+    /// `token_tiles`.
+    #[cfg(target_arch = "x86_64")]
+    fn wide_q8_0_tiles(
+        &self,
+        gs: std::ops::Range<usize>,
+        src: Groups,
+        x: &QuantizedActs,
+        acts: &PackedActs,
+        scratch: (&mut [f32], &mut [u8]),
+    ) {
+        let nt = x.n_tokens();
+        for tb in (0..nt).step_by(TOKEN_BLOCK) {
+            let te = (tb + TOKEN_BLOCK).min(nt);
+            for g in gs.clone().step_by(2).take(gs.len() / 2) {
+                let mut t = tb;
+                while t < te {
+                    let nx = (te - t).min(wide::WIDE_TOKENS);
+                    let tile = self.tile(x, acts, g, t, nx);
+                    // SAFETY: tokens t..t + nx < nt are rows of `x` and of `acts` (sizes
+                    // checked by `matmul_packed_with`); groups g, g + 1 hold `blocks` stored
+                    // blocks each, and their outputs t·rows + 8g .. + 16 lie inside this
+                    // product's `y`, written by this thread only; `wide` implies AVX-512 VNNI
+                    // (and FMA, F16C).
+                    unsafe { wide_q8_0::q8_0_pair(src.get(g), src.get(g + 1), &tile) };
+                    t += nx;
+                }
+            }
+        }
         if gs.len() % 2 == 1 {
             self.token_tiles(gs.end - 1..gs.end, src, x, acts, scratch);
         }
