@@ -216,7 +216,11 @@ fn wide_min_tokens(ty: GgmlType) -> Option<usize> {
         GgmlType::IQ4_XS => Some(32),
         GgmlType::Q3_K => Some(TILE_TOKENS + 1),
         GgmlType::Q6_K => Some(TILE_TOKENS + 1),
-        GgmlType::Q8_0 => Some(TILE_TOKENS + 1),
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+            Some(TILE_TOKENS + 1)
+        }
+        // Up to q5_stored_most tokens Q5_0 is read as stored (`x86::tile_q5_many`).
+        GgmlType::Q5_0 => Some(q5_stored_most() + 1),
         _ => None,
     }
 }

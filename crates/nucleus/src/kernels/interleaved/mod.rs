@@ -95,7 +95,7 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod wide;
 #[cfg(target_arch = "x86_64")]
-mod wide_q8_0;
+mod wide_blocks;
 #[cfg(target_arch = "x86_64")]
 mod wide_stored;
 #[cfg(target_arch = "x86_64")]
@@ -442,6 +442,15 @@ fn scratch_per_group(ty: GgmlType, blocks: usize) -> (usize, usize) {
     }
 }
 
+/// The types of blocks of 32 values with one scale each, whose products read Q8_0
+/// activations.
+fn is_block_type(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4
+    )
+}
+
 /// The activation type a packed matrix of `ty` reads (the one-row kernels' vec-dot type).
 pub fn packed_act_type(ty: GgmlType) -> GgmlType {
     if matches!(
@@ -573,11 +582,12 @@ impl Product<'_> {
 
     /// How many groups of a work item `nt` tokens unpack into the shared scratch at once: none
     /// when the kernels read the groups as stored, only an odd last group for the 512-bit
-    /// kernels (which unpack pairs into a buffer of their own), else the item's groups.
+    /// kernels of the super-block types (which unpack pairs into a buffer of their own), else
+    /// the item's groups.
     fn scratch_groups(&self, nt: usize) -> usize {
         if self.reads_stored(nt) {
             0
-        } else if self.wide {
+        } else if self.wide && !is_block_type(self.w.ty()) {
             1
         } else {
             GROUPS_PER_CHUNK

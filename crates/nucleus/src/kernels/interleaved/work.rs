@@ -4,12 +4,12 @@
 use super::lines::Lines;
 #[cfg(target_arch = "x86_64")]
 use super::{
-    amx, choice::tile_slices, q6_k, q8_lanes, wide, wide_q8_0, wide_stored, wide_stored_scaled,
+    amx, choice::tile_slices, q6_k, q8_lanes, wide, wide_blocks, wide_stored, wide_stored_scaled,
     x86, TileUse,
 };
 use super::{
-    pack, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile, GROUP_ROWS,
-    TILE_TOKENS, TOKEN_BLOCK,
+    is_block_type, pack, scratch_per_group, GroupView, PackedActs, Product, QuantizedActs, Tile,
+    GROUP_ROWS, TILE_TOKENS, TOKEN_BLOCK,
 };
 use crate::quant::GgmlType;
 
@@ -38,12 +38,12 @@ impl Product<'_> {
     /// blocks), and row `8g` of token `t`'s output.
     fn tile(&self, x: &QuantizedActs, acts: &PackedActs, g: usize, t: usize, nx: usize) -> Tile {
         let (blocks, rows) = (self.blocks, self.w.rows());
-        // Q4_0's weights carry a bias of 8, Q5_0's of 16, Q8_0's of 128 in the 512-bit
-        // kernel, which starts its sums from the negated offset (the other signed kernels
-        // ignore it).
+        // Q4_0's weights carry a bias of 8, Q5_0's of 16, the signed types' (Q8_0, IQ4_NL,
+        // MXFP4) 128 in the 512-bit kernels, which start their sums from the negated offset
+        // (the other signed kernels ignore it).
         let offsets = match self.w.ty() {
             GgmlType::Q4_0 => &acts.offsets8,
-            GgmlType::Q8_0 => &acts.neg_offsets128,
+            GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => &acts.neg_offsets128,
             _ => &acts.offsets16,
         };
         let (scales, offsets) = if !acts.min_pairs.is_empty() {
@@ -319,8 +319,8 @@ impl Product<'_> {
         thread_local! {
             static UNPACKED: std::cell::RefCell<Vec<u8>> = Default::default();
         }
-        if self.w.ty() == GgmlType::Q8_0 {
-            return self.wide_q8_0_tiles(gs, src, x, acts, scratch);
+        if is_block_type(self.w.ty()) {
+            return self.wide_blocks_tiles(gs, src, x, acts, scratch);
         }
         let (w, blocks, nt) = (self.w, self.blocks, x.n_tokens());
         let pairs = gs.len() / 2;
@@ -361,38 +361,54 @@ impl Product<'_> {
         }
     }
 
-    /// [`Self::wide_tiles`] for Q8_0: each pair of groups read as stored
-    /// ([`wide_q8_0::q8_0_pair`]), tokens a block at a time; an odd last group goes through
-    /// `token_tiles`.
+    /// [`Self::wide_tiles`] for the 32-value block types ([`wide_blocks`]): Q8_0's pairs of
+    /// groups read as stored, the others' groups unpacked once into the item's scratch; then
+    /// tokens a block at a time; an odd last group goes through `token_tiles`.
     #[cfg(target_arch = "x86_64")]
-    fn wide_q8_0_tiles(
+    fn wide_blocks_tiles(
         &self,
         gs: std::ops::Range<usize>,
         src: Groups,
         x: &QuantizedActs,
         acts: &PackedActs,
-        scratch: (&mut [f32], &mut [u8]),
+        (scales, unpacked): (&mut [f32], &mut [u8]),
     ) {
-        let nt = x.n_tokens();
+        let (nt, ty) = (x.n_tokens(), self.w.ty());
+        let paired = gs.start..gs.end - gs.len() % 2;
+        let views = if ty == GgmlType::Q8_0 {
+            Vec::new()
+        } else {
+            self.views(paired.clone(), src, &mut *scales, &mut *unpacked)
+        };
+        let signed = matches!(ty, GgmlType::IQ4_NL | GgmlType::MXFP4);
         for tb in (0..nt).step_by(TOKEN_BLOCK) {
             let te = (tb + TOKEN_BLOCK).min(nt);
-            for g in gs.clone().step_by(2).take(gs.len() / 2) {
+            for g in paired.clone().step_by(2) {
                 let mut t = tb;
                 while t < te {
                     let nx = (te - t).min(wide::WIDE_TOKENS);
                     let tile = self.tile(x, acts, g, t, nx);
+                    let i = g - paired.start;
                     // SAFETY: tokens t..t + nx < nt are rows of `x` and of `acts` (sizes
-                    // checked by `matmul_packed_with`); groups g, g + 1 hold `blocks` stored
-                    // blocks each, and their outputs t·rows + 8g .. + 16 lie inside this
+                    // checked by `matmul_packed_with`), their offsets the ones `tile` picks
+                    // for the type; groups g, g + 1 hold `blocks` blocks each (stored or
+                    // unpacked), and their outputs t·rows + 8g .. + 16 lie inside this
                     // product's `y`, written by this thread only; `wide` implies AVX-512 VNNI
                     // (and FMA, F16C).
-                    unsafe { wide_q8_0::q8_0_pair(src.get(g), src.get(g + 1), &tile) };
+                    unsafe {
+                        if views.is_empty() {
+                            wide_blocks::q8_0_pair(src.get(g), src.get(g + 1), &tile)
+                        } else {
+                            wide_blocks::unpacked_pair(&views[i], &views[i + 1], &tile, signed)
+                        }
+                    };
                     t += nx;
                 }
             }
         }
+        drop(views);
         if gs.len() % 2 == 1 {
-            self.token_tiles(gs.end - 1..gs.end, src, x, acts, scratch);
+            self.token_tiles(gs.end - 1..gs.end, src, x, acts, (scales, unpacked));
         }
     }
 
