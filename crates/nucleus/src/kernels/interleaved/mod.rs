@@ -70,6 +70,7 @@ macro_rules! kernel_by_level {
 /// Rows of an AMX work item ([`amx`]): four groups, the two B tiles' sixteen rows each.
 pub(crate) const ITEM_ROWS: usize = 4 * GROUP_ROWS;
 
+mod acts;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
@@ -78,6 +79,7 @@ mod amx_layout;
 mod amx_q4_k;
 #[cfg(target_arch = "x86_64")]
 mod amx_tiles;
+mod arithmetic;
 mod choice;
 pub mod huge_pages;
 mod interleave;
@@ -117,8 +119,10 @@ mod tests_tiled;
 #[cfg(test)]
 mod tests_wide;
 
+pub use acts::PackedActs;
 #[cfg(target_arch = "x86_64")]
 pub use amx::{amx_refusal, uses_amx};
+pub use arithmetic::{Arithmetic, Chain};
 #[cfg(test)]
 use choice::tile_use;
 use choice::{How, TileAsk, TileUse};
@@ -135,39 +139,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::matmul::QuantizedActs;
 use super::pool::{OutPtr, ThreadPool};
 use crate::quant::GgmlType;
-
-/// Which arithmetic the matrix products use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Arithmetic {
-    /// nucleus's own: repacked Q8_0/Q5_0/Q4_0/IQ4_NL/Q3_K–Q6_K/IQ4_XS weights, one float chain per
-    /// output (Q4_K: llama.cpp's repacked gemm's), and every row of every other type in the arithmetic
-    /// of the one-row kernels, so that a token's results never depend on its place in a prompt
-    /// or a batch.
-    #[default]
-    Fast,
-    /// llama.cpp's, bit for bit (its batched kernels for a prompt's rows, chosen by the row's
-    /// place in its prompt).
-    Exact,
-}
-
-impl Arithmetic {
-    /// `fast` or `exact`, as `nucleus bench` reports it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arithmetic::Fast => "fast",
-            Arithmetic::Exact => "exact",
-        }
-    }
-
-    /// `Exact` when the environment variable `NUCLEUS_EXACT` is set to anything but `0` or the
-    /// empty string, otherwise `Fast`.
-    pub fn from_env() -> Arithmetic {
-        match std::env::var("NUCLEUS_EXACT") {
-            Ok(v) if !v.is_empty() && v != "0" => Arithmetic::Exact,
-            _ => Arithmetic::Fast,
-        }
-    }
-}
 
 /// How far ahead, in bytes, the decode kernels ask for the weights they stream: into L1 two
 /// Q4_K group-blocks ahead (about 2 KB), into L2 three. Farther into L2 only competes with the
@@ -191,83 +162,6 @@ const QK: usize = 32;
 const ACT_BLOCK: usize = 34;
 /// Token rows per kernel call.
 const TILE_TOKENS: usize = 4;
-
-/// Activations quantized for [`matmul_packed`]: the Q8_0 rows of [`QuantizedActs`], plus each
-/// block's scale as f32 and 16 and 8 times the sum of its values (Q5_0 and Q4_0 weights are
-/// kept unsigned, weight + 16 or + 8: the kernels take these offsets off their integer sums,
-/// ready to subtract, which saves a multiply and a broadcast from a register per block and
-/// token). For Q8_K rows, only [`Self::min_pairs`].
-#[derive(Debug, Default)]
-pub struct PackedActs {
-    scales: Vec<f32>,
-    offsets16: Vec<i32>,
-    offsets8: Vec<i32>,
-    /// −128·Σx per block: the 512-bit Q8_0 kernel makes its weights unsigned (w + 128).
-    neg_offsets128: Vec<i32>,
-    /// Q8_K rows: per block, four i32 that each hold two sums of a sub-block of 32 as i16
-    /// (sub-block 2p in the low half, 2p + 1 in the high), what the Q4_K and Q5_K mins
-    /// multiply. Made once per product call ([`Self::prepare_q8_k`]), so that a kernel reads
-    /// each pair with a broadcast rather than adding and shuffling the block's sums of 16 for
-    /// every group of rows.
-    min_pairs: Vec<i32>,
-}
-
-impl PackedActs {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Reads the block scales and sums of `x` (Q8_0 rows).
-    pub fn prepare(&mut self, x: &QuantizedActs) {
-        assert_eq!(
-            x.ty(),
-            GgmlType::Q8_0,
-            "PackedActs: activations must be Q8_0"
-        );
-        let nb = x.cols() / QK;
-        let n = x.n_tokens() * nb;
-        self.scales.clear();
-        self.offsets16.clear();
-        self.offsets8.clear();
-        self.neg_offsets128.clear();
-        self.scales.reserve(n);
-        self.offsets16.reserve(n);
-        self.offsets8.reserve(n);
-        self.neg_offsets128.reserve(n);
-        for t in 0..x.n_tokens() {
-            for block in x.row(t).chunks_exact(ACT_BLOCK) {
-                let d = half::f16::from_bits(u16::from_le_bytes([block[0], block[1]]));
-                self.scales.push(d.to_f32());
-                let sum: i32 = block[2..].iter().map(|&q| q as i8 as i32).sum();
-                self.offsets16.push(16 * sum);
-                self.offsets8.push(8 * sum);
-                self.neg_offsets128.push(-128 * sum);
-            }
-        }
-    }
-
-    /// Reads the sub-blocks' sums of `x` (Q8_K rows) into [`Self::min_pairs`].
-    fn prepare_q8_k(&mut self, x: &QuantizedActs) {
-        assert_eq!(
-            x.ty(),
-            GgmlType::Q8_K,
-            "PackedActs: activations must be Q8_K"
-        );
-        self.min_pairs.clear();
-        self.min_pairs.reserve(x.n_tokens() * x.cols() / 64);
-        for t in 0..x.n_tokens() {
-            for block in x.row(t).chunks_exact(q4_k::ACT_BLOCK) {
-                // The block's sixteen i16 sums of 16 values, after its f32 d and 256 values.
-                let sums: &[u8; 32] = block[260..].try_into().expect("a Q8_K block");
-                let sum16 = |i: usize| i16::from_le_bytes([sums[2 * i], sums[2 * i + 1]]);
-                // Two sums of 16 make a sub-block's; |sum| <= 32 * 127 fits in an i16.
-                let sub = |j: usize| sum16(2 * j).wrapping_add(sum16(2 * j + 1)) as u16 as u32;
-                self.min_pairs
-                    .extend((0..4).map(|p| (sub(2 * p) | sub(2 * p + 1) << 16) as i32));
-            }
-        }
-    }
-}
 
 /// What a kernel call reads: `nx` token rows of quantized activations starting at `x` (stride
 /// `x_stride` bytes), their `blocks` scales and offsets each at `scales`/`offsets` (stride
@@ -344,49 +238,6 @@ type UnpackFn = fn(ty: GgmlType, blocks: usize, src: &[u8], scales: &mut [f32], 
 /// `tile`'s pointers are valid for what [`Tile`] says, `1 <= tile.nx <= 4`, the group holds
 /// `tile.blocks` blocks, and the CPU has the kernel's features.
 pub(crate) type TileFn = unsafe fn(group: &GroupView, tile: &Tile);
-
-/// Which float chain a packed product follows, where its type has more than one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Chain {
-    /// The one every type has: the one-row kernels' (for Q4_K, llama.cpp's repacked gemv:
-    /// one FMA per super-block, `--exact`'s for generated tokens).
-    #[default]
-    Default,
-    /// Q4_K only: llama.cpp's repacked gemm, one FMA per pair of sub-blocks, which `--exact`
-    /// takes for a prompt's rows in whole groups of four and nucleus's own arithmetic for
-    /// every token.
-    Q4kPairs,
-    /// Q8_0 only: llama.cpp's one kernel for it (`ggml_vec_dot_q8_0_q8_0`, every row),
-    /// eight lanes per block summed at the end ([`q8_lanes`]): `--exact`'s. (The other
-    /// chains keep one sum per block.)
-    Q8Lanes,
-}
-
-impl Chain {
-    /// The chain of nucleus's own arithmetic in this process, for every Q4_K product, prompt
-    /// or generated token alike (so a token's outputs keep their bits whichever kernel runs
-    /// it). Where a prompt's products run on AMX tiles (or on their emulation), the one-row
-    /// kernels' one FMA per super-block: the tiles then fold their sums once per super-block
-    /// instead of once per pair of sub-blocks, and llama.cpp's own build on such a CPU (its
-    /// AMX kernels, one float step per super-block) is farther from `--exact` than this chain
-    /// is (docs/src/arithmetic.md). Elsewhere llama.cpp's repacked gemm's pairs, `--exact`'s
-    /// for a prompt's rows, since there llama.cpp's builds agree on them.
-    pub fn fast() -> Chain {
-        if tiles_run() {
-            Chain::Default
-        } else {
-            Chain::Q4kPairs
-        }
-    }
-}
-
-/// Whether this process runs a prompt's products on AMX tiles, on the hardware or emulated.
-fn tiles_run() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return amx::tiles_run();
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
 
 /// The kernels for `ty`: the AVX2 ones when `avx2`, else the scalar ones (same bits).
 fn kernels(ty: GgmlType, avx2: bool, chain: Chain) -> (TileFn, UnpackFn) {
