@@ -510,7 +510,12 @@ fn matmul_packed_tiles(
     }
     TILE_ACTS.with_borrow_mut(|tile_acts| {
         pack_tile_acts(&list, x, tile_acts);
-        if x.ty() != GgmlType::Q8_K {
+        // Only the 512-bit Q4_K/Q5_K prompt kernels read the min pairs: decode's calls and
+        // the others' skip making them.
+        let min_pairs = list
+            .iter()
+            .any(|p| p.wide && matches!(p.w.ty(), GgmlType::Q4_K | GgmlType::Q5_K));
+        if x.ty() != GgmlType::Q8_K || !min_pairs {
             return run_products(pool, &list, n_chunks, (x, acts, tile_acts));
         }
         Q8_K_ACTS.with_borrow_mut(|k_acts| {
