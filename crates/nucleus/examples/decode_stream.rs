@@ -3,7 +3,7 @@
 //! matrix (together far larger than the last-level cache), each multiplied by one activation
 //! row in turn, timed against a plain read of the same packed bytes by the same threads.
 //!
-//! `cargo run --release -p nucleus --example decode_stream [threads] [Q4_K,Q5_K,Q6_K,IQ4_XS,Q3_K,Q8_0]`;
+//! `cargo run --release -p nucleus --example decode_stream [threads] [Q4_K,Q5_K,Q6_K,IQ4_XS,Q3_K,Q8_0,Q5_0,Q4_0,IQ4_NL,MXFP4]`;
 //! `DECODE_SHAPE=rows,cols` (default 18944,3584: a Qwen2.5-7B `ffn_up`), `DECODE_MB` the
 //! total size of the copies (default 1024), `NUCLEUS_HUGE_PAGES=1` packs into 2 MiB pages,
 //! `DECODE_CHAIN=default` takes Q4_K in one FMA per super-block instead of the model's chain
@@ -47,7 +47,7 @@ fn main() {
     );
     for name in only.split(',') {
         let Some(ty) = TYPES.into_iter().find(|t| t.name() == name) else {
-            eprintln!("decode_stream: {name}: not one of Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K, Q8_0");
+            eprintln!("decode_stream: {name}: not one of Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K, Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4");
             std::process::exit(2);
         };
         let data = random_matrix(ty, rows, cols);
@@ -88,14 +88,19 @@ fn main() {
     }
 }
 
-/// The types measured: the repacked ones of real K-quant files.
-const TYPES: [GgmlType; 6] = [
+/// The types measured: the repacked ones of real K-quant files, and the 32-value block types
+/// (MXFP4: gpt-oss's experts).
+const TYPES: [GgmlType; 10] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
     GgmlType::IQ4_XS,
     GgmlType::Q3_K,
     GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q4_0,
+    GgmlType::IQ4_NL,
+    GgmlType::MXFP4,
 ];
 
 /// Random weights of `ty` with sane scales.
@@ -128,6 +133,10 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     };
     let scale = half::f16::from_f32(0.01).to_le_bytes();
     for blk in data.chunks_exact_mut(bs) {
+        if ty == GgmlType::MXFP4 {
+            blk[0] = 120; // E8M0: 2^-7
+            continue;
+        }
         blk[at..at + 2].copy_from_slice(&scale);
         if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
             blk[2..4].copy_from_slice(&scale);

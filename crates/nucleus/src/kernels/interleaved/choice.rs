@@ -54,15 +54,21 @@ impl<'a> Product<'a> {
             && tiles == TileUse::No
             && !q8_lanes
             && wide_min_tokens(w.ty()).is_some_and(|least| nt >= least);
-        let wide_decode =
-            vnni && matches!(
+        let wide_decode = vnni
+            && !q8_lanes
+            && matches!(
                 w.ty(),
                 GgmlType::Q4_K
                     | GgmlType::Q5_K
                     | GgmlType::Q3_K
                     | GgmlType::Q6_K
                     | GgmlType::IQ4_XS
-            ) && nt <= TILE_TOKENS;
+                    | GgmlType::Q8_0
+                    | GgmlType::Q4_0
+                    | GgmlType::IQ4_NL
+                    | GgmlType::MXFP4
+            )
+            && nt <= TILE_TOKENS;
         Product {
             w,
             wide_decode,

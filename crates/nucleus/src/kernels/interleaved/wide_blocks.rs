@@ -12,17 +12,41 @@
 //! kernels' chain for its row, `fma(ws·xs, isum, acc)` per block, so a row's outputs have the
 //! same bits here, there and in the scalar kernels (`tests.rs`: the packed products against
 //! the one-row kernels and each token alone).
+//!
+//! Decode's products of Q8_0, Q4_0, IQ4_NL and MXFP4 (up to four tokens) read pairs of stored
+//! groups the same way ([`stored_pair`]), the nibbles split in registers and the tables' values
+//! looked up already plus 128, with the weights prefetched as they stream from memory.
 
 use std::arch::x86_64::*;
 
 use super::wide::{join, WIDE_TOKENS};
+use super::x86::PREFETCH;
+use super::PREFETCH_L2;
 use super::{GroupView, Tile, GROUP_ROWS, QK};
+use crate::quant::{GgmlType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 /// Bytes of a stored Q8_0 group's block: the eight rows' f16 scales, then their 256 values,
 /// chunk `k` (32 bytes) holding values `4k..4k + 4` of each row.
 const Q8_0_BLOCK: usize = 272;
+/// Bytes of a stored group's block of the four-bit types (Q4_0, IQ4_NL, MXFP4): the eight
+/// rows' f16 scales, then 128 bytes of nibbles, chunk `c < 4` (32 bytes) holding values
+/// `4c..4c + 4` of each row in its low nibbles and `16 + 4c..` in its high ones.
+const NIBBLE_BLOCK: usize = 144;
 /// Bytes of a Q8_0 activation block: an f16 scale, then 32 signed values.
 const ACT_BLOCK: usize = 34;
+
+/// How a block's stored or unpacked bytes become sixteen rows' unsigned values, and where each
+/// token's block sum starts.
+mod form {
+    /// Signed bytes (Q8_0's; the tables' values unpacked): plus 128, from the offset −128·Σx.
+    pub const SIGNED: u8 = 0;
+    /// Unsigned bytes (Q5_0's and Q4_0's unpacked): from minus the offset, bias·Σx.
+    pub const UNSIGNED: u8 = 1;
+    /// Stored nibbles indexing a table of signed values: looked up plus 128, from −128·Σx.
+    pub const TABLE: u8 = 2;
+    /// Stored unsigned nibbles (Q4_0's): from minus the offset, 8·Σx.
+    pub const NIBBLES: u8 = 3;
+}
 
 /// Two groups' blocks: block `k`'s values (256 bytes, interleaved as stored) at
 /// `values[g] + k·v_stride`, its eight scales at `scales[g] + k·s_stride` (f16 or f32).
@@ -51,7 +75,54 @@ pub(crate) unsafe fn q8_0_pair(a: &[u8], b: &[u8], t: &Tile) {
         s_stride: Q8_0_BLOCK,
     };
     // SAFETY: the caller's contract; the groups' bytes checked above.
-    unsafe { by_tokens::<true, true>(&pair, t) }
+    unsafe { by_tokens::<true, { form::SIGNED }, false>(&pair, t, _mm512_setzero_si512()) }
+}
+
+/// Decode's pairs: stored groups `a` and `b` of `ty` (Q8_0, Q4_0, IQ4_NL or MXFP4; `t.blocks`
+/// blocks each) against `t.nx` tokens (at most four), as [`q8_0_pair`], the weights
+/// prefetched ahead: Q8_0's values made unsigned in registers, Q4_0's nibbles unsigned
+/// already (offsets 8·Σx), the tables' nibbles looked up plus 128 (offsets −128·Σx).
+///
+/// # Safety
+/// As [`q8_0_pair`], with the offsets `ty` takes.
+pub(crate) unsafe fn stored_pair(a: &[u8], b: &[u8], t: &Tile, ty: GgmlType) {
+    let block = if ty == GgmlType::Q8_0 {
+        Q8_0_BLOCK
+    } else {
+        NIBBLE_BLOCK
+    };
+    let bytes = t.blocks * block;
+    assert!(a.len() >= bytes && b.len() >= bytes && (1..=4).contains(&t.nx));
+    assert!(!t.offsets.is_null() && !t.scales.is_null());
+    let pair = Pair {
+        values: [a.as_ptr().wrapping_add(16), b.as_ptr().wrapping_add(16)],
+        v_stride: block,
+        scales: [a.as_ptr(), b.as_ptr()],
+        s_stride: block,
+    };
+    let table = |values: &[i8; 16]| {
+        let plus128: [u8; 16] = std::array::from_fn(|i| (values[i] as i16 + 128) as u8);
+        // SAFETY: 16 bytes; AVX-512 F (the caller's contract).
+        unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(plus128.as_ptr() as *const __m128i)) }
+    };
+    // SAFETY: the caller's contract; the groups' bytes checked above.
+    unsafe {
+        match ty {
+            GgmlType::Q8_0 => {
+                by_tokens::<true, { form::SIGNED }, true>(&pair, t, _mm512_setzero_si512())
+            }
+            GgmlType::Q4_0 => {
+                by_tokens::<true, { form::NIBBLES }, true>(&pair, t, _mm512_setzero_si512())
+            }
+            GgmlType::IQ4_NL => {
+                by_tokens::<true, { form::TABLE }, true>(&pair, t, table(&KVALUES_IQ4NL))
+            }
+            GgmlType::MXFP4 => {
+                by_tokens::<true, { form::TABLE }, true>(&pair, t, table(&KVALUES_MXFP4))
+            }
+            _ => unreachable!("no stored 512-bit kernel for {ty}"),
+        }
+    }
 }
 
 /// Unpacked groups `a` and `b` of the 32-value types against `t.nx` tokens, as
@@ -75,31 +146,75 @@ pub(crate) unsafe fn unpacked_pair(a: &GroupView, b: &GroupView, t: &Tile, signe
         ],
         s_stride: 4 * GROUP_ROWS,
     };
+    let none = _mm512_setzero_si512();
     // SAFETY: the caller's contract; the views' sizes checked above.
     unsafe {
         if signed {
-            by_tokens::<false, true>(&pair, t)
+            by_tokens::<false, { form::SIGNED }, false>(&pair, t, none)
         } else {
-            by_tokens::<false, false>(&pair, t)
+            by_tokens::<false, { form::UNSIGNED }, false>(&pair, t, none)
         }
     }
 }
 
-/// `blocks_nx::<NX, ..>` for the tile's token count.
+/// `blocks_nx::<NX, ..>` for the tile's token count (decode's, `AHEAD`, at most four).
 #[inline(always)]
-unsafe fn by_tokens<const F16: bool, const SIGNED: bool>(pair: &Pair, t: &Tile) {
+unsafe fn by_tokens<const F16: bool, const FORM: u8, const AHEAD: bool>(
+    pair: &Pair,
+    t: &Tile,
+    table: __m512i,
+) {
     // SAFETY: forwarded.
     unsafe {
         match t.nx {
-            1 => blocks_nx::<1, F16, SIGNED>(pair, t),
-            2 => blocks_nx::<2, F16, SIGNED>(pair, t),
-            3 => blocks_nx::<3, F16, SIGNED>(pair, t),
-            4 => blocks_nx::<4, F16, SIGNED>(pair, t),
-            5 => blocks_nx::<5, F16, SIGNED>(pair, t),
-            6 => blocks_nx::<6, F16, SIGNED>(pair, t),
-            7 => blocks_nx::<7, F16, SIGNED>(pair, t),
-            _ => blocks_nx::<8, F16, SIGNED>(pair, t),
+            1 => blocks_nx::<1, F16, FORM, AHEAD>(pair, t, table),
+            2 => blocks_nx::<2, F16, FORM, AHEAD>(pair, t, table),
+            3 => blocks_nx::<3, F16, FORM, AHEAD>(pair, t, table),
+            4 => blocks_nx::<4, F16, FORM, AHEAD>(pair, t, table),
+            _ if AHEAD => unreachable!("decode's tiles hold at most four tokens"),
+            5 => blocks_nx::<5, F16, FORM, AHEAD>(pair, t, table),
+            6 => blocks_nx::<6, F16, FORM, AHEAD>(pair, t, table),
+            7 => blocks_nx::<7, F16, FORM, AHEAD>(pair, t, table),
+            _ => blocks_nx::<8, F16, FORM, AHEAD>(pair, t, table),
         }
+    }
+}
+
+/// Block `k`'s sixteen rows' values, unsigned, chunk `c` holding values `4c..4c + 4` of each
+/// row ([`form`]); `table` the tables' values plus 128.
+#[inline(always)]
+unsafe fn values<const FORM: u8>(pair: &Pair, k: usize, table: __m512i) -> [__m512i; 8] {
+    let [va, vb] = pair.values.map(|v| v.wrapping_add(k * pair.v_stride));
+    // SAFETY (the reads): block k's values of both groups (the callers' contract).
+    unsafe {
+        if FORM == form::SIGNED || FORM == form::UNSIGNED {
+            return std::array::from_fn(|c| {
+                let v = join(va.add(32 * c), vb.add(32 * c));
+                if FORM == form::SIGNED {
+                    _mm512_xor_si512(v, _mm512_set1_epi8(-128))
+                } else {
+                    v
+                }
+            });
+        }
+        let m4 = _mm512_set1_epi8(0x0F);
+        let mut w = [_mm512_setzero_si512(); 8];
+        for c in 0..4 {
+            let v = join(va.add(32 * c), vb.add(32 * c));
+            let (lo, hi) = (
+                _mm512_and_si512(v, m4),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4),
+            );
+            (w[c], w[c + 4]) = if FORM == form::TABLE {
+                (
+                    _mm512_shuffle_epi8(table, lo),
+                    _mm512_shuffle_epi8(table, hi),
+                )
+            } else {
+                (lo, hi)
+            };
+        }
+        w
     }
 }
 
@@ -124,33 +239,58 @@ unsafe fn scales<const F16: bool>(pair: &Pair, k: usize) -> __m512 {
     }
 }
 
+/// Asks for the stored blocks a few ahead of block `k` of both groups (of `blocks` each), into
+/// L1 and L2: decode's weights stream from memory. The groups lie one after the other, so the
+/// first's lookahead past its end would fall in the second, being read; it goes to the next
+/// pair's second group instead (the second's falls in the next pair's first by itself).
+#[inline(always)]
+fn prefetch_pair(pair: &Pair, k: usize, blocks: usize) {
+    let (stride, group) = (pair.s_stride, pair.s_stride * blocks);
+    let at = |g: usize, ahead: usize| {
+        let at = k * stride + ahead;
+        pair.scales[g].wrapping_add(if g == 0 && at >= group {
+            at + 2 * group
+        } else {
+            at
+        })
+    };
+    for g in 0..2 {
+        let (l1, l2) = (at(g, PREFETCH), at(g, PREFETCH_L2));
+        for l in (0..stride).step_by(64) {
+            // SAFETY: SSE is part of x86-64; a prefetch dereferences nothing (past the
+            // weights' end it is a hint that reads nothing).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(l1.wrapping_add(l) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(l2.wrapping_add(l) as *const i8);
+            }
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn blocks_nx<const NX: usize, const F16: bool, const SIGNED: bool>(pair: &Pair, t: &Tile) {
-    let flip = _mm512_set1_epi8(-128);
+unsafe fn blocks_nx<const NX: usize, const F16: bool, const FORM: u8, const AHEAD: bool>(
+    pair: &Pair,
+    t: &Tile,
+    table: __m512i,
+) {
     let mut acc = [_mm512_setzero_ps(); NX];
     // SAFETY (all reads below): block k < blocks of both groups (the callers' checks); token
     // n < nx's activation block k (ACT_BLOCK bytes) in its row, and its scale and offset k at
     // t.scales / t.offsets (stride t.blocks); sixteen outputs per token.
     unsafe {
         for k in 0..t.blocks {
-            let [va, vb] = pair.values.map(|v| v.add(k * pair.v_stride));
+            if AHEAD {
+                prefetch_pair(pair, k, t.blocks);
+            }
             let ws = scales::<F16>(pair, k);
-            // The sixteen rows' values, unsigned (signed ones plus 128).
-            let w: [__m512i; 8] = std::array::from_fn(|c| {
-                let v = join(va.add(32 * c), vb.add(32 * c));
-                if SIGNED {
-                    _mm512_xor_si512(v, flip)
-                } else {
-                    v
-                }
-            });
+            let w = values::<FORM>(pair, k, table);
             for (n, acc) in acc.iter_mut().enumerate() {
                 let xb = t.x.add(n * t.x_stride + ACT_BLOCK * k + 2);
                 let x =
                     |c: usize| _mm512_set1_epi32((xb.add(4 * c) as *const i32).read_unaligned());
                 let at = n * t.blocks + k;
                 // Signed values: the offset is −128·Σx already; unsigned: bias·Σx, negated.
-                let start = if SIGNED {
+                let start = if FORM == form::SIGNED || FORM == form::TABLE {
                     _mm512_set1_epi32(*t.offsets.add(at))
                 } else {
                     _mm512_sub_epi32(

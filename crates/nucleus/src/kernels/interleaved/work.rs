@@ -181,7 +181,7 @@ impl Product<'_> {
                     GgmlType::Q3_K => scaled::q3_k_pair(a, b, &tile),
                     GgmlType::Q6_K => scaled::q6_k_pair(a, b, &tile),
                     GgmlType::IQ4_XS => scaled::iq4_xs_pair(a, b, &tile),
-                    ty => unreachable!("no 512-bit decode kernel for {ty}"),
+                    ty => wide_blocks::stored_pair(a, b, &tile, ty),
                 }
             };
             gs.start += 2;
