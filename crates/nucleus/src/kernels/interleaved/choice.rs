@@ -64,6 +64,7 @@ impl<'a> Product<'a> {
                     | GgmlType::Q6_K
                     | GgmlType::IQ4_XS
                     | GgmlType::Q8_0
+                    | GgmlType::Q5_0
                     | GgmlType::Q4_0
                     | GgmlType::IQ4_NL
                     | GgmlType::MXFP4

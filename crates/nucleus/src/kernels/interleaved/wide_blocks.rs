@@ -13,9 +13,10 @@
 //! same bits here, there and in the scalar kernels (`tests.rs`: the packed products against
 //! the one-row kernels and each token alone).
 //!
-//! Decode's products of Q8_0, Q4_0, IQ4_NL and MXFP4 (up to four tokens) read pairs of stored
-//! groups the same way ([`stored_pair`]), the nibbles split in registers and the tables' values
-//! looked up already plus 128, with the weights prefetched as they stream from memory.
+//! Decode's products of all five (up to four tokens) read pairs of stored groups the same way
+//! ([`stored_pair`]), the nibbles split (and Q5_0's fifth bits merged) in registers and the
+//! tables' values looked up already plus 128, with the weights prefetched as they stream from
+//! memory.
 
 use std::arch::x86_64::*;
 
@@ -32,6 +33,9 @@ const Q8_0_BLOCK: usize = 272;
 /// rows' f16 scales, then 128 bytes of nibbles, chunk `c < 4` (32 bytes) holding values
 /// `4c..4c + 4` of each row in its low nibbles and `16 + 4c..` in its high ones.
 const NIBBLE_BLOCK: usize = 144;
+/// Bytes of a stored Q5_0 group's block: [`NIBBLE_BLOCK`]'s, then 32 bytes of fifth bits,
+/// bit `c` of row `r`'s byte `j` (byte `4r + j`) value `4c + j`'s, bit `c + 4` value `16 + 4c + j`'s.
+const Q5_0_BLOCK: usize = 176;
 /// Bytes of a Q8_0 activation block: an f16 scale, then 32 signed values.
 const ACT_BLOCK: usize = 34;
 
@@ -46,6 +50,8 @@ mod form {
     pub const TABLE: u8 = 2;
     /// Stored unsigned nibbles (Q4_0's): from minus the offset, 8·Σx.
     pub const NIBBLES: u8 = 3;
+    /// Stored nibbles and fifth bits (Q5_0's): from minus the offset, 16·Σx.
+    pub const FIVE_BITS: u8 = 4;
 }
 
 /// Two groups' blocks: block `k`'s values (256 bytes, interleaved as stored) at
@@ -78,18 +84,19 @@ pub(crate) unsafe fn q8_0_pair(a: &[u8], b: &[u8], t: &Tile) {
     unsafe { by_tokens::<true, { form::SIGNED }, false>(&pair, t, _mm512_setzero_si512()) }
 }
 
-/// Decode's pairs: stored groups `a` and `b` of `ty` (Q8_0, Q4_0, IQ4_NL or MXFP4; `t.blocks`
-/// blocks each) against `t.nx` tokens (at most four), as [`q8_0_pair`], the weights
-/// prefetched ahead: Q8_0's values made unsigned in registers, Q4_0's nibbles unsigned
-/// already (offsets 8·Σx), the tables' nibbles looked up plus 128 (offsets −128·Σx).
+/// Decode's pairs: stored groups `a` and `b` of `ty` (Q8_0, Q5_0, Q4_0, IQ4_NL or MXFP4;
+/// `t.blocks` blocks each) against `t.nx` tokens (at most four), as [`q8_0_pair`], the weights
+/// prefetched ahead: Q8_0's values made unsigned in registers, Q5_0's and Q4_0's unsigned
+/// already (offsets 16·Σx and 8·Σx), the tables' nibbles looked up plus 128 (offsets
+/// −128·Σx).
 ///
 /// # Safety
 /// As [`q8_0_pair`], with the offsets `ty` takes.
 pub(crate) unsafe fn stored_pair(a: &[u8], b: &[u8], t: &Tile, ty: GgmlType) {
-    let block = if ty == GgmlType::Q8_0 {
-        Q8_0_BLOCK
-    } else {
-        NIBBLE_BLOCK
+    let block = match ty {
+        GgmlType::Q8_0 => Q8_0_BLOCK,
+        GgmlType::Q5_0 => Q5_0_BLOCK,
+        _ => NIBBLE_BLOCK,
     };
     let bytes = t.blocks * block;
     assert!(a.len() >= bytes && b.len() >= bytes && (1..=4).contains(&t.nx));
@@ -113,6 +120,9 @@ pub(crate) unsafe fn stored_pair(a: &[u8], b: &[u8], t: &Tile, ty: GgmlType) {
             }
             GgmlType::Q4_0 => {
                 by_tokens::<true, { form::NIBBLES }, true>(&pair, t, _mm512_setzero_si512())
+            }
+            GgmlType::Q5_0 => {
+                by_tokens::<true, { form::FIVE_BITS }, true>(&pair, t, _mm512_setzero_si512())
             }
             GgmlType::IQ4_NL => {
                 by_tokens::<true, { form::TABLE }, true>(&pair, t, table(&KVALUES_IQ4NL))
@@ -197,14 +207,26 @@ unsafe fn values<const FORM: u8>(pair: &Pair, k: usize, table: __m512i) -> [__m5
                 }
             });
         }
-        let m4 = _mm512_set1_epi8(0x0F);
+        let (m4, m16) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x10));
+        let qh = if FORM == form::FIVE_BITS {
+            join(va.add(128), vb.add(128))
+        } else {
+            _mm512_setzero_si512()
+        };
         let mut w = [_mm512_setzero_si512(); 8];
         for c in 0..4 {
             let v = join(va.add(32 * c), vb.add(32 * c));
-            let (lo, hi) = (
+            let (mut lo, mut hi) = (
                 _mm512_and_si512(v, m4),
                 _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4),
             );
+            if FORM == form::FIVE_BITS {
+                // Bits c and c + 4 of the fifth bits' bytes moved to bit 4 by 16-bit shifts
+                // of at most 4, which carry no other byte's bit onto bit 4.
+                let (up, down) = (_mm_cvtsi32_si128(4 - c as i32), _mm_cvtsi32_si128(c as i32));
+                lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sll_epi16(qh, up), m16));
+                hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srl_epi16(qh, down), m16));
+            }
             (w[c], w[c + 4]) = if FORM == form::TABLE {
                 (
                     _mm512_shuffle_epi8(table, lo),
