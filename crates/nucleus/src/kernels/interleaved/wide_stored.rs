@@ -12,7 +12,6 @@ use std::arch::x86_64::*;
 use super::q4_k::{sub_block_sums, ACT_BLOCK, GROUP_BLOCK, MINS, NIBBLES, SCALES};
 use super::q5_k;
 use super::wide::join;
-use super::x86::prefetch_block;
 use super::{Tile, TILE_TOKENS};
 
 /// Checks that groups `$a` and `$b` hold `$t.blocks` group-blocks of `$block` bytes each and
@@ -85,10 +84,11 @@ pub(crate) unsafe fn q4_k_pair(a: &[u8], b: &[u8], t: &Tile, pairs: bool) {
 }
 
 /// Asks for the lines a pair of groups reads a few super-blocks after block `k` (`ga`, `gb`:
-/// the groups' block `k`). Decode reads pairs of adjacent groups (`b` right after `a`), and
-/// the next pair right after them: each group's own lookahead covers its lines, running past
-/// `b`'s end into the next pair's `a`; near the end the next pair's `b` is asked for too, which
-/// no lookahead reached, so that each pair started with a miss there (`DECODE_SHAPE=8960,1536
+/// the groups' block `k`), into L1 from [`super::PREFETCH_L1`] ahead and into L2 from
+/// [`super::PREFETCH_L2`]. Decode reads pairs of adjacent groups (`b` right after `a`), and
+/// the next pair right after them: `b`'s lookahead runs past its end into the next pair's `a`;
+/// `a`'s would run into `b`, being read, and goes to the next pair's `b` instead, which no
+/// lookahead reached otherwise (each pair then started with a miss there: `DECODE_SHAPE=8960,1536
 /// decode_stream 2 Q4_K`, rows of six super-blocks, 2026-12-06, the Xeon with AMX, two rounds:
 /// 80–82 % of the read without it, 89–90 % with it). Prefetches past the weights' end are
 /// hints that read nothing.
@@ -100,12 +100,24 @@ pub(super) fn prefetch_pair(
     blocks: usize,
     group_block: usize,
 ) {
-    prefetch_block(ga, group_block);
-    prefetch_block(gb, group_block);
-    if k + 3 >= blocks {
-        // The next pair's `b` starts `2·blocks` group-blocks after `b`'s start: this is its
-        // block `k − blocks`, whose lookahead is its first blocks.
-        prefetch_block(gb.wrapping_add(group_block * blocks), group_block);
+    let group = group_block * blocks;
+    let a_at = |ahead: usize| {
+        let past = k * group_block + ahead >= group;
+        ga.wrapping_add(ahead + if past { 2 * group } else { 0 })
+    };
+    let (a1, a2) = (a_at(super::PREFETCH_L1), a_at(super::PREFETCH_L2));
+    let (b1, b2) = (
+        gb.wrapping_add(super::PREFETCH_L1),
+        gb.wrapping_add(super::PREFETCH_L2),
+    );
+    for l in (0..group_block).step_by(64) {
+        // SAFETY: SSE is part of x86-64; a prefetch dereferences nothing.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(a1.wrapping_add(l) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(a2.wrapping_add(l) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(l) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(b2.wrapping_add(l) as *const i8);
+        }
     }
 }
 
