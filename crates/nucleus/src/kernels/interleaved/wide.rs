@@ -78,6 +78,18 @@ pub(super) unsafe fn join(a: *const u8, b: *const u8) -> __m512i {
     }
 }
 
+/// `values` plus 128 in each 128-bit lane: a `vpshufb` table whose values come out unsigned,
+/// as `vpdpbusd` takes them (each sum then starts from −128·Σx).
+///
+/// # Safety
+/// The CPU has AVX-512 F.
+#[inline(always)]
+pub(super) unsafe fn table_plus_128(values: &[i8; 16]) -> __m512i {
+    let plus: [u8; 16] = std::array::from_fn(|i| (values[i] as i16 + 128) as u8);
+    // SAFETY: the 16 bytes of `plus`; AVX-512 F by the caller's contract.
+    unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(plus.as_ptr() as *const __m128i)) }
+}
+
 /// Writes `dst` (`blocks` × [`WIDE_BLOCK`] bytes) from the stored groups `pair` of `ty`: Q4_K's
 /// nibbles and Q5_K's values with their fifth bit as they are (with the scales and mins),
 /// Q6_K's values whole (each group's joined in registers by `q6_k::for_each_chunk`), IQ4_XS's
@@ -192,12 +204,8 @@ unsafe fn unpack_q6_k_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) 
 unsafe fn unpack_iq4_xs_avx512(blocks: usize, [a, b]: [&[u8]; 2], dst: &mut [u8]) {
     let gbb = iq4_xs::GROUP_BLOCK;
     let m4 = _mm512_set1_epi8(0x0F);
-    let mut table = [0u8; 16];
-    for (t, k) in table.iter_mut().zip(crate::quant::KVALUES_IQ4NL) {
-        *t = (k as i16 + 128) as u8;
-    }
-    // SAFETY: the table's 16 bytes.
-    let table = unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr() as *const _)) };
+    // SAFETY: AVX-512 F (this function's features).
+    let table = unsafe { table_plus_128(&crate::quant::KVALUES_IQ4NL) };
     for blk in 0..blocks {
         let (ga, gb) = (
             &a[gbb * blk..gbb * (blk + 1)],

@@ -20,7 +20,7 @@
 
 use std::arch::x86_64::*;
 
-use super::wide::{join, WIDE_TOKENS};
+use super::wide::{join, table_plus_128, WIDE_TOKENS};
 use super::x86::PREFETCH;
 use super::PREFETCH_L2;
 use super::{GroupView, Tile, GROUP_ROWS, QK};
@@ -63,6 +63,23 @@ struct Pair {
     s_stride: usize,
 }
 
+impl Pair {
+    /// Two stored groups (each block its eight rows' f16 scales, then `block − 16` bytes of
+    /// values), checked to hold the tile's blocks, for a tile of at most `most` tokens that
+    /// carries its scales and offsets.
+    fn stored((a, b): (&[u8], &[u8]), block: usize, t: &Tile, most: usize) -> Pair {
+        let bytes = t.blocks * block;
+        assert!(a.len() >= bytes && b.len() >= bytes && (1..=most).contains(&t.nx));
+        assert!(!t.offsets.is_null() && !t.scales.is_null());
+        Pair {
+            values: [a.as_ptr().wrapping_add(16), b.as_ptr().wrapping_add(16)],
+            v_stride: block,
+            scales: [a.as_ptr(), b.as_ptr()],
+            s_stride: block,
+        }
+    }
+}
+
 /// Stored Q8_0 groups `a` and `b` (`t.blocks` blocks each) against `t.nx` tokens (at most
 /// [`WIDE_TOKENS`]), sixteen outputs per token at `t.out` (the first group's eight, then the
 /// second's).
@@ -71,16 +88,8 @@ struct Pair {
 /// The tile's pointers are valid for what [`Tile`] says, with sixteen outputs per token and
 /// its offsets the tokens' −128·Σx per block; the CPU has AVX-512 F/BW/VNNI, FMA and F16C.
 pub(crate) unsafe fn q8_0_pair(a: &[u8], b: &[u8], t: &Tile) {
-    let bytes = t.blocks * Q8_0_BLOCK;
-    assert!(a.len() >= bytes && b.len() >= bytes && (1..=WIDE_TOKENS).contains(&t.nx));
-    assert!(!t.offsets.is_null() && !t.scales.is_null());
-    let pair = Pair {
-        values: [a.as_ptr().wrapping_add(16), b.as_ptr().wrapping_add(16)],
-        v_stride: Q8_0_BLOCK,
-        scales: [a.as_ptr(), b.as_ptr()],
-        s_stride: Q8_0_BLOCK,
-    };
-    // SAFETY: the caller's contract; the groups' bytes checked above.
+    let pair = Pair::stored((a, b), Q8_0_BLOCK, t, WIDE_TOKENS);
+    // SAFETY: the caller's contract; the groups' bytes checked by `Pair::stored`.
     unsafe { by_tokens::<true, { form::SIGNED }, false>(&pair, t, _mm512_setzero_si512()) }
 }
 
@@ -98,21 +107,10 @@ pub(crate) unsafe fn stored_pair(a: &[u8], b: &[u8], t: &Tile, ty: GgmlType) {
         GgmlType::Q5_0 => Q5_0_BLOCK,
         _ => NIBBLE_BLOCK,
     };
-    let bytes = t.blocks * block;
-    assert!(a.len() >= bytes && b.len() >= bytes && (1..=4).contains(&t.nx));
-    assert!(!t.offsets.is_null() && !t.scales.is_null());
-    let pair = Pair {
-        values: [a.as_ptr().wrapping_add(16), b.as_ptr().wrapping_add(16)],
-        v_stride: block,
-        scales: [a.as_ptr(), b.as_ptr()],
-        s_stride: block,
-    };
-    let table = |values: &[i8; 16]| {
-        let plus128: [u8; 16] = std::array::from_fn(|i| (values[i] as i16 + 128) as u8);
-        // SAFETY: 16 bytes; AVX-512 F (the caller's contract).
-        unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(plus128.as_ptr() as *const __m128i)) }
-    };
-    // SAFETY: the caller's contract; the groups' bytes checked above.
+    let pair = Pair::stored((a, b), block, t, 4);
+    // SAFETY: AVX-512 F (the caller's contract).
+    let table = |values| unsafe { table_plus_128(values) };
+    // SAFETY: the caller's contract; the groups' bytes checked by `Pair::stored`.
     unsafe {
         match ty {
             GgmlType::Q8_0 => {

@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::q4_k::{sub_block_sums, ACT_BLOCK};
-use super::wide::join;
+use super::wide::{join, table_plus_128};
 use super::wide_stored::{dot_chunk, join16, pair_by_tokens, prefetch_pair, store_outputs};
 use super::{iq4_xs, q3_k, q6_k, Tile, TILE_TOKENS};
 use crate::quant::KVALUES_IQ4NL;
@@ -217,12 +217,10 @@ unsafe fn iq4_xs_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
     use iq4_xs::{GROUP_BLOCK, NIBBLES, SCALES};
     let mut acc = [_mm512_setzero_ps(); NX];
     let m4 = _mm512_set1_epi8(0x0F);
-    let table: [u8; 16] = std::array::from_fn(|i| (KVALUES_IQ4NL[i] as i16 + 128) as u8);
     // SAFETY (all reads below): super-block k < blocks of both groups (GROUP_BLOCK bytes
-    // each, checked by the caller); token n < nx's Q8_K block k in its row; the table's 16
-    // bytes.
+    // each, checked by the caller); token n < nx's Q8_K block k in its row.
     unsafe {
-        let table = _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr() as *const _));
+        let table = table_plus_128(&KVALUES_IQ4NL);
         for k in 0..t.blocks {
             let (ga, gb) = (a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k));
             prefetch_pair(ga, gb, k, t.blocks, GROUP_BLOCK);
