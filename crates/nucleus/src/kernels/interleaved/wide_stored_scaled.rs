@@ -137,12 +137,8 @@ unsafe fn q6_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
                 _mm512_storeu_si512(st.as_mut_ptr() as *mut _, neg);
             }
             let mut isum = [_mm512_setzero_si512(); NX];
-            // The four places of a pair written out: their shifts are constants.
             for p in 0..4 {
-                q6_k_sub_block::<NX, false, false>(g, p, &xs, &start, &mut isum);
-                q6_k_sub_block::<NX, false, true>(g, p, &xs, &start, &mut isum);
-                q6_k_sub_block::<NX, true, false>(g, p, &xs, &start, &mut isum);
-                q6_k_sub_block::<NX, true, true>(g, p, &xs, &start, &mut isum);
+                q6_k_place::<NX>(g, p, &xs, &start, &mut isum);
             }
             fold_scaled(&mut acc, isum, (g[0], g[1]), |n| xs[n]);
         }
@@ -150,14 +146,15 @@ unsafe fn q6_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
     }
 }
 
-/// Sub-block `j = 4p + 2·UPPER + HALF` of the pair's super-block `g` (its place in pair `p`
-/// of 32-value groups: `UPPER`, the high nibbles; `HALF`, the second half of the chunks)
-/// against each token's Q8_K block `xs[n]`, added to `isum[n]` as scale_j · (start + Σ q·x).
-/// Its four chunks are unpacked as `q6_k`'s `chunk_fixed` does with AVX-512 VL, sixteen rows
-/// at a time: the nibbles and the high bits (masked before their shift) merged in one
-/// `vpternlogd`.
+/// The four sub-blocks `4p..4p + 4` of the pair's super-block `g` (place `p` of its 32-value
+/// groups: sub-block `4p + 2·upper + half` holds the low (`upper` 0) or high nibbles of chunks
+/// `4·half..4·half + 4`) against each token's Q8_K block `xs[n]`, added to `isum[n]` as
+/// scale_j · (start + Σ q·x). Each chunk of nibbles and of high bits is read once for the
+/// sub-blocks that share it, and unpacked as `q6_k`'s `chunk_fixed` does with AVX-512 VL,
+/// sixteen rows at a time: the nibbles and the high bits (masked before their shift) merged in
+/// one `vpternlogd`. The integer sums are exact, so their order does not change them.
 #[inline(always)]
-unsafe fn q6_k_sub_block<const NX: usize, const UPPER: bool, const HALF: bool>(
+unsafe fn q6_k_place<const NX: usize>(
     g: [*const u8; 2],
     p: usize,
     xs: &[*const u8; NX],
@@ -165,37 +162,55 @@ unsafe fn q6_k_sub_block<const NX: usize, const UPPER: bool, const HALF: bool>(
     isum: &mut [__m512i; NX],
 ) {
     use q6_k::{HIGH, NIBBLES, SCALES};
-    let j = 4 * p + 2 * UPPER as usize + HALF as usize;
     let m4 = _mm512_set1_epi8(0x0F);
-    let high_mask = _mm512_set1_epi8(if UPPER { 0xCCu8 } else { 0x33 } as i8);
+    let (low_mask, high_mask) = (_mm512_set1_epi8(0x33), _mm512_set1_epi8(0xCCu8 as i8));
     // SAFETY (all reads): the caller's super-blocks `g` and activation blocks `xs`.
     unsafe {
-        let mut s: [__m512i; NX] = std::array::from_fn(|n| _mm512_set1_epi32(start[n][j]));
+        // s[2·upper + half][n]: sub-block 4p + 2·upper + half, token n.
+        let mut s: [[__m512i; NX]; 4] = std::array::from_fn(|k| {
+            std::array::from_fn(|n| _mm512_set1_epi32(start[n][4 * p + k]))
+        });
         for i in 0..4 {
-            let c = 4 * HALF as usize + i;
-            let at = NIBBLES + 256 * p + 32 * c;
-            let w = join(g[0].add(at), g[1].add(at));
-            let at = HIGH + 128 * p + 32 * (c % 4);
-            let hm = _mm512_and_si512(join(g[0].add(at), g[1].add(at)), high_mask);
-            let (nib, bits) = match (UPPER, HALF) {
-                (false, false) => (w, _mm512_slli_epi16::<4>(hm)),
-                (false, true) => (w, hm),
-                (true, false) => (_mm512_srli_epi16::<4>(w), _mm512_slli_epi16::<2>(hm)),
-                (true, true) => (_mm512_srli_epi16::<4>(w), _mm512_srli_epi16::<2>(hm)),
-            };
-            // 0xE4: m4 ? nib : bits, bit by bit.
-            let v = _mm512_ternarylogic_epi32::<0xE4>(nib, bits, m4);
-            for (x, s) in xs.iter().zip(s.iter_mut()) {
-                let x = (x.add(4 + 16 * j + 4 * i) as *const i32).read_unaligned();
-                *s = _mm512_dpbusd_epi32(*s, v, _mm512_set1_epi32(x));
+            let at = HIGH + 128 * p + 32 * i;
+            let h = join(g[0].add(at), g[1].add(at));
+            let (hl, hh) = (
+                _mm512_and_si512(h, low_mask),
+                _mm512_and_si512(h, high_mask),
+            );
+            for half in 0..2 {
+                let at = NIBBLES + 256 * p + 32 * (4 * half + i);
+                let w = join(g[0].add(at), g[1].add(at));
+                // The high bits' shift for each (upper, half), as `q6_k_sub_block` had them.
+                let (bits_lo, bits_hi) = if half == 0 {
+                    (_mm512_slli_epi16::<4>(hl), _mm512_slli_epi16::<2>(hh))
+                } else {
+                    (hl, _mm512_srli_epi16::<2>(hh))
+                };
+                // 0xE4: m4 ? nib : bits, bit by bit.
+                let v_lo = _mm512_ternarylogic_epi32::<0xE4>(w, bits_lo, m4);
+                let v_hi =
+                    _mm512_ternarylogic_epi32::<0xE4>(_mm512_srli_epi16::<4>(w), bits_hi, m4);
+                for (n, x) in xs.iter().enumerate() {
+                    let xq = |j: usize| {
+                        _mm512_set1_epi32(
+                            (x.add(4 + 16 * j + 4 * i) as *const i32).read_unaligned(),
+                        )
+                    };
+                    let (j_lo, j_hi) = (4 * p + half, 4 * p + 2 + half);
+                    s[half][n] = _mm512_dpbusd_epi32(s[half][n], v_lo, xq(j_lo));
+                    s[2 + half][n] = _mm512_dpbusd_epi32(s[2 + half][n], v_hi, xq(j_hi));
+                }
             }
         }
-        let sc = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
-            _mm_loadl_epi64(g[0].add(SCALES + 8 * j) as *const _),
-            _mm_loadl_epi64(g[1].add(SCALES + 8 * j) as *const _),
-        ));
-        for (i, s) in isum.iter_mut().zip(s) {
-            *i = _mm512_add_epi32(*i, _mm512_mullo_epi32(s, sc));
+        for (k, sk) in s.iter().enumerate() {
+            let j = 4 * p + k;
+            let sc = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
+                _mm_loadl_epi64(g[0].add(SCALES + 8 * j) as *const _),
+                _mm_loadl_epi64(g[1].add(SCALES + 8 * j) as *const _),
+            ));
+            for (i, s) in isum.iter_mut().zip(sk) {
+                *i = _mm512_add_epi32(*i, _mm512_mullo_epi32(*s, sc));
+            }
         }
     }
 }
