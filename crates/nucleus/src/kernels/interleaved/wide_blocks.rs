@@ -54,8 +54,9 @@ mod form {
     pub const FIVE_BITS: u8 = 4;
 }
 
-/// Two groups' blocks: block `k`'s values (256 bytes, interleaved as stored) at
-/// `values[g] + k·v_stride`, its eight scales at `scales[g] + k·s_stride` (f16 or f32).
+/// Two groups' blocks: block `k`'s values (interleaved as stored: 256 bytes, or 128 of
+/// nibbles and, for Q5_0, 32 of fifth bits) at `values[g] + k·v_stride`, its eight scales at
+/// `scales[g] + k·s_stride` (f16 or f32).
 struct Pair {
     values: [*const u8; 2],
     v_stride: usize,
