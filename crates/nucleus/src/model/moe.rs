@@ -17,7 +17,8 @@
 //! (nucleus's tiled kernels, or llama.cpp's one-row kernels, which its `mul_mat_id` uses for
 //! every row), so a token's result does not depend on which other tokens share its experts.
 
-use crate::kernels::matmul::PromptSlot;
+use crate::kernels::interleaved::PackedActs;
+use crate::kernels::matmul::{PromptSlot, QuantizedActs};
 use crate::kernels::ops;
 
 use super::forward::dump;
@@ -43,6 +44,8 @@ pub(super) struct MoeState {
     down: Vec<f32>,
     /// Each chosen expert's output: `n_expert_used` rows of `n_embd` per token.
     out: Vec<f32>,
+    /// A decode step's down products' inputs, quantized (one per chosen expert).
+    down_acts: Vec<(QuantizedActs, PackedActs)>,
 }
 
 fn fit(v: &mut Vec<f32>, n: usize) {
@@ -188,7 +191,8 @@ pub fn softmax_ggml(x: &mut [f32]) {
 impl Model {
     /// The chosen experts' outputs for a batch of one token (a decode step), into `st.out`:
     /// every expert reads the same input, so all their gate and up products go to the kernels
-    /// in one pass (each row computed as alone: the same bits as the general path).
+    /// in one pass, and then all their down products in another (each row computed as alone:
+    /// the same bits as the general path).
     fn experts_of_one_token(
         &self,
         ffn: &MoeFfn,
@@ -201,29 +205,28 @@ impl Model {
         for buf in [&mut st.gate, &mut st.up] {
             fit(buf, k * f);
         }
-        fit(&mut st.down, e);
+        let chosen = &st.chosen[..k];
         let mut list = Vec::with_capacity(2 * k);
         let gates = st.gate[..k * f].chunks_exact_mut(f);
-        for ((&c, g), u) in st.chosen[..k]
-            .iter()
-            .zip(gates)
-            .zip(st.up[..k * f].chunks_exact_mut(f))
-        {
+        for ((&c, g), u) in chosen.iter().zip(gates).zip(st.up.chunks_exact_mut(f)) {
             list.push((&ffn.experts[c].gate, g));
             list.push((&ffn.experts[c].up, u));
         }
         acts.invalidate();
         self.project_list(acts, list, (x, &[]), 1);
-        for (j, &c) in st.chosen[..k].iter().enumerate() {
-            let (g, u) = (
-                &mut st.gate[j * f..(j + 1) * f],
-                &mut st.up[j * f..(j + 1) * f],
-            );
+        let gates = st.gate[..k * f].chunks_exact_mut(f);
+        for ((&c, g), u) in chosen.iter().zip(gates).zip(st.up.chunks_exact_mut(f)) {
             expert_act(ffn, c, g, u);
-            acts.invalidate();
-            self.project(acts, &ffn.experts[c].down, (g, &[]), 1, &mut st.down);
-            down_bias(ffn, c, &mut st.down[..e]);
-            st.out[j * e..(j + 1) * e].copy_from_slice(&st.down[..e]);
+        }
+        let downs = chosen
+            .iter()
+            .zip(st.gate.chunks_exact(f))
+            .zip(st.out[..k * e].chunks_exact_mut(e))
+            .map(|((&c, g), y)| (&ffn.experts[c].down, g, y))
+            .collect();
+        self.project_each(acts, &mut st.down_acts, downs);
+        for (&c, y) in chosen.iter().zip(st.out.chunks_exact_mut(e)) {
+            down_bias(ffn, c, y);
         }
     }
 }

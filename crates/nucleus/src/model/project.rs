@@ -3,8 +3,8 @@
 //! interleaved ones for repacked matrices, llama.cpp's one-row or batched ones otherwise).
 
 use crate::kernels::interleaved::{
-    matmul_packed_chain, matmul_packed_many, packed_act_type, Arithmetic, Chain, PackedActs,
-    PackedMatrix,
+    matmul_packed_chain, matmul_packed_each, matmul_packed_many, packed_act_type, Arithmetic,
+    Chain, EachProduct, PackedActs, PackedMatrix,
 };
 
 use crate::kernels::matmul::{
@@ -276,5 +276,50 @@ impl Model {
         }
         let (q, pa) = acts.get_packed(&self.pool, &x[..n * cols], n, cols);
         matmul_packed_many(&self.pool, &mut list, q, pa, Chain::fast());
+    }
+
+    /// [`Self::project`] of each matrix by its own input row (a decode step's experts' down
+    /// products), `own` holding the inputs' quantizations: in nucleus's arithmetic, when all
+    /// are repacked, none waits to be packed and all read one activation type, one pass of the
+    /// thread pool for all of them (the same bits: each input quantized as `project` would).
+    pub(super) fn project_each(
+        &self,
+        acts: &mut ActsCache,
+        own: &mut Vec<(QuantizedActs, PackedActs)>,
+        products: Vec<(&Matrix, &[f32], &mut [f32])>,
+    ) {
+        let act_type = |w: &Matrix| w.packed.as_ref().map(|p| packed_act_type(p.ty()));
+        let first = products.first().and_then(|(w, _, _)| act_type(w));
+        let one_pass = self.arithmetic == Arithmetic::Fast
+            && first.is_some()
+            && products.iter().all(|(w, _, _)| act_type(w) == first)
+            && !products
+                .iter()
+                .any(|(w, _, _)| w.packed.as_deref().is_some_and(|p| from_file(p, 1)));
+        let Some(ty) = first.filter(|_| one_pass) else {
+            for (w, x, y) in products {
+                acts.invalidate();
+                self.project(acts, w, (x, &[]), 1, y);
+            }
+            return;
+        };
+        own.resize_with(own.len().max(products.len()), Default::default);
+        for ((w, x, _), (q, pa)) in products.iter().zip(own.iter_mut()) {
+            q.quantize_in(&self.pool, &x[..w.cols], 1, w.cols, ty);
+            if ty == GgmlType::Q8_0 {
+                pa.prepare(q);
+            }
+        }
+        let mut list: Vec<EachProduct> = products
+            .into_iter()
+            .zip(own.iter())
+            .map(|((w, _, y), (q, pa))| EachProduct {
+                w: w.packed.as_deref().expect("checked above"),
+                x: q,
+                acts: pa,
+                y: &mut y[..w.rows],
+            })
+            .collect();
+        matmul_packed_each(&self.pool, &mut list, Chain::fast());
     }
 }

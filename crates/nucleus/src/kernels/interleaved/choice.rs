@@ -84,6 +84,7 @@ impl<'a> Product<'a> {
             q8_lanes,
             q5_stored_many: avx2 && w.ty() == GgmlType::Q5_0 && nt <= q5_stored_most(),
             first_chunk,
+            input: 0,
             chunk_groups: if tiles == TileUse::No {
                 chunk_groups(w, nt, threads, wide_decode)
             } else {

@@ -81,6 +81,7 @@ mod amx_q4_k;
 mod amx_tiles;
 mod arithmetic;
 mod choice;
+mod each;
 pub mod huge_pages;
 mod interleave;
 mod iq4_xs;
@@ -126,6 +127,7 @@ pub use arithmetic::{Arithmetic, Chain};
 #[cfg(test)]
 use choice::tile_use;
 use choice::{How, TileAsk, TileUse};
+pub use each::{matmul_packed_each, EachProduct};
 pub use pack::{pack, repack_into, FileRows, PackedMatrix};
 
 /// Why prompts do not run on AMX tiles here (always, on other architectures).
@@ -412,6 +414,8 @@ struct Product<'a> {
     wide_decode: bool,
     /// The first work item of this matrix among all of the call's.
     first_chunk: usize,
+    /// Which of the call's inputs it reads (0 where all read one: [`matmul_packed_each`]).
+    input: usize,
     /// Groups per work item.
     chunk_groups: usize,
     /// Blocks per row (of 32 inputs, or 256 for the K-quants and IQ4_XS).
@@ -516,11 +520,11 @@ fn matmul_packed_tiles(
             .iter()
             .any(|p| p.wide && matches!(p.w.ty(), GgmlType::Q4_K | GgmlType::Q5_K));
         if x.ty() != GgmlType::Q8_K || !min_pairs {
-            return run_products(pool, &list, n_chunks, (x, acts, tile_acts));
+            return run_products(pool, &list, n_chunks, (&[(x, acts)], tile_acts));
         }
         Q8_K_ACTS.with_borrow_mut(|k_acts| {
             k_acts.prepare_q8_k(x);
-            run_products(pool, &list, n_chunks, (x, k_acts, tile_acts));
+            run_products(pool, &list, n_chunks, (&[(x, k_acts)], tile_acts));
         });
     });
 }
@@ -542,14 +546,15 @@ fn pack_tile_acts(list: &[Product], x: &QuantizedActs, tile_acts: &mut Vec<lines
     let _ = (list, x, tile_acts);
 }
 
-/// The work items of `list` on the pool's threads, each taking the next.
+/// The work items of `list` on the pool's threads, each taking the next; each product reads
+/// its input of `inputs` (all of the same number of tokens).
 fn run_products(
     pool: &ThreadPool,
     list: &[Product],
     n_chunks: usize,
-    (x, acts, tile_acts): (&QuantizedActs, &PackedActs, &[lines::Lines]),
+    (inputs, tile_acts): (&[(&QuantizedActs, &PackedActs)], &[lines::Lines]),
 ) {
-    let nt = x.n_tokens();
+    let nt = inputs[0].0.n_tokens();
     let next = AtomicUsize::new(0);
     let work = |_: usize, _: usize| {
         // Scratch for the groups of one work item, as much as its largest product needs.
@@ -568,6 +573,7 @@ fn run_products(
                 break;
             }
             let p = &list[list.partition_point(|p| p.first_chunk <= c) - 1];
+            let (x, acts) = inputs[p.input];
             p.run_chunk(
                 c - p.first_chunk,
                 (x, acts, tile_acts),
