@@ -15,7 +15,8 @@ pub struct PackedActs {
     pub(super) scales: Vec<f32>,
     pub(super) offsets16: Vec<i32>,
     pub(super) offsets8: Vec<i32>,
-    /// −128·Σx per block: the 512-bit Q8_0 kernel makes its weights unsigned (w + 128).
+    /// −128·Σx per block: the 512-bit kernels of the signed types (Q8_0, IQ4_NL, MXFP4) make
+    /// their weights unsigned (w + 128), and start each block's sum from this.
     pub(super) neg_offsets128: Vec<i32>,
     /// Q8_K rows: per block, four i32 that each hold two sums of a sub-block of 32 as i16
     /// (sub-block 2p in the low half, 2p + 1 in the high), what the Q4_K and Q5_K mins

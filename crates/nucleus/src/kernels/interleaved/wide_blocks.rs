@@ -21,8 +21,8 @@
 use std::arch::x86_64::*;
 
 use super::wide::{join, table_plus_128, WIDE_TOKENS};
+use super::wide_stored::prefetch_pair;
 use super::x86::PREFETCH;
-use super::PREFETCH_L2;
 use super::{GroupView, Tile, GROUP_ROWS, QK};
 use crate::quant::{GgmlType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
@@ -260,34 +260,6 @@ unsafe fn scales<const F16: bool>(pair: &Pair, k: usize) -> __m512 {
     }
 }
 
-/// Asks for the stored blocks a few ahead of block `k` of both groups (of `blocks` each), into
-/// L1 and L2: decode's weights stream from memory. The groups lie one after the other, so the
-/// first's lookahead past its end would fall in the second, being read; it goes to the next
-/// pair's second group instead (the second's falls in the next pair's first by itself).
-#[inline(always)]
-fn prefetch_pair(pair: &Pair, k: usize, blocks: usize) {
-    let (stride, group) = (pair.s_stride, pair.s_stride * blocks);
-    let at = |g: usize, ahead: usize| {
-        let at = k * stride + ahead;
-        pair.scales[g].wrapping_add(if g == 0 && at >= group {
-            at + 2 * group
-        } else {
-            at
-        })
-    };
-    for g in 0..2 {
-        let (l1, l2) = (at(g, PREFETCH), at(g, PREFETCH_L2));
-        for l in (0..stride).step_by(64) {
-            // SAFETY: SSE is part of x86-64; a prefetch dereferences nothing (past the
-            // weights' end it is a hint that reads nothing).
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(l1.wrapping_add(l) as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(l2.wrapping_add(l) as *const i8);
-            }
-        }
-    }
-}
-
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 unsafe fn blocks_nx<const NX: usize, const F16: bool, const FORM: u8, const AHEAD: bool>(
     pair: &Pair,
@@ -301,7 +273,8 @@ unsafe fn blocks_nx<const NX: usize, const F16: bool, const FORM: u8, const AHEA
     unsafe {
         for k in 0..t.blocks {
             if AHEAD {
-                prefetch_pair(pair, k, t.blocks);
+                let [a, b] = pair.scales.map(|g| g.wrapping_add(k * pair.s_stride));
+                prefetch_pair::<PREFETCH>(a, b, k, t.blocks, pair.s_stride);
             }
             let ws = scales::<F16>(pair, k);
             let w = values::<FORM>(pair, k, table);

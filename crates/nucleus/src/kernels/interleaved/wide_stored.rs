@@ -12,7 +12,7 @@ use std::arch::x86_64::*;
 use super::q4_k::{sub_block_sums, ACT_BLOCK, GROUP_BLOCK, MINS, NIBBLES, SCALES};
 use super::q5_k;
 use super::wide::join;
-use super::{Tile, TILE_TOKENS};
+use super::{Tile, PREFETCH_L1, TILE_TOKENS};
 
 /// Checks that groups `$a` and `$b` hold `$t.blocks` group-blocks of `$block` bytes each and
 /// that the tile has one to four tokens, then runs `$body::<NX, $generic...>` on their bytes
@@ -83,9 +83,10 @@ pub(crate) unsafe fn q4_k_pair(a: &[u8], b: &[u8], t: &Tile, pairs: bool) {
     }
 }
 
-/// Asks for the lines a pair of groups reads a few super-blocks after block `k` (`ga`, `gb`:
-/// the groups' block `k`), into L1 from [`super::PREFETCH_L1`] ahead and into L2 from
-/// [`super::PREFETCH_L2`]. Decode reads pairs of adjacent groups (`b` right after `a`), and
+/// Asks for the lines a pair of groups reads a few blocks after block `k` (`ga`, `gb`: the
+/// groups' block `k`), into L1 from `L1` bytes ahead (the super-block types
+/// [`super::PREFETCH_L1`], the 32-value block types `x86::PREFETCH`, as each was measured)
+/// and into L2 from [`super::PREFETCH_L2`]. Decode reads pairs of adjacent groups (`b` right after `a`), and
 /// the next pair right after them: `b`'s lookahead runs past its end into the next pair's `a`;
 /// `a`'s would run into `b`, being read, and goes to the next pair's `b` instead, which no
 /// lookahead reached otherwise (each pair then started with a miss there: `DECODE_SHAPE=8960,1536
@@ -93,7 +94,7 @@ pub(crate) unsafe fn q4_k_pair(a: &[u8], b: &[u8], t: &Tile, pairs: bool) {
 /// 80–82 % of the read without it, 89–90 % with it). Prefetches past the weights' end are
 /// hints that read nothing.
 #[inline(always)]
-pub(super) fn prefetch_pair(
+pub(super) fn prefetch_pair<const L1: usize>(
     ga: *const u8,
     gb: *const u8,
     k: usize,
@@ -105,11 +106,8 @@ pub(super) fn prefetch_pair(
         let past = k * group_block + ahead >= group;
         ga.wrapping_add(ahead + if past { 2 * group } else { 0 })
     };
-    let (a1, a2) = (a_at(super::PREFETCH_L1), a_at(super::PREFETCH_L2));
-    let (b1, b2) = (
-        gb.wrapping_add(super::PREFETCH_L1),
-        gb.wrapping_add(super::PREFETCH_L2),
-    );
+    let (a1, a2) = (a_at(L1), a_at(super::PREFETCH_L2));
+    let (b1, b2) = (gb.wrapping_add(L1), gb.wrapping_add(super::PREFETCH_L2));
     for l in (0..group_block).step_by(64) {
         // SAFETY: SSE is part of x86-64; a prefetch dereferences nothing.
         unsafe {
@@ -144,7 +142,7 @@ unsafe fn pair_nx<const NX: usize, const PAIRS: bool>(a: *const u8, b: *const u8
     unsafe {
         for k in 0..t.blocks {
             let (ga, gb) = (a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k));
-            prefetch_pair(ga, gb, k, t.blocks, GROUP_BLOCK);
+            prefetch_pair::<PREFETCH_L1>(ga, gb, k, t.blocks, GROUP_BLOCK);
             let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * k);
             let d = _mm512_cvtph_ps(join16(ga, gb));
             let dmin = _mm512_cvtph_ps(join16(ga.add(DMIN), gb.add(DMIN)));
@@ -235,7 +233,7 @@ unsafe fn q5_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
     unsafe {
         for k in 0..t.blocks {
             let (ga, gb) = (a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k));
-            prefetch_pair(ga, gb, k, t.blocks, GROUP_BLOCK);
+            prefetch_pair::<PREFETCH_L1>(ga, gb, k, t.blocks, GROUP_BLOCK);
             let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * k);
             let mut isum = [_mm512_setzero_si512(); NX];
             for p in 0..4 {

@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 use super::q4_k::{sub_block_sums, ACT_BLOCK};
 use super::wide::{join, table_plus_128};
 use super::wide_stored::{dot_chunk, join16, pair_by_tokens, prefetch_pair, store_outputs};
-use super::{iq4_xs, q3_k, q6_k, Tile, TILE_TOKENS};
+use super::{iq4_xs, q3_k, q6_k, Tile, PREFETCH_L1, TILE_TOKENS};
 use crate::quant::KVALUES_IQ4NL;
 
 /// [`super::wide_stored::q4_k_pair`] for two Q3_K groups, in the chain of `q3_k::tile_avx2`'s VNNI body: per
@@ -62,7 +62,7 @@ unsafe fn q3_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
     unsafe {
         for k in 0..t.blocks {
             let (ga, gb) = (a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k));
-            prefetch_pair(ga, gb, k, t.blocks, GROUP_BLOCK);
+            prefetch_pair::<PREFETCH_L1>(ga, gb, k, t.blocks, GROUP_BLOCK);
             let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * k);
             // 4 times each sub-block's activation sum (the i16 sums of 16), per token.
             let mut offsets = [[0i32; 16]; NX];
@@ -125,7 +125,7 @@ unsafe fn q6_k_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
     unsafe {
         for k in 0..t.blocks {
             let g = [a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k)];
-            prefetch_pair(g[0], g[1], k, t.blocks, GROUP_BLOCK);
+            prefetch_pair::<PREFETCH_L1>(g[0], g[1], k, t.blocks, GROUP_BLOCK);
             let xs: [*const u8; NX] =
                 std::array::from_fn(|n| t.x.add(n * t.x_stride + ACT_BLOCK * k));
             // −32 times each sub-block's activation sum (the i16 sums of 16), per token.
@@ -238,7 +238,7 @@ unsafe fn iq4_xs_nx<const NX: usize>(a: *const u8, b: *const u8, t: &Tile) {
         let table = table_plus_128(&KVALUES_IQ4NL);
         for k in 0..t.blocks {
             let (ga, gb) = (a.add(GROUP_BLOCK * k), b.add(GROUP_BLOCK * k));
-            prefetch_pair(ga, gb, k, t.blocks, GROUP_BLOCK);
+            prefetch_pair::<PREFETCH_L1>(ga, gb, k, t.blocks, GROUP_BLOCK);
             let xb = |n: usize| t.x.add(n * t.x_stride + ACT_BLOCK * k);
             // 128 times each sub-block's activation sum, per token.
             let mut offsets = [[0i32; 8]; NX];
