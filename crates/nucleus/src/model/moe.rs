@@ -46,6 +46,8 @@ pub(super) struct MoeState {
     out: Vec<f32>,
     /// A decode step's down products' inputs, quantized (one per chosen expert).
     down_acts: Vec<(QuantizedActs, PackedActs)>,
+    /// A batch's inputs quantized once for every expert's gate and up products.
+    xq: QuantizedActs,
 }
 
 fn fit(v: &mut Vec<f32>, n: usize) {
@@ -109,6 +111,16 @@ impl Model {
         } else {
             &ffn.experts[..]
         };
+        // Where every expert's gate and up read one activation type, the batch's rows are
+        // quantized once and each expert gathers its tokens' (each row is quantized alone:
+        // the same bytes as quantizing the gathered rows).
+        let shared = match by_expert.is_empty() {
+            true => None,
+            false => self.shared_act_type(by_expert.iter().flat_map(|x| [&x.gate, &x.up])),
+        };
+        if let Some(ty) = shared {
+            st.xq.quantize_in(&self.pool, &x[..m * e], m, e, ty);
+        }
         for (expert, mats) in by_expert.iter().enumerate() {
             st.members.clear();
             st.members.extend(
@@ -125,18 +137,19 @@ impl Model {
             for buf in [&mut st.gate, &mut st.up] {
                 fit(buf, n * f);
             }
-            fit(&mut st.x, n * e);
             fit(&mut st.down, n * e);
-            for (r, &(t, _)) in st.members.iter().enumerate() {
-                st.x[r * e..(r + 1) * e].copy_from_slice(&x[t * e..(t + 1) * e]);
-            }
             acts.invalidate();
-            self.project_many(
-                acts,
-                [(&mats.gate, &mut st.gate[..]), (&mats.up, &mut st.up[..])],
-                (&st.x, &[]),
-                n,
-            );
+            let gate_up = vec![(&mats.gate, &mut st.gate[..]), (&mats.up, &mut st.up[..])];
+            if let Some(ty) = shared {
+                acts.gathered(&st.xq, st.members.iter().map(|&(t, _)| t));
+                self.project_gathered(acts, ty, gate_up, n);
+            } else {
+                fit(&mut st.x, n * e);
+                for (r, &(t, _)) in st.members.iter().enumerate() {
+                    st.x[r * e..(r + 1) * e].copy_from_slice(&x[t * e..(t + 1) * e]);
+                }
+                self.project_list(acts, gate_up, (&st.x, &[]), n);
+            }
             for (g, u) in st.gate[..n * f]
                 .chunks_exact_mut(f)
                 .zip(st.up[..n * f].chunks_exact_mut(f))

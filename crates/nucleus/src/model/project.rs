@@ -86,20 +86,46 @@ impl ActsCache {
         cols: usize,
         ty: GgmlType,
     ) -> usize {
-        let epoch = self.epoch;
-        let i = match self.slots.iter().position(|s| s.0 == ty) {
-            Some(i) => i,
-            None => {
-                self.slots.push((ty, u64::MAX, QuantizedActs::new()));
-                self.slots.len() - 1
-            }
-        };
+        let (i, epoch) = (self.slot(ty), self.epoch);
         let slot = &mut self.slots[i];
         if slot.1 != epoch {
             slot.2.quantize_in(pool, x, n, cols, ty);
             slot.1 = epoch;
         }
         i
+    }
+
+    /// The slot of `src`'s type holds rows `rows` of `src` in this epoch: the products of this
+    /// epoch that read that type take them as their input's quantization.
+    pub(super) fn gathered(
+        &mut self,
+        src: &QuantizedActs,
+        rows: impl ExactSizeIterator<Item = usize>,
+    ) {
+        let i = self.slot(src.ty());
+        self.slots[i].2.gather(src, rows);
+        self.slots[i].1 = self.epoch;
+    }
+
+    /// The index of the slot of `ty` (made if there is none).
+    fn slot(&mut self, ty: GgmlType) -> usize {
+        match self.slots.iter().position(|s| s.0 == ty) {
+            Some(i) => i,
+            None => {
+                self.slots.push((ty, u64::MAX, QuantizedActs::new()));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Slot `i`'s rows (Q8_0) and their block sums, prepared once an epoch.
+    fn with_sums(&mut self, i: usize) -> (&QuantizedActs, &PackedActs) {
+        let q = &self.slots[i].2;
+        if self.packed.0 != self.epoch {
+            self.packed.1.prepare(q);
+            self.packed.0 = self.epoch;
+        }
+        (q, &self.packed.1)
     }
 
     /// The Q8_0 rows of `x` and their block sums for [`matmul_packed_chain`].
@@ -111,12 +137,7 @@ impl ActsCache {
         cols: usize,
     ) -> (&QuantizedActs, &PackedActs) {
         let i = self.quantized(pool, x, n, cols, GgmlType::Q8_0);
-        let q = &self.slots[i].2;
-        if self.packed.0 != self.epoch {
-            self.packed.1.prepare(q);
-            self.packed.0 = self.epoch;
-        }
-        (q, &self.packed.1)
+        self.with_sums(i)
     }
 }
 
@@ -261,21 +282,72 @@ impl Model {
             }
             return;
         }
-        let cols = products[0].0.cols;
+        let (cols, ty) = (products[0].0.cols, first.expect("checked above"));
+        let i = acts.quantized(&self.pool, &x[..n * cols], n, cols, ty);
+        self.packed_list(acts, i, products, n);
+    }
+
+    /// The repacked `products`, all reading the type of `acts`'s slot `i`, on its rows, in one
+    /// pass of the thread pool.
+    fn packed_list(
+        &self,
+        acts: &mut ActsCache,
+        i: usize,
+        products: Vec<(&Matrix, &mut [f32])>,
+        n: usize,
+    ) {
         let mut list: Vec<(&PackedMatrix, &mut [f32])> = products
             .into_iter()
             .map(|(w, y)| {
-                let p = w.packed.as_deref().expect("checked above");
+                let p = w.packed.as_deref().expect("a repacked matrix");
                 (p, &mut y[..n * w.rows])
             })
             .collect();
-        if first == Some(GgmlType::Q8_K) {
-            let q = acts.get(&self.pool, &x[..n * cols], n, cols, GgmlType::Q8_K);
+        if acts.slots[i].0 == GgmlType::Q8_K {
             let none = PackedActs::new();
+            let q = &acts.slots[i].2;
             return matmul_packed_many(&self.pool, &mut list, q, &none, Chain::fast());
         }
-        let (q, pa) = acts.get_packed(&self.pool, &x[..n * cols], n, cols);
+        let (q, pa) = acts.with_sums(i);
         matmul_packed_many(&self.pool, &mut list, q, pa, Chain::fast());
+    }
+
+    /// The activation type every one of `matrices` reads in one pass of [`Self::project_list`]
+    /// for any number of tokens, where there is one: in nucleus's arithmetic, all repacked,
+    /// none waiting to be read from the file, all reading one type.
+    pub(super) fn shared_act_type<'a>(
+        &self,
+        mut matrices: impl Iterator<Item = &'a Matrix>,
+    ) -> Option<GgmlType> {
+        let ty = |w: &Matrix| match w.packed.as_deref() {
+            Some(p) if !from_file(p, 1) => Some(packed_act_type(p.ty())),
+            _ => None,
+        };
+        let first = ty(matrices.next()?)?;
+        let all = matrices.all(|w| ty(w) == Some(first));
+        (self.arithmetic == Arithmetic::Fast && all).then_some(first)
+    }
+
+    /// [`Self::project_list`] of matrices of [`Self::shared_act_type`] `ty`, whose input's
+    /// quantization this epoch's slot of `ty` holds already ([`ActsCache::gathered`]).
+    pub(super) fn project_gathered(
+        &self,
+        acts: &mut ActsCache,
+        ty: GgmlType,
+        products: Vec<(&Matrix, &mut [f32])>,
+        n: usize,
+    ) {
+        let i = acts.slot(ty);
+        assert_eq!(
+            acts.slots[i].1, acts.epoch,
+            "project_gathered: nothing gathered"
+        );
+        assert_eq!(
+            acts.slots[i].2.n_tokens(),
+            n,
+            "project_gathered: token count"
+        );
+        self.packed_list(acts, i, products, n);
     }
 
     /// [`Self::project`] of each matrix by its own input row (a decode step's experts' down

@@ -135,6 +135,22 @@ impl QuantizedActs {
         &self.buf[t * self.row_bytes..(t + 1) * self.row_bytes]
     }
 
+    /// The rows `rows` of `src`, in that order: what quantizing those rows of its input would
+    /// have made (each row is quantized alone).
+    pub fn gather(&mut self, src: &QuantizedActs, rows: impl ExactSizeIterator<Item = usize>) {
+        let (n, rb) = (rows.len(), src.row_bytes);
+        if self.buf.len() < n * rb {
+            self.buf.resize(n * rb, 0);
+        }
+        for (dst, t) in self.buf.chunks_exact_mut(rb.max(1)).zip(rows) {
+            dst.copy_from_slice(src.row(t));
+        }
+        self.n_tokens = n;
+        self.cols = src.cols;
+        self.row_bytes = rb;
+        self.ty = src.ty;
+    }
+
     /// Row `t` alone, as a product of one token (decode) reads it (the tests).
     #[cfg(test)]
     pub(crate) fn copy_row(&self, t: usize) -> QuantizedActs {

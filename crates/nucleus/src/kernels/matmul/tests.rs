@@ -217,3 +217,31 @@ fn activations_quantized_in_the_pool_have_the_serial_bytes() {
         }
     }
 }
+
+/// Rows gathered from a batch's quantization are the bytes of quantizing those rows alone, in
+/// the order asked for, repeats included (a mixture of experts' tokens gathered per expert).
+#[test]
+fn gathered_rows_are_the_rows_quantized() {
+    let mut rng = Rng(41);
+    let (n, cols) = (7, 512);
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| rng.f32() * (1 + i % 9) as f32)
+        .collect();
+    for ty in [Q8_K, Q8_0] {
+        let mut all = QuantizedActs::new();
+        all.quantize(&x, n, cols, ty);
+        let pick = [5usize, 0, 3, 3, 6];
+        let mut got = QuantizedActs::new();
+        got.gather(&all, pick.iter().copied());
+        let rows: Vec<f32> = pick
+            .iter()
+            .flat_map(|&t| x[t * cols..(t + 1) * cols].iter().copied())
+            .collect();
+        let mut want = QuantizedActs::new();
+        want.quantize(&rows, pick.len(), cols, ty);
+        assert_eq!((got.n_tokens(), got.cols(), got.ty()), (5, cols, ty));
+        for r in 0..pick.len() {
+            assert_eq!(got.row(r), want.row(r), "{ty:?} row {r}");
+        }
+    }
+}
