@@ -216,10 +216,15 @@ fn amx_min_tokens(ty: GgmlType, chain: Chain) -> Option<usize> {
 /// 512; Q6_K 136/124 and 140/128 at 8, 289/187 and 297/195 at 512. Q5_K (the Cascade Lake
 /// Xeon, 2026-11-27, 8960×1536): 68/98 at 8, 102/101 at 16, 131/104 at 32, 187/112 at 512;
 /// IQ4_XS there: 57/110 at 8, 86/111 at 16, 116/113 at 32, 158/113 at 128, 183/115 at 512;
-/// Q3_K: 88/82 at 8, 120/81 at 16, 177/84 at 512.
+/// Q3_K: 88/82 at 8, 120/81 at 16, 177/84 at 512. Q4_K again after its 512-bit kernel's
+/// later changes (2026-12-07, the Xeon without AMX, `MATMUL_FAST_ONLY=1 MATMUL_SHAPE=R,C
+/// MATMUL_ROWS=5,8,12,16,24,31 matmul_bench 2 Q4_K`), wide / 256-bit at 8, 12, 16, 24 tokens:
+/// 768×2048 (a Qwen3-30B-A3B expert's gate) 148/185, 175/188, 200/192, 224/194; 2048×768
+/// 167/176, 178/180, 194/183, 213/186; 3584×18944 144/162, 176/154, 201/157, 226/160: from 16
+/// on (a mixture of experts' prompt gives many experts fewer than 32 tokens).
 fn wide_min_tokens(ty: GgmlType) -> Option<usize> {
     match ty {
-        GgmlType::Q4_K => Some(32),
+        GgmlType::Q4_K => Some(16),
         GgmlType::Q5_K => Some(16),
         GgmlType::IQ4_XS => Some(32),
         GgmlType::Q3_K => Some(TILE_TOKENS + 1),
