@@ -116,7 +116,7 @@ impl Model {
         // the same bytes as quantizing the gathered rows).
         let shared = match by_expert.is_empty() {
             true => None,
-            false => self.shared_act_type(by_expert.iter().flat_map(|x| [&x.gate, &x.up])),
+            false => self.shared_act_type(by_expert.iter().flat_map(|x| [&x.gate, &x.up]), 1),
         };
         if let Some(ty) = shared {
             st.xq.quantize_in(&self.pool, &x[..m * e], m, e, ty);

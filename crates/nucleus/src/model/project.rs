@@ -268,21 +268,13 @@ impl Model {
         (x, slots): (&[f32], &[PromptSlot]),
         n: usize,
     ) {
-        let act_type = |w: &Matrix| w.packed.as_ref().map(|p| packed_act_type(p.ty()));
-        let first = products.first().and_then(|(w, _)| act_type(w));
-        let packed = self.arithmetic == Arithmetic::Fast
-            && first.is_some()
-            && products.iter().all(|(w, _)| act_type(w) == first)
-            && !products
-                .iter()
-                .any(|(w, _)| w.packed.as_deref().is_some_and(|p| from_file(p, n)));
-        if !packed {
+        let Some(ty) = self.shared_act_type(products.iter().map(|(w, _)| &**w), n) else {
             for (w, y) in products {
                 self.project(acts, w, (x, slots), n, y);
             }
             return;
-        }
-        let (cols, ty) = (products[0].0.cols, first.expect("checked above"));
+        };
+        let cols = products[0].0.cols;
         let i = acts.quantized(&self.pool, &x[..n * cols], n, cols, ty);
         self.packed_list(acts, i, products, n);
     }
@@ -313,14 +305,15 @@ impl Model {
     }
 
     /// The activation type every one of `matrices` reads in one pass of [`Self::project_list`]
-    /// for any number of tokens, where there is one: in nucleus's arithmetic, all repacked,
-    /// none waiting to be read from the file, all reading one type.
+    /// for `n` tokens (for any number: 1), where there is one: in nucleus's arithmetic, all
+    /// repacked, none waiting to be read from the file, all reading one type.
     pub(super) fn shared_act_type<'a>(
         &self,
         mut matrices: impl Iterator<Item = &'a Matrix>,
+        n: usize,
     ) -> Option<GgmlType> {
         let ty = |w: &Matrix| match w.packed.as_deref() {
-            Some(p) if !from_file(p, 1) => Some(packed_act_type(p.ty())),
+            Some(p) if !from_file(p, n) => Some(packed_act_type(p.ty())),
             _ => None,
         };
         let first = ty(matrices.next()?)?;
@@ -351,24 +344,16 @@ impl Model {
     }
 
     /// [`Self::project`] of each matrix by its own input row (a decode step's experts' down
-    /// products), `own` holding the inputs' quantizations: in nucleus's arithmetic, when all
-    /// are repacked, none waits to be packed and all read one activation type, one pass of the
-    /// thread pool for all of them (the same bits: each input quantized as `project` would).
+    /// products), `own` holding the inputs' quantizations: where they have a
+    /// [`Self::shared_act_type`], one pass of the thread pool for all of them (the same bits:
+    /// each input quantized as `project` would).
     pub(super) fn project_each(
         &self,
         acts: &mut ActsCache,
         own: &mut Vec<(QuantizedActs, PackedActs)>,
         products: Vec<(&Matrix, &[f32], &mut [f32])>,
     ) {
-        let act_type = |w: &Matrix| w.packed.as_ref().map(|p| packed_act_type(p.ty()));
-        let first = products.first().and_then(|(w, _, _)| act_type(w));
-        let one_pass = self.arithmetic == Arithmetic::Fast
-            && first.is_some()
-            && products.iter().all(|(w, _, _)| act_type(w) == first)
-            && !products
-                .iter()
-                .any(|(w, _, _)| w.packed.as_deref().is_some_and(|p| from_file(p, 1)));
-        let Some(ty) = first.filter(|_| one_pass) else {
+        let Some(ty) = self.shared_act_type(products.iter().map(|(w, _, _)| &**w), 1) else {
             for (w, x, y) in products {
                 acts.invalidate();
                 self.project(acts, w, (x, &[]), 1, y);
