@@ -13,7 +13,29 @@ pub(super) struct How {
     pub threads: usize,
 }
 
+impl How {
+    /// For `nt` tokens on `pool`'s threads, with the SIMD kernels where the CPU has AVX2 and
+    /// `simd` allows them.
+    pub(super) fn new(pool: &ThreadPool, nt: usize, simd: bool, chain: Chain, ask: TileAsk) -> How {
+        let avx2 = simd
+            && cfg!(target_arch = "x86_64")
+            && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2;
+        How {
+            nt,
+            avx2,
+            chain,
+            ask,
+            threads: pool.n_threads(),
+        }
+    }
+}
+
 impl<'a> Product<'a> {
+    /// Its work items.
+    pub(super) fn items(&self) -> usize {
+        (self.w.rows() / GROUP_ROWS).div_ceil(self.chunk_groups)
+    }
+
     /// How `how.nt` tokens multiply `w` into `y`, its work items numbered from `first_chunk`.
     pub(super) fn new(
         w: &'a PackedMatrix,

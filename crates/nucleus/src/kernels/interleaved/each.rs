@@ -3,8 +3,8 @@
 //! product spares every pass's end, where a thread waits for the other's last work item.
 
 use super::choice::{How, TileAsk, TileUse};
+use super::TILE_TOKENS;
 use super::{matmul_packed_chain, run_products, Chain, PackedActs, PackedMatrix, Product};
-use super::{GROUP_ROWS, TILE_TOKENS};
 use crate::kernels::matmul::QuantizedActs;
 use crate::kernels::pool::ThreadPool;
 use crate::quant::GgmlType;
@@ -26,15 +26,7 @@ pub fn matmul_packed_each(pool: &ThreadPool, products: &mut [EachProduct], chain
     let Some(nt) = products.first().map(|p| p.x.n_tokens()) else {
         return;
     };
-    let avx2 =
-        cfg!(target_arch = "x86_64") && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2;
-    let how = How {
-        nt,
-        avx2,
-        chain,
-        ask: TileAsk::Auto,
-        threads: pool.n_threads(),
-    };
+    let how = How::new(pool, nt, true, chain, TileAsk::Auto);
     let mut list = Vec::with_capacity(products.len());
     let mut inputs = Vec::with_capacity(products.len());
     let mut n_chunks = 0;
@@ -52,7 +44,7 @@ pub fn matmul_packed_each(pool: &ThreadPool, products: &mut [EachProduct], chain
         );
         let mut product = Product::new(p.w, p.y, how, n_chunks);
         product.input = i;
-        n_chunks += (p.w.rows() / GROUP_ROWS).div_ceil(product.chunk_groups);
+        n_chunks += product.items();
         list.push(product);
         inputs.push((p.x, p.acts));
     }

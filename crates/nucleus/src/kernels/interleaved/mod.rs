@@ -481,9 +481,7 @@ fn matmul_packed_tiles(
             "matmul_packed: acts not prepared"
         );
     }
-    let avx2 = simd
-        && cfg!(target_arch = "x86_64")
-        && crate::quant::simd_level() >= crate::quant::SimdLevel::Avx2;
+    let how = How::new(pool, nt, simd, chain, ask);
     let mut n_chunks = 0;
     let mut list = Vec::with_capacity(products.len());
     for (w, y) in products.iter_mut() {
@@ -494,15 +492,8 @@ fn matmul_packed_tiles(
             "matmul_packed: activation type"
         );
         assert_eq!(y.len(), nt * w.rows(), "matmul_packed: output size");
-        let how = How {
-            nt,
-            avx2,
-            chain,
-            ask,
-            threads: pool.n_threads(),
-        };
         let p = Product::new(w, y, how, n_chunks);
-        n_chunks += (w.rows() / GROUP_ROWS).div_ceil(p.chunk_groups);
+        n_chunks += p.items();
         list.push(p);
     }
     if nt == 0 || n_chunks == 0 {
