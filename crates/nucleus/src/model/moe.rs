@@ -20,6 +20,7 @@
 use crate::kernels::interleaved::PackedActs;
 use crate::kernels::matmul::{PromptSlot, QuantizedActs};
 use crate::kernels::ops;
+use crate::quant::GgmlType;
 
 use super::forward::dump;
 use super::project::ActsCache;
@@ -71,8 +72,31 @@ impl Model {
         y: &mut [f32],
         il: usize,
     ) {
+        let (e, k) = (self.hp.n_embd, ffn.params.n_expert_used);
+        self.route(ffn, acts, st, (x, slots), m, il);
+        fit(&mut st.out, m * k * e);
+        if m == 1 {
+            // One token (a decode step): its experts' products in one pass each.
+            self.experts_of_one_token(ffn, acts, st, &x[..e]);
+        } else {
+            self.experts_of_batch(ffn, acts, st, x, m);
+        }
+        combine(&st.out[..m * k * e], &st.weights, (k, e), &mut y[..m * e]);
+        dump("ffn_moe_out", il, &y[..m * e]);
+    }
+
+    /// Steps 1–4: each row's chosen experts (`st.chosen`) and their weights (`st.weights`).
+    fn route(
+        &self,
+        ffn: &MoeFfn,
+        acts: &mut ActsCache,
+        st: &mut MoeState,
+        (x, slots): (&[f32], &[PromptSlot]),
+        m: usize,
+        il: usize,
+    ) {
         let p = &ffn.params;
-        let (e, nx, k, f) = (self.hp.n_embd, p.n_expert, p.n_expert_used, p.n_ff_exp);
+        let (nx, k) = (p.n_expert, p.n_expert_used);
         fit(&mut st.probs, m * nx);
         acts.invalidate();
         self.project(acts, &ffn.router, (x, slots), m, &mut st.probs);
@@ -102,26 +126,27 @@ impl Model {
         }
         dump("ffn_moe_probs", il, &st.probs[..m * nx]);
         dump("ffn_moe_weights", il, &st.weights);
+    }
 
-        fit(&mut st.out, m * k * e);
-        // One token (a decode step): its experts' gate and up products in one pass.
-        let by_expert = if m == 1 {
-            self.experts_of_one_token(ffn, acts, st, &x[..e]);
-            &[][..]
-        } else {
-            &ffn.experts[..]
-        };
+    /// The chosen experts' outputs for a batch of `m` rows, into `st.out`: expert by expert,
+    /// each over the tokens that chose it.
+    fn experts_of_batch(
+        &self,
+        ffn: &MoeFfn,
+        acts: &mut ActsCache,
+        st: &mut MoeState,
+        x: &[f32],
+        m: usize,
+    ) {
+        let (e, k) = (self.hp.n_embd, ffn.params.n_expert_used);
         // Where every expert's gate and up read one activation type, the batch's rows are
         // quantized once and each expert gathers its tokens' (each row is quantized alone:
         // the same bytes as quantizing the gathered rows).
-        let shared = match by_expert.is_empty() {
-            true => None,
-            false => self.shared_act_type(by_expert.iter().flat_map(|x| [&x.gate, &x.up]), 1),
-        };
+        let shared = self.shared_act_type(ffn.experts.iter().flat_map(|x| [&x.gate, &x.up]), 1);
         if let Some(ty) = shared {
             st.xq.quantize_in(&self.pool, &x[..m * e], m, e, ty);
         }
-        for (expert, mats) in by_expert.iter().enumerate() {
+        for expert in 0..ffn.experts.len() {
             st.members.clear();
             st.members.extend(
                 st.chosen
@@ -130,44 +155,60 @@ impl Model {
                     .filter(|&(_, &c)| c == expert)
                     .map(|(i, _)| (i / k, i % k)),
             );
-            let n = st.members.len();
-            if n == 0 {
-                continue;
-            }
-            for buf in [&mut st.gate, &mut st.up] {
-                fit(buf, n * f);
-            }
-            fit(&mut st.down, n * e);
-            acts.invalidate();
-            let gate_up = vec![(&mats.gate, &mut st.gate[..]), (&mats.up, &mut st.up[..])];
-            if let Some(ty) = shared {
-                acts.gathered(&st.xq, st.members.iter().map(|&(t, _)| t));
-                self.project_gathered(acts, ty, gate_up, n);
-            } else {
-                fit(&mut st.x, n * e);
-                for (r, &(t, _)) in st.members.iter().enumerate() {
-                    st.x[r * e..(r + 1) * e].copy_from_slice(&x[t * e..(t + 1) * e]);
-                }
-                self.project_list(acts, gate_up, (&st.x, &[]), n);
-            }
-            for (g, u) in st.gate[..n * f]
-                .chunks_exact_mut(f)
-                .zip(st.up[..n * f].chunks_exact_mut(f))
-            {
-                expert_act(ffn, expert, g, u);
-            }
-            acts.invalidate();
-            self.project(acts, &mats.down, (&st.gate, &[]), n, &mut st.down);
-            for row in st.down[..n * e].chunks_exact_mut(e) {
-                down_bias(ffn, expert, row);
-            }
-            for (r, &(t, j)) in st.members.iter().enumerate() {
-                let at = (t * k + j) * e;
-                st.out[at..at + e].copy_from_slice(&st.down[r * e..(r + 1) * e]);
+            if !st.members.is_empty() {
+                self.one_expert(ffn, expert, acts, st, (x, shared));
             }
         }
-        combine(&st.out[..m * k * e], &st.weights, (k, e), &mut y[..m * e]);
-        dump("ffn_moe_out", il, &y[..m * e]);
+    }
+
+    /// Expert `expert`'s outputs for its tokens (`st.members`), into their places in `st.out`;
+    /// `shared`: the activation type of the batch's rows quantized once (`st.xq`), if any.
+    fn one_expert(
+        &self,
+        ffn: &MoeFfn,
+        expert: usize,
+        acts: &mut ActsCache,
+        st: &mut MoeState,
+        (x, shared): (&[f32], Option<GgmlType>),
+    ) {
+        let mats = &ffn.experts[expert];
+        let (e, k, f) = (
+            self.hp.n_embd,
+            ffn.params.n_expert_used,
+            ffn.params.n_ff_exp,
+        );
+        let n = st.members.len();
+        for buf in [&mut st.gate, &mut st.up] {
+            fit(buf, n * f);
+        }
+        fit(&mut st.down, n * e);
+        acts.invalidate();
+        let gate_up = vec![(&mats.gate, &mut st.gate[..]), (&mats.up, &mut st.up[..])];
+        if let Some(ty) = shared {
+            acts.gathered(&st.xq, st.members.iter().map(|&(t, _)| t));
+            self.project_gathered(acts, ty, gate_up, n);
+        } else {
+            fit(&mut st.x, n * e);
+            for (r, &(t, _)) in st.members.iter().enumerate() {
+                st.x[r * e..(r + 1) * e].copy_from_slice(&x[t * e..(t + 1) * e]);
+            }
+            self.project_list(acts, gate_up, (&st.x, &[]), n);
+        }
+        for (g, u) in st.gate[..n * f]
+            .chunks_exact_mut(f)
+            .zip(st.up[..n * f].chunks_exact_mut(f))
+        {
+            expert_act(ffn, expert, g, u);
+        }
+        acts.invalidate();
+        self.project(acts, &mats.down, (&st.gate, &[]), n, &mut st.down);
+        for row in st.down[..n * e].chunks_exact_mut(e) {
+            down_bias(ffn, expert, row);
+        }
+        for (r, &(t, j)) in st.members.iter().enumerate() {
+            let at = (t * k + j) * e;
+            st.out[at..at + e].copy_from_slice(&st.down[r * e..(r + 1) * e]);
+        }
     }
 }
 
