@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::gguf::{GgufFile, TensorInfo};
+use crate::kernels::interleaved::huge_pages::Arena;
 use crate::kernels::interleaved::{Arithmetic, FileRows, PackedMatrix};
 use crate::kernels::matmul::QMatrix;
 use crate::quant::{dequantize_row, GgmlType};
@@ -459,10 +460,14 @@ impl Weights {
         }
     }
 
-    /// Sets [`Self::pack_targets`] to wait to be packed from `file`.
+    /// Sets [`Self::pack_targets`] to wait to be packed from `file`: where huge pages are
+    /// wanted, into parts of one arena in them ([`Arena`]), so that matrices too small for huge
+    /// pages of their own (a mixture's experts) get them too.
     fn defer(&mut self, file: &Arc<GgufFile>, arithmetic: Arithmetic) {
         let exact = arithmetic == Arithmetic::Exact;
-        for m in self.pack_targets(arithmetic) {
+        let mut targets = self.pack_targets(arithmetic);
+        let mut waiting = Vec::with_capacity(targets.len());
+        for m in &targets {
             // `--exact` computes a Q3_K, Q5_K, Q6_K or IQ4_XS matrix's generated tokens from
             // the file (llama.cpp's one-row kernel): its pages stay. A tied embedding keeps
             // reading its rows from the file (dropping pages only drops what is resident).
@@ -476,8 +481,21 @@ impl Weights {
                 info: m.info.clone(),
                 release: !keeps_file,
             };
-            m.packed =
-                PackedMatrix::deferred(m.info.ty, m.rows, m.cols, Box::new(rows)).map(Arc::new);
+            waiting.push(PackedMatrix::deferred(
+                m.info.ty,
+                m.rows,
+                m.cols,
+                Box::new(rows),
+            ));
+        }
+        let lens: Vec<usize> = waiting.iter().flatten().map(|p| p.bytes()).collect();
+        if let Some((arena, offsets)) = Arena::parts(&lens) {
+            for (p, offset) in waiting.iter_mut().flatten().zip(offsets) {
+                p.place_in(Arc::clone(&arena), offset);
+            }
+        }
+        for (m, p) in targets.iter_mut().zip(waiting) {
+            m.packed = p.map(Arc::new);
         }
     }
 

@@ -18,6 +18,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use super::huge_pages::Arena;
 use super::interleave::interleave_rows;
 use super::{iq4_xs, q3_k, q4_k, q5_k, q6_k, GROUP_ROWS, QK};
 use crate::kernels::matmul::QMatrix;
@@ -33,6 +34,9 @@ pub struct PackedMatrix {
     data: OnceLock<Store>,
     /// The file's rows of a matrix packed after its load ([`PackedMatrix::finish`]).
     source: Option<Box<dyn FileRows>>,
+    /// Where [`PackedMatrix::finish`] packs it: a part of an arena shared with other matrices
+    /// ([`PackedMatrix::place_in`]), or (`None`) memory of its own.
+    place: Option<(Arc<Arena>, usize)>,
 }
 
 /// A matrix's bytes as the file stores them, for a [`PackedMatrix`] that waits to be packed:
@@ -57,6 +61,11 @@ enum Store {
         map: Arc<memmap2::Mmap>,
         offset: usize,
     },
+    /// A part of an arena in huge pages, shared with other matrices ([`Arena`]).
+    Arena {
+        arena: Arc<Arena>,
+        offset: usize,
+    },
 }
 
 impl Store {
@@ -75,6 +84,7 @@ impl Store {
             Store::Owned(v) => v,
             Store::Anon(m) => m,
             Store::Mapped { .. } => unreachable!("a mapped file of packed weights is read only"),
+            Store::Arena { .. } => unreachable!("an arena's part is written where it is packed"),
         }
     }
 }
@@ -138,6 +148,9 @@ impl PackedMatrix {
             Store::Owned(v) => v,
             Store::Anon(m) => m,
             Store::Mapped { map, offset } => &map[*offset..*offset + self.bytes()],
+            // SAFETY: the part was written when the matrix was packed (the OnceLock is set),
+            // and no one writes it again.
+            Store::Arena { arena, offset } => unsafe { arena.part(*offset, self.bytes()) },
         })
     }
 
@@ -170,7 +183,17 @@ impl PackedMatrix {
             cols,
             data: OnceLock::new(),
             source: Some(source),
+            place: None,
         })
+    }
+
+    /// Makes a matrix that waits ([`Self::deferred`]) pack into `arena` at `offset` (a part of
+    /// [`Self::bytes`] that no other matrix uses: [`Arena::parts`]) rather than into memory of
+    /// its own; nothing for a packed matrix.
+    pub fn place_in(&mut self, arena: Arc<Arena>, offset: usize) {
+        if self.data.get().is_none() {
+            self.place = Some((arena, offset));
+        }
     }
 
     /// Packs a matrix that waits ([`Self::deferred`]) into fresh memory of its own, dropping
@@ -183,7 +206,20 @@ impl PackedMatrix {
                 .as_deref()
                 .expect("an unpacked matrix has its rows");
             let w = self.file_rows().expect("an unpacked matrix has its rows");
-            packed_store(&w, &|at, len| source.release(at, len))
+            let done = |at, len| source.release(at, len);
+            match &self.place {
+                Some((arena, offset)) => {
+                    // SAFETY: the matrix's own part (`place_in`'s contract), written once, here
+                    // (inside the OnceLock), before anyone reads it.
+                    let part = unsafe { arena.part_mut(*offset, self.bytes()) };
+                    fill(&w, part, &done);
+                    Store::Arena {
+                        arena: Arc::clone(arena),
+                        offset: *offset,
+                    }
+                }
+                None => packed_store(&w, &done),
+            }
         });
     }
 
@@ -223,6 +259,7 @@ impl PackedMatrix {
             cols,
             data: OnceLock::from(Store::Mapped { map, offset }),
             source: None,
+            place: None,
         })
     }
 
@@ -285,6 +322,7 @@ pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
         cols: w.cols,
         data: OnceLock::from(packed_store(w, &|_, _| {})),
         source: None,
+        place: None,
     })
 }
 
@@ -424,7 +462,7 @@ pub fn repack_into(w: &QMatrix, mut into: PackedMatrix) -> Option<PackedMatrix> 
     let store = into
         .data
         .get_mut()
-        .filter(|s| !matches!(s, Store::Mapped { .. }))?;
+        .filter(|s| matches!(s, Store::Owned(_) | Store::Anon(_)))?;
     fill(w, store.owned_mut(), &|_, _| {});
     Some(into)
 }

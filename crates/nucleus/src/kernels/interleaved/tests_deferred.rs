@@ -140,3 +140,49 @@ fn finishing_releases_every_row_once_and_sizes_are_checked() {
     assert!(PackedMatrix::deferred(ty, rows, cols, short).is_none());
     assert!(PackedMatrix::deferred(ty, rows + 1, cols, Rows::boxed(&data)).is_none());
 }
+
+#[test]
+fn matrices_in_one_arena_hold_the_bytes_pack_writes() {
+    let mut rng = Rng(7);
+    // Two matrices of every type, of different shapes, packed side by side in one arena from
+    // two threads at once (as `Weights::finish_packing` does), each into its own part.
+    let sources: Vec<(GgmlType, usize, usize, Vec<u8>)> = TYPES
+        .iter()
+        .flat_map(|&ty| [(ty, 16, 512), (ty, 24, 768)])
+        .map(|(ty, rows, cols)| (ty, rows, cols, matrix(&mut rng, ty, rows, cols)))
+        .collect();
+    let mut waiting: Vec<PackedMatrix> = sources
+        .iter()
+        .map(|(ty, rows, cols, data)| {
+            PackedMatrix::deferred(*ty, *rows, *cols, Rows::boxed(data)).unwrap()
+        })
+        .collect();
+    let lens: Vec<usize> = waiting.iter().map(|w| w.bytes()).collect();
+    let (offsets, end) = huge_pages::part_offsets(&lens).unwrap();
+    assert!(offsets.iter().all(|o| o % 64 == 0), "parts on cache lines");
+    let arena = huge_pages::Arena::of_len(end);
+    for (w, &offset) in waiting.iter_mut().zip(&offsets) {
+        w.place_in(Arc::clone(&arena), offset);
+    }
+    std::thread::scope(|s| {
+        for half in waiting.chunks(waiting.len() / 2) {
+            s.spawn(move || half.iter().rev().for_each(|w| w.finish()));
+        }
+    });
+    let base = arena.base_address();
+    for ((w, (ty, rows, cols, data)), &offset) in waiting.iter().zip(&sources).zip(&offsets) {
+        let alone = pack(&crate::kernels::matmul::QMatrix {
+            ty: *ty,
+            data,
+            rows: *rows,
+            cols: *cols,
+        })
+        .unwrap();
+        assert_eq!(w.raw(), alone.raw(), "{ty} {rows}x{cols}: the packed bytes");
+        assert_eq!(
+            w.raw().as_ptr() as usize,
+            base + offset,
+            "{ty}: in its part"
+        );
+    }
+}
