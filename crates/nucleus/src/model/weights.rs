@@ -491,7 +491,8 @@ impl Weights {
         let lens: Vec<usize> = waiting.iter().flatten().map(|p| p.bytes()).collect();
         if let Some((arena, offsets)) = Arena::parts(&lens) {
             for (p, offset) in waiting.iter_mut().flatten().zip(offsets) {
-                p.place_in(Arc::clone(&arena), offset);
+                // SAFETY: `parts` laid the parts side by side, one per matrix, none overlapping.
+                unsafe { p.place_in(Arc::clone(&arena), offset) };
             }
         }
         for (m, p) in targets.iter_mut().zip(waiting) {

@@ -76,7 +76,7 @@ pub(super) fn fresh_map(len: usize) -> Option<memmap2::MmapMut> {
 /// allocation then sat in 4 KiB pages, and the Qwen3-30B-A3B shape decoded no faster with
 /// huge pages asked for), and so are a 7B's `attn_k` and `attn_v`. Each matrix owns a disjoint
 /// part ([`Arena::parts`]) and writes it once, when it is packed.
-pub struct Arena {
+pub(crate) struct Arena {
     /// The mapping's start: valid for `len` bytes while `_map` lives. Every access goes through
     /// a part's range, never through the whole map, so a part being written never aliases a
     /// part being read.
@@ -116,7 +116,7 @@ impl Arena {
     /// An arena for parts of `lens` bytes, and each part's offset, where huge pages are wanted
     /// and the parts add up to enough to hold some; `None` otherwise (each matrix gets memory
     /// of its own) or where the mapping fails.
-    pub fn parts(lens: &[usize]) -> Option<(std::sync::Arc<Arena>, Vec<usize>)> {
+    pub(crate) fn parts(lens: &[usize]) -> Option<(std::sync::Arc<Arena>, Vec<usize>)> {
         let (offsets, end) = part_offsets(lens)?;
         let mut map = fresh_map(end)?;
         let base = map.as_mut_ptr();

@@ -187,10 +187,14 @@ impl PackedMatrix {
         })
     }
 
-    /// Makes a matrix that waits ([`Self::deferred`]) pack into `arena` at `offset` (a part of
-    /// [`Self::bytes`] that no other matrix uses: [`Arena::parts`]) rather than into memory of
-    /// its own; nothing for a packed matrix.
-    pub fn place_in(&mut self, arena: Arc<Arena>, offset: usize) {
+    /// Makes a matrix that waits ([`Self::deferred`]) pack into `arena` at `offset` rather than
+    /// into memory of its own; nothing for a packed matrix.
+    ///
+    /// # Safety
+    /// The part of [`Self::bytes`] at `offset` lies in `arena` and overlaps no part that
+    /// another matrix packs into or reads from ([`Arena::parts`] hands out such offsets): its
+    /// packing may run on another thread beside theirs.
+    pub(crate) unsafe fn place_in(&mut self, arena: Arc<Arena>, offset: usize) {
         if self.data.get().is_none() {
             self.place = Some((arena, offset));
         }
@@ -209,8 +213,9 @@ impl PackedMatrix {
             let done = |at, len| source.release(at, len);
             match &self.place {
                 Some((arena, offset)) => {
-                    // SAFETY: the matrix's own part (`place_in`'s contract), written once, here
-                    // (inside the OnceLock), before anyone reads it.
+                    // SAFETY: the matrix's own part, which no other matrix touches (`place_in`'s
+                    // contract), written once, here (inside the OnceLock), before anyone reads
+                    // it.
                     let part = unsafe { arena.part_mut(*offset, self.bytes()) };
                     fill(&w, part, &done);
                     Store::Arena {

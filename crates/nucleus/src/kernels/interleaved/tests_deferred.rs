@@ -162,7 +162,8 @@ fn matrices_in_one_arena_hold_the_bytes_pack_writes() {
     assert!(offsets.iter().all(|o| o % 64 == 0), "parts on cache lines");
     let arena = huge_pages::Arena::of_len(end);
     for (w, &offset) in waiting.iter_mut().zip(&offsets) {
-        w.place_in(Arc::clone(&arena), offset);
+        // SAFETY: `part_offsets` laid the parts side by side in the arena's `end` bytes.
+        unsafe { w.place_in(Arc::clone(&arena), offset) };
     }
     std::thread::scope(|s| {
         for half in waiting.chunks(waiting.len() / 2) {
