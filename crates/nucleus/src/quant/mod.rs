@@ -14,6 +14,7 @@ mod blocks_low_bit;
 mod dispatch;
 pub mod quantize;
 mod scalar;
+mod scalar_k;
 mod scalar_low_bit;
 mod types;
 #[cfg(target_arch = "x86_64")]

@@ -17,7 +17,8 @@ use super::blocks_low_bit::{
     q3_k_values, IQ4_NL_BYTES,
 };
 use super::dispatch::DotFn;
-use super::scalar::{bsum, fma_lanes, hsum_float_8, lanes_32, wrap};
+use super::scalar::{fma_lanes, hsum_float_8, lanes_32, wrap};
+use super::scalar_k::bsum;
 use super::types::GgmlType;
 
 wrap!(k_q2_k, dot_q2_k, GgmlType::Q2_K);

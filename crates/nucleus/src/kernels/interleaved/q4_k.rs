@@ -1,6 +1,6 @@
 //! Q4_K matrices in the interleaved layout, computed with the arithmetic of the one-row Q4_K
 //! kernel that both arithmetics use (llama.cpp's repacked Q4_K gemv, `BLOCK_SUMS` in
-//! `quant/x86/k_quants.rs`, `quant::scalar::dot_q4_k`): per super-block of 256 inputs, the
+//! `quant/x86/k_quants.rs`, `quant::scalar_k::dot_q4_k`): per super-block of 256 inputs, the
 //! exact integer sum `isum = Σ_j scale_j·Σ q·x` and min sum `imin = Σ_j min_j·bsum_j`, then
 //!
 //! ```text
@@ -97,7 +97,7 @@ pub(crate) unsafe fn tile_scalar(group: &GroupView, t: &Tile) {
 
 /// [`tile_scalar`] with the float chain of llama.cpp's repacked Q4_K gemm (`PAIRS`), which
 /// `--exact` takes for a prompt's rows in whole groups of four
-/// (`quant::scalar::dot_q4_k_gemm`): one FMA per pair of sub-blocks instead of one per
+/// (`quant::scalar_k::dot_q4_k_gemm`): one FMA per pair of sub-blocks instead of one per
 /// super-block, on the same integer sums.
 ///
 /// # Safety

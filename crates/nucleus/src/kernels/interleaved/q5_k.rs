@@ -1,5 +1,5 @@
 //! Q5_K matrices in the interleaved layout, computed with the arithmetic of llama.cpp's tiled
-//! Q4_K/Q5_K kernel (`quant::scalar::dot_q5_k_tiled`, which `--exact` takes for a prompt's
+//! Q4_K/Q5_K kernel (`quant::scalar_k::dot_q5_k_tiled`, which `--exact` takes for a prompt's
 //! rows): per super-block of 256 inputs the exact integer sums `isum = Σ_j scale_j·Σ q·x` and
 //! `imin = Σ_j min_j·bsum_j` over the eight sub-blocks of 32, then
 //!

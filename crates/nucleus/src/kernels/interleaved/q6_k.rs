@@ -1,5 +1,5 @@
 //! Q6_K matrices in the interleaved layout, computed with the arithmetic of llama.cpp's tiled
-//! Q6_K kernel (`quant::scalar::dot_q6_k_batched`): per super-block of 256 inputs the exact
+//! Q6_K kernel (`quant::scalar_k::dot_q6_k_batched`): per super-block of 256 inputs the exact
 //! integer sum `isum = Σ_j scale_j·Σ (q − 32)·x` over the sixteen sub-blocks of 16, then one
 //!
 //! ```text
