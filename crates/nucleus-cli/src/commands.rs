@@ -384,35 +384,51 @@ fn bench_prompt(n: usize, vocab: u64) -> Vec<TokenId> {
         .collect()
 }
 
-/// The best prefill and decode speeds (tok/s) of `reps` repetitions: `n_prompt` tokens fed at
-/// once, then `n_gen` greedy tokens one at a time after a one-token prompt.
-fn best_speeds(
-    session: &mut Session,
-    (n_prompt, n_gen): (usize, usize),
-    reps: usize,
-) -> Result<(f64, f64)> {
-    let prompt = bench_prompt(n_prompt, session.model.hp.n_vocab as u64);
+/// What `bench` measures: `prompt` tokens fed at once, `gen` greedy tokens one at a time, each
+/// after `depth` tokens of context.
+#[derive(Clone, Copy)]
+pub struct BenchSizes {
+    pub prompt: usize,
+    pub gen: usize,
+    pub depth: usize,
+}
+
+/// The best prefill and decode speeds (tok/s) of `reps` repetitions: `n.prompt` tokens fed at
+/// once, then `n.gen` greedy tokens one at a time after a one-token prompt, each measurement
+/// after `n.depth` tokens of context fed untimed.
+fn best_speeds(session: &mut Session, n: BenchSizes, reps: usize) -> Result<(f64, f64)> {
+    let tokens = bench_prompt(n.depth + n.prompt.max(1), session.model.hp.n_vocab as u64);
+    let (context, prompt) = tokens.split_at(n.depth);
     // Every repetition computes its prompt.
     session.set_prefix_caching(false);
     // Warm-up: touch every weight once.
     session.feed(&prompt[..prompt.len().min(8)], 512, false)?;
+    // A fresh session holding the context (whose logits are not needed: the first generated
+    // token follows a token of the prompt, as without one).
+    let start = |session: &mut Session| -> Result<()> {
+        session.reset();
+        if !context.is_empty() {
+            session.feed(context, 512, false)?;
+        }
+        Ok(())
+    };
     let (mut best_pp, mut best_tg) = (0f64, 0f64);
     for _ in 0..reps.max(1) {
-        if n_prompt > 0 {
-            session.reset();
+        if n.prompt > 0 {
+            start(session)?;
             let t = Instant::now();
-            session.feed(&prompt[..n_prompt], 512, false)?;
-            best_pp = best_pp.max(n_prompt as f64 / t.elapsed().as_secs_f64());
+            session.feed(&prompt[..n.prompt], 512, false)?;
+            best_pp = best_pp.max(n.prompt as f64 / t.elapsed().as_secs_f64());
         }
-        if n_gen > 0 {
-            session.reset();
+        if n.gen > 0 {
+            start(session)?;
             let mut logits = session.feed(&prompt[..1], 1, false)?;
             let t = Instant::now();
-            for _ in 0..n_gen {
+            for _ in 0..n.gen {
                 let tok = nucleus::engine::argmax(&logits);
                 logits = session.feed(&[tok], 1, false)?;
             }
-            best_tg = best_tg.max(n_gen as f64 / t.elapsed().as_secs_f64());
+            best_tg = best_tg.max(n.gen as f64 / t.elapsed().as_secs_f64());
         }
     }
     Ok((best_pp, best_tg))
@@ -421,8 +437,7 @@ fn best_speeds(
 pub fn bench(
     args: ModelArgs,
     name: Option<String>,
-    n_prompt: usize,
-    n_gen: usize,
+    n: BenchSizes,
     reps: usize,
     json: bool,
 ) -> Result<()> {
@@ -431,9 +446,9 @@ pub fn bench(
     // The load as a server's: the model packed before the first pass.
     model.finish_packing();
     let load_s = load_start.elapsed().as_secs_f64();
-    let n_ctx = (n_prompt.max(n_gen + 1)).max(16);
+    let n_ctx = (n.depth + n.prompt.max(n.gen + 1)).max(16);
     let mut session = Session::with_kv_type(&model, n_ctx, n_ctx, args.kv_type)?;
-    let (best_pp, best_tg) = best_speeds(&mut session, (n_prompt, n_gen), reps)?;
+    let (best_pp, best_tg) = best_speeds(&mut session, n, reps)?;
     // A token of context costs its K and V in the layers that keep the whole context; the
     // sliding-window layers hold only their window, whatever the length.
     let kv_cfg = *session.kv.config();
@@ -448,8 +463,9 @@ pub fn bench(
             serde_json::json!({
                 "model": model.hp.arch.name(),
                 "threads": model.n_threads(),
-                "prompt_tokens": n_prompt,
-                "gen_tokens": n_gen,
+                "prompt_tokens": n.prompt,
+                "gen_tokens": n.gen,
+                "depth": n.depth,
                 "prefill_tokens_per_s": best_pp,
                 "decode_tokens_per_s": best_tg,
                 "kv_bytes_per_token": kv_bytes,
@@ -477,8 +493,13 @@ pub fn bench(
         if let Some(gb) = huge_gb.filter(|&gb| gb > 0.0) {
             println!("memory in huge pages: {gb:.2} GB");
         }
-        println!("prefill pp{n_prompt}: {best_pp:.1} tok/s");
-        println!("decode  tg{n_gen}: {best_tg:.1} tok/s");
+        let at = if n.depth > 0 {
+            format!(" @ d{}", n.depth)
+        } else {
+            String::new()
+        };
+        println!("prefill pp{}{at}: {best_pp:.1} tok/s", n.prompt);
+        println!("decode  tg{}{at}: {best_tg:.1} tok/s", n.gen);
         match kv_cfg.sliding {
             Some(s) => println!(
                 "KV cache: {kv_bytes} bytes/token in the global layers + {window_bytes} bytes for the window of {} in the sliding-window layers ({})",

@@ -270,6 +270,10 @@ enum Command {
         /// Generated tokens for the decode measurement.
         #[arg(short = 'g', long, default_value_t = 128)]
         gen_tokens: usize,
+        /// Tokens already in the KV cache when each measurement starts, fed untimed (llama-bench's
+        /// `-d`): prefill and decode at that depth of context.
+        #[arg(short = 'd', long, default_value_t = 0)]
+        depth: usize,
         /// Repetitions (the best is reported).
         #[arg(short = 'r', long, default_value_t = 1)]
         reps: usize,
@@ -383,9 +387,17 @@ fn main() {
             name,
             prompt_tokens,
             gen_tokens,
+            depth,
             reps,
             json,
-        } => commands::bench(model, name, prompt_tokens, gen_tokens, reps, json),
+        } => {
+            let sizes = commands::BenchSizes {
+                prompt: prompt_tokens,
+                gen: gen_tokens,
+                depth,
+            };
+            commands::bench(model, name, sizes, reps, json)
+        }
         Command::Serve(args) => serve::serve(args),
         Command::Perplexity(args) => perplexity::perplexity(args),
         Command::Quantize(args) => quantize::quantize(args),
