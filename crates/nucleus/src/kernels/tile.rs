@@ -98,6 +98,55 @@ pub fn dot_keys_transposed(q: &[f32], kt: &[f32], stride: usize, out: &mut [f32]
     }
 }
 
+/// Whether [`dot_key_pairs`] runs on 512-bit vectors here (else its plain loops, slower than
+/// [`dot_keys`]: a caller keeps the keys in rows then).
+pub fn key_pairs_fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return crate::quant::simd_level() >= crate::quant::SimdLevel::Avx512;
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Two keys' rows widened side by side: `dst[2d] = f32(a[d])`, `dst[2d + 1] = f32(b[d])` (the
+/// layout of [`dot_key_pairs`]).
+pub fn widen_f16_pair(dst: &mut [f32], a: &[f16], b: &[f16]) {
+    assert!(a.len() == b.len() && dst.len() == 2 * a.len());
+    #[cfg(target_arch = "x86_64")]
+    if key_pairs_fast() {
+        // SAFETY: AVX-512F present; the lengths are checked above.
+        return unsafe { super::tile_avx512::widen_f16_pair(dst, a, b) };
+    }
+    for (d, (x, y)) in a.iter().zip(b).enumerate() {
+        dst[2 * d] = x.to_f32();
+        dst[2 * d + 1] = y.to_f32();
+    }
+}
+
+/// [`dot_keys`] with the keys widened in pairs by [`widen_f16_pair`] (pair `p`: keys `2p` and
+/// `2p + 1`, `2 · dk` floats; an odd last key paired with anything): `out[j]` as there, the
+/// same chains, so the same bits. On 512-bit vectors one fused multiply-add serves both keys
+/// of a pair for eight queries, twice as many chains as [`dot_keys`]' (a decode step's few
+/// queries: a chunk of eight lanes at most).
+pub fn dot_key_pairs(qt: &[f32], pairs: &[f32], dk: usize, out: &mut [[f32; QUERY_LANES]]) {
+    assert_eq!(qt.len(), dk * QUERY_LANES);
+    assert!(pairs.len() >= out.len().div_ceil(2) * 2 * dk);
+    #[cfg(target_arch = "x86_64")]
+    if key_pairs_fast() {
+        // SAFETY: AVX-512F (and AVX2, FMA) present; the sizes are checked above.
+        return unsafe { super::tile_avx512::dot_key_pairs(qt, pairs, dk, out) };
+    }
+    for (j, o) in out.iter_mut().enumerate() {
+        let pair = &pairs[j / 2 * 2 * dk..][..2 * dk];
+        *o = [0.0; QUERY_LANES];
+        for d in 0..dk {
+            let k = pair[2 * d + j % 2];
+            for (l, s) in o.iter_mut().enumerate() {
+                *s = k.mul_add(qt[d * QUERY_LANES + l], *s);
+            }
+        }
+    }
+}
+
 /// [`dot_keys`] for two chunks of queries at once (`qt0`, `qt1`, each as `qt` there) against
 /// the same keys: the same chains, so the same bits, with every key element broadcast once for
 /// sixteen queries.

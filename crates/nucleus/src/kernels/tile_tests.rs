@@ -146,3 +146,38 @@ fn simd_equals_fma_chains() {
     widen_f16(&mut w, &h);
     assert!(w.iter().zip(&h).all(|(a, b)| *a == b.to_f32()));
 }
+
+/// Keys widened in pairs give each key's scores the bits of the keys in rows
+/// (`dot_key_pairs` against `dot_keys`), for head sizes with and without a tail of sixteen and
+/// odd counts of keys; and the pairs hold the two rows side by side.
+#[test]
+fn key_pairs_give_the_rows_bits() {
+    for dk in [8, 40, 64, 128, 256] {
+        for nk in [1, 2, 3, 15, 16, 17, 33, 64] {
+            let qt = vals(dk * QUERY_LANES, dk as u32);
+            let keys: Vec<f16> = vals((nk + 1) * dk, 7 * nk as u32)
+                .iter()
+                .map(|&x| f16::from_f32(4.0 * x))
+                .collect();
+            let mut rows = vec![0f32; nk * dk];
+            widen_f16(&mut rows, &keys[..nk * dk]);
+            let mut want = vec![[0f32; QUERY_LANES]; nk];
+            dot_keys(&qt, &rows, dk, &mut want);
+            let mut pairs = vec![0f32; nk.div_ceil(2) * 2 * dk];
+            for (p, dst) in pairs.chunks_exact_mut(2 * dk).enumerate() {
+                let (a, b) = (&keys[2 * p * dk..][..dk], &keys[(2 * p + 1) * dk..][..dk]);
+                widen_f16_pair(dst, a, b);
+                for d in 0..dk {
+                    assert_eq!(dst[2 * d], a[d].to_f32(), "dk {dk} pair {p}");
+                    assert_eq!(dst[2 * d + 1], b[d].to_f32(), "dk {dk} pair {p}");
+                }
+            }
+            let mut got = vec![[0f32; QUERY_LANES]; nk];
+            dot_key_pairs(&qt, &pairs, dk, &mut got);
+            for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                let bits = |v: &[f32; QUERY_LANES]| v.map(f32::to_bits);
+                assert_eq!(bits(g), bits(w), "dk {dk}, {nk} keys: key {j}");
+            }
+        }
+    }
+}

@@ -48,6 +48,9 @@ pub fn attend_tiled(
     // transposition costs about what four queries' scores do, so from four queries on the
     // queries are the lanes.
     let transposed = nq < TRANSPOSED_MAX_QUERIES;
+    // One chunk of queries on 512-bit vectors (a decode step): the keys widened in pairs, each
+    // fused multiply-add serving two keys (`tile::dot_key_pairs`).
+    let paired = !transposed && nq <= LANES && tile::key_pairs_fast();
     // Otherwise the queries transposed, eight to a lane chunk: element d of query c·8 + l at
     // qt[c][d · 8 + l].
     let chunks = nq.div_ceil(LANES);
@@ -79,7 +82,7 @@ pub fn attend_tiled(
         for p in k0..k1 {
             let (block, slot) = (blocks[p / bs], p % bs);
             let r = p - k0;
-            if !transposed {
+            if !transposed && !paired {
                 tile::widen_f16(&mut keys[r * dk..(r + 1) * dk], key_row(p));
             }
             tile::widen_f16(
@@ -97,8 +100,18 @@ pub fn attend_tiled(
                 tile::widen_f16_transposed(&mut keys, KEY_TILE, r0, &rows, dk);
             }
         }
-        let by_lanes = (!transposed).then_some(&qt[..]);
-        score_tile(queries, by_lanes, &keys, (nk, dk), &mut scores);
+        if paired {
+            // Keys 2i and 2i + 1 side by side; an odd last key with itself.
+            for r in (0..nk).step_by(2) {
+                let b = key_row(k0 + (r + 1).min(nk - 1));
+                tile::widen_f16_pair(&mut keys[r * dk..(r + 2) * dk], key_row(k0 + r), b);
+            }
+            let pairs = &keys[..nk.div_ceil(2) * 2 * dk];
+            tile::dot_key_pairs(&qt, pairs, dk, &mut scores[..nk]);
+        } else {
+            let by_lanes = (!transposed).then_some(&qt[..]);
+            score_tile(queries, by_lanes, &keys, (nk, dk), &mut scores);
+        }
         seeing.clear();
         for c in 0..chunks {
             let ls = c * LANES..((c + 1) * LANES).min(nq);
