@@ -18,11 +18,14 @@
 #                default: the qwen2.5-coder-0.5b-instruct and gemma-3-270m Q4_K_M files in
 #                ~/.cache/nucleus/models
 #   NICE         a niceness for both engines, e.g. -10 on a shared machine (default: none)
+#   DEPTH        tokens of context already in the KV cache when each measurement starts
+#                (llama-bench's -d, nucleus bench's --depth; default 0)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 THREADS="${THREADS:-2}"
 REPS="${REPS:-3}"
+DEPTH="${DEPTH:-0}"
 
 if [[ $# -ge 1 && "$1" != *.gguf ]]; then
     LLAMA_BENCH="$1"
@@ -56,9 +59,9 @@ for model in $MODELS; do
     name="$(basename "$model" .gguf)"
     echo "== $name" >&2
     echo "   load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-    lj="$("${RUN[@]}" "$LLAMA_BENCH" -m "$model" -t "$THREADS" -p 512 -n 128 -r "$REPS" -o json 2>/dev/null)"
-    nj="$("${RUN[@]}" "$NUCLEUS" bench "$model" -t "$THREADS" -p 512 -g 128 -r "$REPS" --json)"
-    ej="$("${RUN[@]}" "$NUCLEUS" bench "$model" -t "$THREADS" -p 512 -g 128 -r "$REPS" --json --exact)"
+    lj="$("${RUN[@]}" "$LLAMA_BENCH" -m "$model" -t "$THREADS" -p 512 -n 128 -d "$DEPTH" -r "$REPS" -o json 2>/dev/null)"
+    nj="$("${RUN[@]}" "$NUCLEUS" bench "$model" -t "$THREADS" -p 512 -g 128 -d "$DEPTH" -r "$REPS" --json)"
+    ej="$("${RUN[@]}" "$NUCLEUS" bench "$model" -t "$THREADS" -p 512 -g 128 -d "$DEPTH" -r "$REPS" --json --exact)"
     echo "   load after:  $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     rows+=("$(python3 - "$name" "$lj" "$nj" "$ej" <<'EOF'
 import json, sys
@@ -74,7 +77,7 @@ EOF
 done
 
 echo
-echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $THREADS threads, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $THREADS threads, load $(cut -d' ' -f1-3 /proc/loadavg), context depth $DEPTH"
 echo
 echo "| model | llama.cpp pp512 | llama.cpp tg128 | nucleus pp512 | nucleus tg128 | prefill ratio | decode ratio | --exact pp512 | --exact tg128 | --exact prefill ratio | --exact decode ratio |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

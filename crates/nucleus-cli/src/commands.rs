@@ -446,7 +446,11 @@ pub fn bench(
     // The load as a server's: the model packed before the first pass.
     model.finish_packing();
     let load_s = load_start.elapsed().as_secs_f64();
-    let n_ctx = (n.depth + n.prompt.max(n.gen + 1)).max(16);
+    let n_ctx = n
+        .depth
+        .checked_add(n.prompt.max(n.gen.saturating_add(1)))
+        .with_context(|| format!("--depth {} is past any context", n.depth))?
+        .max(16);
     let mut session = Session::with_kv_type(&model, n_ctx, n_ctx, args.kv_type)?;
     let (best_pp, best_tg) = best_speeds(&mut session, n, reps)?;
     // A token of context costs its K and V in the layers that keep the whole context; the

@@ -146,3 +146,31 @@ fn bench_takes_empty_phases() {
         assert!(j["kernels"].is_string() && j["amx"].is_string(), "{j}");
     }
 }
+
+/// `bench --depth` measures after that much context (llama-bench's `-d`), says so in its JSON,
+/// and refuses a depth past the largest context with a clear error.
+#[test]
+fn bench_at_a_depth() {
+    let Some(m) = tiny() else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_nucleus"))
+        .args([
+            "bench", &m, "-t", "1", "-p", "8", "-g", "4", "-d", "40", "--json",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["depth"], 40, "{j}");
+    assert!(j["prefill_tokens_per_s"].as_f64().unwrap() > 0.0, "{j}");
+    assert!(j["decode_tokens_per_s"].as_f64().unwrap() > 0.0, "{j}");
+    for depth in ["1000000000", "18446744073709551615"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_nucleus"))
+            .args(["bench", &m, "-t", "1", "-d", depth, "--json"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.starts_with("error: "), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

@@ -107,22 +107,27 @@ pub fn key_pairs_fast() -> bool {
     false
 }
 
-/// Two keys' rows widened side by side: `dst[2d] = f32(a[d])`, `dst[2d + 1] = f32(b[d])` (the
-/// layout of [`dot_key_pairs`]).
-pub fn widen_f16_pair(dst: &mut [f32], a: &[f16], b: &[f16]) {
-    assert!(a.len() == b.len() && dst.len() == 2 * a.len());
+/// Keys' rows widened two by two, side by side: pair `p` (`2 · dk` floats at `dst[2·dk·p..]`)
+/// holds `f32(rows[2p][d])` at `2d` and `f32(rows[2p + 1][d])` at `2d + 1`, an odd last row
+/// paired with itself (the layout of [`dot_key_pairs`]).
+pub fn widen_f16_pairs(dst: &mut [f32], rows: &[&[f16]], dk: usize) {
+    assert!(rows.iter().all(|r| r.len() == dk));
+    assert!(dst.len() >= rows.len().div_ceil(2) * 2 * dk);
     #[cfg(target_arch = "x86_64")]
     if key_pairs_fast() {
         // SAFETY: AVX-512F present; the lengths are checked above.
-        return unsafe { super::tile_avx512::widen_f16_pair(dst, a, b) };
+        return unsafe { super::tile_avx512::widen_f16_pairs(dst, rows, dk) };
     }
-    for (d, (x, y)) in a.iter().zip(b).enumerate() {
-        dst[2 * d] = x.to_f32();
-        dst[2 * d + 1] = y.to_f32();
+    for (p, pair) in rows.chunks(2).enumerate() {
+        let (a, b) = (pair[0], pair[pair.len() - 1]);
+        for d in 0..dk {
+            dst[2 * dk * p + 2 * d] = a[d].to_f32();
+            dst[2 * dk * p + 2 * d + 1] = b[d].to_f32();
+        }
     }
 }
 
-/// [`dot_keys`] with the keys widened in pairs by [`widen_f16_pair`] (pair `p`: keys `2p` and
+/// [`dot_keys`] with the keys widened in pairs by [`widen_f16_pairs`] (pair `p`: keys `2p` and
 /// `2p + 1`, `2 · dk` floats; an odd last key paired with anything): `out[j]` as there, the
 /// same chains, so the same bits. On 512-bit vectors one fused multiply-add serves both keys
 /// of a pair for eight queries, twice as many chains as [`dot_keys`]' (a decode step's few

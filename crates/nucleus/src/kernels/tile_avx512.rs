@@ -61,34 +61,34 @@ pub(super) unsafe fn dot_keys_pair(
 /// Key pairs a step of [`dot_key_pairs`]: eight independent chains in each lane.
 const PAIRS: usize = 8;
 
-/// [`super::tile::widen_f16_pair`]: sixteen elements of each row a step, converted and
+/// [`super::tile::widen_f16_pairs`]: sixteen elements of each row a step, converted and
 /// interleaved in registers.
 ///
 /// # Safety
-/// AVX-512F; `a.len() == b.len()`, `dst.len() == 2 * a.len()`.
+/// AVX-512F; every row `dk` long, `dst.len() >= rows.len().div_ceil(2) * 2 * dk`.
 #[target_feature(enable = "avx512f,avx2,f16c")]
-pub(super) unsafe fn widen_f16_pair(dst: &mut [f32], a: &[half::f16], b: &[half::f16]) {
-    let n = a.len();
-    let n16 = n / 16 * 16;
+pub(super) unsafe fn widen_f16_pairs(dst: &mut [f32], rows: &[&[half::f16]], dk: usize) {
+    let n16 = dk / 16 * 16;
     let lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     let hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-    let (ap, bp, dp) = (
-        a.as_ptr() as *const u16,
-        b.as_ptr() as *const u16,
-        dst.as_mut_ptr(),
-    );
-    for d in (0..n16).step_by(16) {
-        // SAFETY: d + 16 <= n: sixteen halves of each row, 32 floats of `dst` from 2d.
-        unsafe {
-            let x = _mm512_cvtph_ps(_mm256_loadu_si256(ap.add(d) as *const __m256i));
-            let y = _mm512_cvtph_ps(_mm256_loadu_si256(bp.add(d) as *const __m256i));
-            _mm512_storeu_ps(dp.add(2 * d), _mm512_permutex2var_ps(x, lo, y));
-            _mm512_storeu_ps(dp.add(2 * d + 16), _mm512_permutex2var_ps(x, hi, y));
+    for (p, pair) in rows.chunks(2).enumerate() {
+        let (a, b) = (pair[0], pair[pair.len() - 1]);
+        let (ap, bp) = (a.as_ptr() as *const u16, b.as_ptr() as *const u16);
+        let out = &mut dst[2 * dk * p..2 * dk * (p + 1)];
+        let dp = out.as_mut_ptr();
+        for d in (0..n16).step_by(16) {
+            // SAFETY: d + 16 <= dk: sixteen halves of each row, 32 floats of `out` from 2d.
+            unsafe {
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(ap.add(d) as *const __m256i));
+                let y = _mm512_cvtph_ps(_mm256_loadu_si256(bp.add(d) as *const __m256i));
+                _mm512_storeu_ps(dp.add(2 * d), _mm512_permutex2var_ps(x, lo, y));
+                _mm512_storeu_ps(dp.add(2 * d + 16), _mm512_permutex2var_ps(x, hi, y));
+            }
         }
-    }
-    for d in n16..n {
-        dst[2 * d] = a[d].to_f32();
-        dst[2 * d + 1] = b[d].to_f32();
+        for d in n16..dk {
+            out[2 * d] = a[d].to_f32();
+            out[2 * d + 1] = b[d].to_f32();
+        }
     }
 }
 

@@ -164,12 +164,13 @@ fn key_pairs_give_the_rows_bits() {
             let mut want = vec![[0f32; QUERY_LANES]; nk];
             dot_keys(&qt, &rows, dk, &mut want);
             let mut pairs = vec![0f32; nk.div_ceil(2) * 2 * dk];
-            for (p, dst) in pairs.chunks_exact_mut(2 * dk).enumerate() {
-                let (a, b) = (&keys[2 * p * dk..][..dk], &keys[(2 * p + 1) * dk..][..dk]);
-                widen_f16_pair(dst, a, b);
+            let rows: Vec<&[f16]> = keys[..nk * dk].chunks_exact(dk).collect();
+            widen_f16_pairs(&mut pairs, &rows, dk);
+            for (p, pair) in pairs.chunks_exact(2 * dk).enumerate() {
+                let (a, b) = (rows[2 * p], rows[(2 * p + 1).min(nk - 1)]);
                 for d in 0..dk {
-                    assert_eq!(dst[2 * d], a[d].to_f32(), "dk {dk} pair {p}");
-                    assert_eq!(dst[2 * d + 1], b[d].to_f32(), "dk {dk} pair {p}");
+                    assert_eq!(pair[2 * d], a[d].to_f32(), "dk {dk} pair {p}");
+                    assert_eq!(pair[2 * d + 1], b[d].to_f32(), "dk {dk} pair {p}");
                 }
             }
             let mut got = vec![[0f32; QUERY_LANES]; nk];

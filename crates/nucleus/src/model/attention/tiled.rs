@@ -70,25 +70,36 @@ pub fn attend_tiled(
     // side as its scores are), and the queries that see some key of it.
     let mut weights = vec![[[0f32; LANES]; KEY_TILE]; chunks];
     let mut seeing: Vec<usize> = Vec::with_capacity(nq);
+    let (mut key_blocks, mut value_blocks) = (Vec::new(), Vec::new());
     let mut tile_start = lo / KEY_TILE * KEY_TILE;
     while tile_start < hi {
         // The keys of this tile that some query sees.
         let (k0, k1) = (tile_start.max(lo), (tile_start + KEY_TILE).min(hi));
         let nk = k1 - k0;
+        // The tile's blocks, looked up once: a decode step's rows are short, and a lookup per
+        // row cost about what widening the row did.
+        let b0 = k0 / bs;
+        key_blocks.clear();
+        value_blocks.clear();
+        for &block in &blocks[b0..k1.div_ceil(bs)] {
+            key_blocks.push(kv.block_keys(layer, block, kv_head));
+            value_blocks.push(kv.block_values(layer, block, kv_head));
+        }
         let key_row = |p: usize| {
-            let (block, slot) = (blocks[p / bs], p % bs);
-            &kv.block_keys(layer, block, kv_head)[slot * dk..(slot + 1) * dk]
+            let slot = p % bs;
+            &key_blocks[p / bs - b0][slot * dk..(slot + 1) * dk]
         };
-        for p in k0..k1 {
-            let (block, slot) = (blocks[p / bs], p % bs);
-            let r = p - k0;
+        // Rows k0..k1 a block's run at a time, whose rows lie side by side.
+        let mut p = k0;
+        while p < k1 {
+            let (slot, n, b, r) = (p % bs, (bs - p % bs).min(k1 - p), p / bs - b0, p - k0);
             if !transposed && !paired {
-                tile::widen_f16(&mut keys[r * dk..(r + 1) * dk], key_row(p));
+                let rows = &key_blocks[b][slot * dk..(slot + n) * dk];
+                tile::widen_f16(&mut keys[r * dk..(r + n) * dk], rows);
             }
-            tile::widen_f16(
-                &mut values[r * dv..(r + 1) * dv],
-                &kv.block_values(layer, block, kv_head)[slot * dv..(slot + 1) * dv],
-            );
+            let rows = &value_blocks[b][slot * dv..(slot + n) * dv];
+            tile::widen_f16(&mut values[r * dv..(r + n) * dv], rows);
+            p += n;
         }
         if transposed {
             // Eight keys at a time; past the tile's last key, repeats of it (their scores are
@@ -102,10 +113,11 @@ pub fn attend_tiled(
         }
         if paired {
             // Keys 2i and 2i + 1 side by side; an odd last key with itself.
-            for r in (0..nk).step_by(2) {
-                let b = key_row(k0 + (r + 1).min(nk - 1));
-                tile::widen_f16_pair(&mut keys[r * dk..(r + 2) * dk], key_row(k0 + r), b);
+            let mut rows: [&[half::f16]; KEY_TILE] = [&[]; KEY_TILE];
+            for (r, row) in rows[..nk].iter_mut().enumerate() {
+                *row = key_row(k0 + r);
             }
+            tile::widen_f16_pairs(&mut keys, &rows[..nk], dk);
             let pairs = &keys[..nk.div_ceil(2) * 2 * dk];
             tile::dot_key_pairs(&qt, pairs, dk, &mut scores[..nk]);
         } else {
