@@ -39,7 +39,7 @@ pub fn attend_tiled(
     out: &mut [&mut [f32]],
 ) {
     let cfg = kv.config();
-    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
+    let (dk, dv) = (cfg.head_dim_k, cfg.head_dim_v);
     let nq = queries.len();
     assert!(nq >= 1 && ranges.len() == nq && out.len() == nq);
     // A few queries (a decode step's part of a KV head's heads): the keys are stored transposed
@@ -70,60 +70,19 @@ pub fn attend_tiled(
     // side as its scores are), and the queries that see some key of it.
     let mut weights = vec![[[0f32; LANES]; KEY_TILE]; chunks];
     let mut seeing: Vec<usize> = Vec::with_capacity(nq);
-    let (mut key_blocks, mut value_blocks) = (Vec::new(), Vec::new());
     let mut tile_start = lo / KEY_TILE * KEY_TILE;
     while tile_start < hi {
         // The keys of this tile that some query sees.
         let (k0, k1) = (tile_start.max(lo), (tile_start + KEY_TILE).min(hi));
         let nk = k1 - k0;
-        // The tile's blocks, looked up once: a decode step's rows are short, and a lookup per
-        // row cost about what widening the row did.
-        let b0 = k0 / bs;
-        key_blocks.clear();
-        value_blocks.clear();
-        for &block in &blocks[b0..k1.div_ceil(bs)] {
-            key_blocks.push(kv.block_keys(layer, block, kv_head));
-            value_blocks.push(kv.block_values(layer, block, kv_head));
-        }
-        let key_row = |p: usize| {
-            let slot = p % bs;
-            &key_blocks[p / bs - b0][slot * dk..(slot + 1) * dk]
+        let tile_keys = TileKeys {
+            kv,
+            at: (layer, kv_head),
+            blocks,
+            keys: (k0, k1),
         };
-        // Rows k0..k1 a block's run at a time, whose rows lie side by side.
-        let mut p = k0;
-        while p < k1 {
-            let (slot, n, b, r) = (p % bs, (bs - p % bs).min(k1 - p), p / bs - b0, p - k0);
-            if !transposed && !paired {
-                let rows = &key_blocks[b][slot * dk..(slot + n) * dk];
-                tile::widen_f16(&mut keys[r * dk..(r + n) * dk], rows);
-            }
-            let rows = &value_blocks[b][slot * dv..(slot + n) * dv];
-            tile::widen_f16(&mut values[r * dv..(r + n) * dv], rows);
-            p += n;
-        }
-        if transposed {
-            // Eight keys at a time; past the tile's last key, repeats of it (their scores are
-            // never read).
-            const T: usize = tile::TRANSPOSE_KEYS;
-            for r0 in (0..nk).step_by(T) {
-                let rows: [&[half::f16]; T] =
-                    std::array::from_fn(|j| key_row(k0 + (r0 + j).min(nk - 1)));
-                tile::widen_f16_transposed(&mut keys, KEY_TILE, r0, &rows, dk);
-            }
-        }
-        if paired {
-            // Keys 2i and 2i + 1 side by side; an odd last key with itself.
-            let mut rows: [&[half::f16]; KEY_TILE] = [&[]; KEY_TILE];
-            for (r, row) in rows[..nk].iter_mut().enumerate() {
-                *row = key_row(k0 + r);
-            }
-            tile::widen_f16_pairs(&mut keys, &rows[..nk], dk);
-            let pairs = &keys[..nk.div_ceil(2) * 2 * dk];
-            tile::dot_key_pairs(&qt, pairs, dk, &mut scores[..nk]);
-        } else {
-            let by_lanes = (!transposed).then_some(&qt[..]);
-            score_tile(queries, by_lanes, &keys, (nk, dk), &mut scores);
-        }
+        let bufs = (&mut keys[..], &mut values[..], &mut scores[..]);
+        read_and_score(&tile_keys, (transposed, paired), (queries, &qt), bufs);
         seeing.clear();
         for c in 0..chunks {
             let ls = c * LANES..((c + 1) * LANES).min(nq);
@@ -144,6 +103,76 @@ pub fn attend_tiled(
         tile_start += KEY_TILE;
     }
     finish(out, &mut acc, &max, &mut sum, sinks, dv);
+}
+
+/// A tile's keys `keys.0..keys.1` of one KV head (`at`: layer and head) in the cache.
+struct TileKeys<'a> {
+    kv: &'a KvCache,
+    at: (usize, usize),
+    blocks: &'a [BlockId],
+    keys: (usize, usize),
+}
+
+/// The tile's values widened into `values`, its keys into `keys` as the scoring reads them
+/// (`transposed`, `paired` or in rows), and every query's scores into `scores` (as
+/// [`score_tile`] writes them). Its blocks are looked up once and its rows widened a block's
+/// run at a time: a decode step's rows are short, and a lookup per row cost about what
+/// widening the row did.
+fn read_and_score(
+    t: &TileKeys,
+    (transposed, paired): (bool, bool),
+    (queries, qt): (&[&[f32]], &[f32]),
+    (keys, values, scores): (&mut [f32], &mut [f32], &mut [[f32; LANES]]),
+) {
+    let cfg = t.kv.config();
+    let (bs, dk, dv) = (cfg.block_size, cfg.head_dim_k, cfg.head_dim_v);
+    let ((layer, kv_head), (k0, k1)) = (t.at, t.keys);
+    let (nk, b0) = (k1 - k0, k0 / bs);
+    let mut key_blocks: [&[half::f16]; KEY_TILE + 1] = [&[]; KEY_TILE + 1];
+    let mut value_blocks: [&[half::f16]; KEY_TILE + 1] = [&[]; KEY_TILE + 1];
+    for (i, &block) in t.blocks[b0..k1.div_ceil(bs)].iter().enumerate() {
+        key_blocks[i] = t.kv.block_keys(layer, block, kv_head);
+        value_blocks[i] = t.kv.block_values(layer, block, kv_head);
+    }
+    let key_row = |p: usize| {
+        let slot = p % bs;
+        &key_blocks[p / bs - b0][slot * dk..(slot + 1) * dk]
+    };
+    // Rows k0..k1 a block's run at a time, whose rows lie side by side.
+    let mut p = k0;
+    while p < k1 {
+        let (slot, n, b, r) = (p % bs, (bs - p % bs).min(k1 - p), p / bs - b0, p - k0);
+        if !transposed && !paired {
+            let rows = &key_blocks[b][slot * dk..(slot + n) * dk];
+            tile::widen_f16(&mut keys[r * dk..(r + n) * dk], rows);
+        }
+        let rows = &value_blocks[b][slot * dv..(slot + n) * dv];
+        tile::widen_f16(&mut values[r * dv..(r + n) * dv], rows);
+        p += n;
+    }
+    if transposed {
+        // Eight keys at a time; past the tile's last key, repeats of it (their scores are
+        // never read).
+        const T: usize = tile::TRANSPOSE_KEYS;
+        for r0 in (0..nk).step_by(T) {
+            let rows: [&[half::f16]; T] =
+                std::array::from_fn(|j| key_row(k0 + (r0 + j).min(nk - 1)));
+            tile::widen_f16_transposed(keys, KEY_TILE, r0, &rows, dk);
+        }
+    }
+    if paired {
+        // Keys 2i and 2i + 1 side by side; an odd last key with itself.
+        let mut rows: [&[half::f16]; KEY_TILE] = [&[]; KEY_TILE];
+        for (r, row) in rows[..nk].iter_mut().enumerate() {
+            *row = key_row(k0 + r);
+        }
+        tile::widen_f16_pairs(keys, &rows[..nk], dk);
+        let pairs = &keys[..nk.div_ceil(2) * 2 * dk];
+        tile::dot_key_pairs(qt, pairs, dk, &mut scores[..nk]);
+    } else {
+        let by_lanes = (!transposed).then_some(qt);
+        score_tile(queries, by_lanes, keys, (nk, dk), scores);
+    }
 }
 
 /// The scores of a tile's first `nk` keys for every query, into `scores` (`KEY_TILE` rows per
